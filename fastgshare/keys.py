@@ -1,0 +1,63 @@
+"""Every name that crosses a component boundary, in one place.
+
+Annotation and label keys, the extended resource, the CRD identity, the scheduler name,
+the environment variables the node agent hands to containers, and defaults that more than
+one component must agree on. No other module spells these strings.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- API group and prefixes ------------------------------------------------------------
+API_GROUP: Final = "fastgshare.caps.in.tum"
+ANNOTATION_PREFIX: Final = "fastgshare/"
+
+# --- the extended resource the node agent advertises -----------------------------------
+VGPU_RESOURCE: Final = f"{API_GROUP}/vgpu"
+DEFAULT_SLOTS_PER_GPU: Final = 16
+
+# --- the share a user asks for (FaSTPod and Pod annotations) ---------------------------
+GPU_QUOTA_REQUEST: Final = f"{ANNOTATION_PREFIX}gpu_quota_request"
+GPU_QUOTA_LIMIT: Final = f"{ANNOTATION_PREFIX}gpu_quota_limit"
+GPU_SM_PARTITION: Final = f"{ANNOTATION_PREFIX}gpu_sm_partition"
+GPU_MEM: Final = f"{ANNOTATION_PREFIX}gpu_mem"
+SHARE_ANNOTATIONS: Final = (GPU_QUOTA_REQUEST, GPU_QUOTA_LIMIT, GPU_SM_PARTITION, GPU_MEM)
+
+# Optional per-pod override of the extender's placement policy ("binpack" or "spread").
+SCHEDULING_POLICY_ANNOTATION: Final = f"{ANNOTATION_PREFIX}scheduling_policy"
+
+# --- what the components write for each other ------------------------------------------
+# Node: the node agent's GPU inventory (versioned JSON, see fastgshare.codec).
+NODE_GPU_INFO_ANNOTATION: Final = f"{ANNOTATION_PREFIX}gpu_info"
+# Pod: the extender's GPU assignment, written by bind before the Binding is created.
+POD_ASSIGNMENT_ANNOTATION: Final = f"{ANNOTATION_PREFIX}assignment"
+# Pod: set by the node agent once kubelet's Allocate has been answered for the pod.
+POD_ALLOCATED_ANNOTATION: Final = f"{ANNOTATION_PREFIX}allocated"
+
+# --- FaSTPod custom resource -----------------------------------------------------------
+FASTPOD_GROUP: Final = API_GROUP
+FASTPOD_VERSION: Final = "v1"
+FASTPOD_KIND: Final = "FaSTPod"
+FASTPOD_PLURAL: Final = "fastpods"
+FASTPOD_SINGULAR: Final = "fastpod"
+FASTPOD_SHORT_NAME: Final = "fstp"
+FASTPOD_CRD_NAME: Final = f"{FASTPOD_PLURAL}.{FASTPOD_GROUP}"
+FASTPOD_API_VERSION: Final = f"{FASTPOD_GROUP}/{FASTPOD_VERSION}"
+# Label the controller puts on the pods it owns (value: the FaSTPod's name).
+FASTPOD_NAME_LABEL: Final = f"{API_GROUP}/fastpod"
+
+# --- scheduling and deployment ---------------------------------------------------------
+SCHEDULER_NAME: Final = "fastgshare-scheduler"
+SYSTEM_NAMESPACE: Final = "fastgshare-system"
+
+# --- environment handed to GPU containers by the node agent ----------------------------
+ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+ENV_MPS_THREAD_PERCENTAGE: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+ENV_MPS_PIPE_DIRECTORY: Final = "CUDA_MPS_PIPE_DIRECTORY"
+ENV_LD_PRELOAD: Final = "LD_PRELOAD"
+ENV_ARBITER_SOCKET: Final = "FASTGSHARE_ARBITER_SOCKET"
+
+# --- the 2-D bin every GPU is, in the core's integer units -----------------------------
+TIME_UNITS: Final = 1000  # the scheduling window in permille
+SM_UNITS: Final = 100  # SM partition in percent

@@ -1,0 +1,262 @@
+"""What is committed on each GPU, and whether one more pod fits.
+
+A :class:`GpuLedger` holds the pods placed on one GPU with their shares and keeps three
+budgets: pod slots, memory bytes, and the 2-D time x SM bin (see :mod:`fastgshare.packing`).
+Best-effort pods (request 0) take only a slot and memory. On a GPU without MPS, pods cannot
+run concurrently, so every rectangle is the full SM height: their requests must sum to <= 1.
+
+Adding a pod first tries to place it in the current free space, keeping every other pod's
+position; when that fails it re-packs all rectangles from scratch in a few deterministic
+orders ("keep-restructure"). Removing a pod keeps the others' positions.
+
+:class:`NodeState` is the ledgers of one node's GPUs, built from its inventory.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+
+import attrs
+
+from fastgshare import keys
+from fastgshare.errors import LedgerError
+from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.packing import BIN, MaxRectsBin, Rect, pack
+from fastgshare.quantity import format_bytes
+from fastgshare.share import ShareSpec, format_fraction
+
+
+class Rejection(enum.Enum):
+    """Why a GPU cannot take a pod, most fundamental first."""
+
+    UNHEALTHY = "unhealthy"
+    NO_SLOT = "no-slot"
+    MEMORY = "memory"
+    COMPUTE = "compute"
+
+
+@attrs.frozen
+class Fit:
+    """The answer to "would this pod fit": ``rejection is None`` means yes."""
+
+    rejection: Rejection | None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.rejection is None
+
+
+FITS = Fit(None)
+
+_Ordering = Callable[[tuple[str, Rect]], tuple[int | str, ...]]
+_REPACK_ORDERS: tuple[_Ordering, ...] = (
+    lambda item: (-item[1].area, -item[1].height, -item[1].width, item[0]),
+    lambda item: (-item[1].height, -item[1].width, item[0]),
+    lambda item: (-item[1].width, -item[1].height, item[0]),
+)
+
+
+class GpuLedger:
+    """The pods on one GPU and their slots, memory and time x SM rectangles."""
+
+    def __init__(self, gpu: GpuDevice, slots: int = keys.DEFAULT_SLOTS_PER_GPU) -> None:
+        if slots < 1:
+            raise LedgerError(f"slots must be >= 1, got {slots}")
+        self.gpu = gpu
+        self.slots = slots
+        self._pods: dict[str, ShareSpec] = {}
+        self._layout: dict[str, Rect] = {}
+        self._overcommitted = False
+        # Rectangle sizes known not to fit the current layout; cleared on every change.
+        self._refused_sizes: set[tuple[int, int]] = set()
+
+    # --- reading ---------------------------------------------------------------------
+    @property
+    def pods(self) -> Mapping[str, ShareSpec]:
+        return dict(self._pods)
+
+    @property
+    def layout(self) -> Mapping[str, Rect]:
+        """Where each pod with guaranteed time sits in the 1000 x 100 bin."""
+        return dict(self._layout)
+
+    @property
+    def overcommitted(self) -> bool:
+        """True if pods were recorded with ``force`` whose rectangles could not be packed."""
+        return self._overcommitted
+
+    @property
+    def used_memory(self) -> int:
+        return sum(share.memory_bytes for share in self._pods.values())
+
+    @property
+    def free_memory(self) -> int:
+        return self.gpu.memory_bytes - self.used_memory
+
+    @property
+    def free_slots(self) -> int:
+        return self.slots - len(self._pods)
+
+    @property
+    def used_area(self) -> int:
+        return sum(self.rectangle_size(share)[0] * self.rectangle_size(share)[1]
+                   for share in self._pods.values() if not share.is_best_effort)
+
+    @property
+    def area_fraction(self) -> float:
+        """The share of the time x SM bin committed to guaranteed time, 0..1."""
+        return self.used_area / BIN.area
+
+    @property
+    def memory_fraction(self) -> float:
+        return self.used_memory / self.gpu.memory_bytes
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._pods
+
+    def rectangle_size(self, share: ShareSpec) -> tuple[int, int]:
+        """``(width, height)`` of the pod's rectangle on this GPU (full height without MPS)."""
+        height = share.sm_percent if self.gpu.mps_enabled else keys.SM_UNITS
+        return share.request_permille, height
+
+    # --- deciding --------------------------------------------------------------------
+    def check(self, share: ShareSpec) -> Fit:
+        """Whether a pod with ``share`` fits now, and if not the most basic reason why."""
+        fit, _ = self._evaluate(share)
+        return fit
+
+    def fits(self, share: ShareSpec) -> bool:
+        return self.check(share).ok
+
+    # --- changing --------------------------------------------------------------------
+    def add(self, pod_key: str, share: ShareSpec, *, force: bool = False) -> Rect | None:
+        """Record a pod; return its rectangle (``None`` for best-effort pods).
+
+        Raises :class:`LedgerError` if it does not fit, unless ``force`` is set: a pod the
+        cluster already runs is recorded whatever the budgets say, and the ledger then
+        reports itself over-committed and refuses pods with guaranteed time.
+        """
+        if pod_key in self._pods:
+            raise LedgerError(f"pod {pod_key} is already on GPU {self.gpu.uuid}")
+        fit, layout = self._evaluate(share, pod_key)
+        if not fit.ok and not force:
+            raise LedgerError(f"pod {pod_key} does not fit GPU {self.gpu.uuid}: {fit.message}")
+        self._pods[pod_key] = share
+        if layout is not None:
+            self._layout = layout
+        elif not share.is_best_effort:
+            self._overcommitted = True
+        self._refused_sizes.clear()
+        return self._layout.get(pod_key)
+
+    def remove(self, pod_key: str) -> ShareSpec:
+        """Forget a pod and free its slot, memory and rectangle; the others stay in place."""
+        if pod_key not in self._pods:
+            raise LedgerError(f"pod {pod_key} is not on GPU {self.gpu.uuid}")
+        share = self._pods.pop(pod_key)
+        self._layout.pop(pod_key, None)
+        if self._overcommitted:
+            repacked = self._repack(self._compute_pods(), {})
+            if repacked is not None:
+                self._layout, self._overcommitted = repacked, False
+        self._refused_sizes.clear()
+        return share
+
+    def copy(self) -> GpuLedger:
+        clone = GpuLedger(self.gpu, self.slots)
+        clone._pods = dict(self._pods)
+        clone._layout = dict(self._layout)
+        clone._overcommitted = self._overcommitted
+        clone._refused_sizes = set(self._refused_sizes)
+        return clone
+
+    # --- internals -------------------------------------------------------------------
+    def _compute_pods(self) -> dict[str, ShareSpec]:
+        return {key: share for key, share in self._pods.items() if not share.is_best_effort}
+
+    def _evaluate(self, share: ShareSpec, pod_key: str = "") -> tuple[Fit, dict[str, Rect] | None]:
+        """The fit verdict and, when it fits, the layout with the new pod in it."""
+        if not self.gpu.healthy:
+            return Fit(Rejection.UNHEALTHY, f"GPU {self.gpu.index} is unhealthy"), None
+        if self.free_slots < 1:
+            return Fit(Rejection.NO_SLOT, f"GPU {self.gpu.index} has all {self.slots} slots taken"), None
+        if share.memory_bytes > self.free_memory:
+            return Fit(Rejection.MEMORY, f"needs {format_bytes(share.memory_bytes)}, GPU "
+                       f"{self.gpu.index} has {format_bytes(max(self.free_memory, 0))} free"), None
+        if share.is_best_effort:
+            return FITS, dict(self._layout)
+        layout = None if self._overcommitted else self._place(self.rectangle_size(share), pod_key)
+        if layout is None:
+            return Fit(Rejection.COMPUTE, self._compute_message(share)), None
+        return FITS, layout
+
+    def _compute_message(self, share: ShareSpec) -> str:
+        time = format_fraction(share.request_permille)
+        if self._overcommitted:
+            return f"GPU {self.gpu.index} is over-committed by pods it already runs"
+        if not self.gpu.mps_enabled:
+            return f"GPU {self.gpu.index} (no MPS, pods take turns) has less than {time} of the time free"
+        return f"GPU {self.gpu.index} has no {share.sm_percent} % SM free for {time} of the time"
+
+    def _place(self, size: tuple[int, int], pod_key: str) -> dict[str, Rect] | None:
+        width, height = size
+        if self.used_area + width * height > BIN.area or any(
+            width >= w and height >= h for w, h in self._refused_sizes
+        ):
+            return None
+        spot = MaxRectsBin(self._layout.values()).insert(width, height)
+        if spot is not None:
+            return {**self._layout, pod_key: spot}
+        new = Rect(0, 0, width, height)
+        layout = self._repack(self._compute_pods(), {pod_key: new})
+        if layout is None:
+            self._refused_sizes.add(size)
+        return layout
+
+    def _repack(self, pods: Mapping[str, ShareSpec], extra: Mapping[str, Rect]) -> dict[str, Rect] | None:
+        """Pack every rectangle from scratch, trying each deterministic order in turn."""
+        items = [(key, Rect(0, 0, *self.rectangle_size(share))) for key, share in pods.items()]
+        items += list(extra.items())
+        for order in _REPACK_ORDERS:
+            ordered = sorted(items, key=order)
+            placed = pack([(rect.width, rect.height) for _, rect in ordered])
+            if placed is not None:
+                return {key: rect for (key, _), rect in zip(ordered, placed, strict=True)}
+        return None
+
+
+class NodeState:
+    """The ledgers of all GPUs of one node, in GPU index order."""
+
+    def __init__(self, inventory: NodeInventory) -> None:
+        self.inventory = inventory
+        self.ledgers: dict[str, GpuLedger] = {
+            gpu.uuid: GpuLedger(gpu, inventory.slots_per_gpu)
+            for gpu in sorted(inventory.gpus, key=lambda g: g.index)
+        }
+
+    @property
+    def name(self) -> str:
+        return self.inventory.node_name
+
+    def ledger(self, uuid: str) -> GpuLedger:
+        try:
+            return self.ledgers[uuid]
+        except KeyError:
+            raise LedgerError(f"node {self.name} has no GPU {uuid}") from None
+
+    def find_pod(self, pod_key: str) -> GpuLedger | None:
+        """The ledger of the GPU the pod is recorded on, if any."""
+        return next((ledger for ledger in self.ledgers.values() if pod_key in ledger.pods), None)
+
+    def copy(self) -> NodeState:
+        clone = NodeState(self.inventory)
+        clone.ledgers = {uuid: ledger.copy() for uuid, ledger in self.ledgers.items()}
+        return clone
+
+    def empty_gpu_count(self) -> int:
+        """Healthy GPUs with no pod on them."""
+        return sum(1 for ledger in self.ledgers.values() if ledger.is_empty and ledger.gpu.healthy)

@@ -1,0 +1,166 @@
+"""Placement policies: which GPU of a node takes a pod, and how good a node is for it.
+
+``binpack`` (the default) fills GPUs: it prefers the GPU left with the least free time x SM
+area (for best-effort pods: the least free memory), and among nodes those with fewer empty
+GPUs, so whole GPUs stay free for big pods. ``spread`` does the opposite to reduce
+interference. Both are deterministic: equal inputs give equal answers, ties go to the lower
+GPU index.
+
+Node scores are integers 0..10, the range kube-scheduler extenders use.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from fastgshare.errors import InvalidPolicy
+from fastgshare.ledger import Fit, GpuLedger, NodeState, Rejection
+from fastgshare.packing import BIN
+from fastgshare.quantity import format_bytes
+from fastgshare.share import ShareSpec, format_fraction
+
+MAX_SCORE = 10
+
+
+class Policy(enum.Enum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+DEFAULT_POLICY = Policy.BINPACK
+
+
+def parse_policy(text: str) -> Policy:
+    """The policy called ``text``; the error names the allowed values."""
+    try:
+        return Policy(text.strip().lower())
+    except ValueError:
+        allowed = ", ".join(f'"{p.value}"' for p in Policy)
+        raise InvalidPolicy(f'placement policy "{text}" is unknown; allowed: {allowed}') from None
+
+
+@attrs.frozen
+class GpuChoice:
+    """A GPU that can take the pod, and its load once the pod is on it (fractions 0..1)."""
+
+    uuid: str
+    index: int
+    area_after: float
+    memory_after: float
+    best_effort: bool
+
+    @property
+    def fill_after(self) -> float:
+        """The load the policy looks at: time x SM area, or memory for best-effort pods."""
+        return self.memory_after if self.best_effort else self.area_after
+
+
+@attrs.frozen
+class NodeVerdict:
+    """Whether a node can take a pod: the chosen GPU, or why every GPU refused."""
+
+    node: str
+    choice: GpuChoice | None
+    refusals: tuple[tuple[GpuLedger, Fit], ...]
+    reason: str
+
+    @property
+    def fits(self) -> bool:
+        return self.choice is not None
+
+
+def evaluate_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLICY) -> NodeVerdict:
+    """Pick the GPU of ``node`` that ``policy`` prefers for ``share``, or say why none fits."""
+    candidates: list[GpuChoice] = []
+    refusals: list[tuple[GpuLedger, Fit]] = []
+    for ledger in node.ledgers.values():
+        fit = ledger.check(share)
+        if fit.ok:
+            candidates.append(_choice(ledger, share))
+        else:
+            refusals.append((ledger, fit))
+    if not candidates:
+        return NodeVerdict(node.name, None, tuple(refusals), _refusal_reason(node, share, refusals))
+    return NodeVerdict(node.name, max(candidates, key=_gpu_preference(policy)), tuple(refusals), "")
+
+
+def choose_gpu(
+    ledgers: Iterable[GpuLedger], share: ShareSpec, policy: Policy = DEFAULT_POLICY
+) -> GpuLedger | None:
+    """The ledger ``policy`` prefers among those ``share`` fits, or ``None``."""
+    by_uuid = {ledger.gpu.uuid: ledger for ledger in ledgers if ledger.fits(share)}
+    if not by_uuid:
+        return None
+    best = max((_choice(ledger, share) for ledger in by_uuid.values()), key=_gpu_preference(policy))
+    return by_uuid[best.uuid]
+
+
+def score_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLICY) -> int:
+    """0..10: how much ``policy`` likes placing ``share`` on ``node`` (0 if it does not fit)."""
+    verdict = evaluate_node(node, share, policy)
+    if verdict.choice is None:
+        return 0
+    healthy = sum(1 for ledger in node.ledgers.values() if ledger.gpu.healthy)
+    chosen = node.ledgers[verdict.choice.uuid]
+    empty_after = node.empty_gpu_count() - (1 if chosen.is_empty else 0)
+    empty_fraction = empty_after / healthy
+    fill = verdict.choice.fill_after
+    if policy is Policy.BINPACK:
+        raw = 0.75 * fill + 0.25 * (1 - empty_fraction)
+    else:
+        raw = 0.75 * (1 - fill) + 0.25 * empty_fraction
+    return max(0, min(MAX_SCORE, math.floor(raw * MAX_SCORE + 0.5)))
+
+
+def _choice(ledger: GpuLedger, share: ShareSpec) -> GpuChoice:
+    width, height = ledger.rectangle_size(share)
+    area = 0 if share.is_best_effort else width * height
+    return GpuChoice(
+        uuid=ledger.gpu.uuid,
+        index=ledger.gpu.index,
+        area_after=(ledger.used_area + area) / BIN.area,
+        memory_after=(ledger.used_memory + share.memory_bytes) / ledger.gpu.memory_bytes,
+        best_effort=share.is_best_effort,
+    )
+
+
+def _gpu_preference(policy: Policy) -> Callable[[GpuChoice], tuple[float, float, int]]:
+    """A sort key; the maximum is the preferred GPU."""
+    if policy is Policy.BINPACK:
+        return lambda c: (c.fill_after, c.memory_after, -c.index)
+    return lambda c: (-c.fill_after, -c.memory_after, -c.index)
+
+
+def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuLedger, Fit]]) -> str:
+    """One line a user can act on, summarising why each GPU refused."""
+    if not node.ledgers:
+        return "node has no GPUs in its inventory"
+    by_kind: dict[Rejection, list[tuple[GpuLedger, Fit]]] = {}
+    for ledger, fit in refusals:
+        if fit.rejection is not None:
+            by_kind.setdefault(fit.rejection, []).append((ledger, fit))
+    parts = []
+    if unhealthy := by_kind.get(Rejection.UNHEALTHY):
+        parts.append(f"GPU {_indexes(unhealthy)} unhealthy")
+    if full := by_kind.get(Rejection.NO_SLOT):
+        parts.append(f"GPU {_indexes(full)} out of pod slots")
+    if memory := by_kind.get(Rejection.MEMORY):
+        largest = max(max(ledger.free_memory, 0) for ledger, _ in memory)
+        parts.append(f"needs {format_bytes(share.memory_bytes)} of GPU memory, largest free "
+                     f"{format_bytes(largest)}")
+    if compute := by_kind.get(Rejection.COMPUTE):
+        if all(ledger.gpu.mps_enabled and not ledger.overcommitted for ledger, _ in compute):
+            parts.append(f"no GPU with {share.sm_percent} % SM free for "
+                         f"{format_fraction(share.request_permille)} of the time")
+        else:
+            parts.extend(fit.message for _, fit in compute)
+    return "; ".join(parts)
+
+
+def _indexes(items: list[tuple[GpuLedger, Fit]]) -> str:
+    return ", ".join(str(ledger.gpu.index) for ledger, _ in items)
+

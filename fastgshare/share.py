@@ -1,0 +1,208 @@
+"""The GPU share one pod asks for, parsed and validated from its annotations.
+
+Users write four annotations (on a FaSTPod or a Pod), values as strings:
+
+- ``fastgshare/gpu_quota_request``: guaranteed fraction of GPU time, ``0 <= request <= 1``;
+- ``fastgshare/gpu_quota_limit``: cap on the fraction of GPU time, ``request <= limit <= 1``
+  and ``limit > 0``;
+- ``fastgshare/gpu_sm_partition``: percent of the GPU's SMs, an integer ``1..100``,
+  100 when absent;
+- ``fastgshare/gpu_mem``: GPU memory limit, a positive byte count (required).
+
+Inside, everything is an integer: time in permille of the scheduling window (fractions are
+rounded *up*, so a pod never gets less than it asked for), SM in percent, memory in bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+
+import attrs
+
+from fastgshare import keys
+from fastgshare.errors import FieldProblem, InvalidShareSpec
+from fastgshare.quantity import BYTES_HELP, format_bytes, parse_bytes
+
+DEFAULT_SM_PERCENT = 100
+
+_FRACTION = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
+_INTEGER = re.compile(r"[0-9]+")
+
+_REQUEST_RANGE = 'a decimal fraction of GPU time, 0 <= request <= 1 (e.g. "0.4")'
+_LIMIT_RANGE = 'a decimal fraction of GPU time, 0 < limit <= 1 (e.g. "0.8")'
+_SM_RANGE = 'an integer percent of the SMs, 1..100 (e.g. "50")'
+
+
+def _permille_in_range(
+    instance: object, attribute: attrs.Attribute[int], value: int
+) -> None:
+    if not 0 <= value <= keys.TIME_UNITS:
+        raise ValueError(f"{attribute.name} must be in 0..{keys.TIME_UNITS}, got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class ShareSpec:
+    """A validated share. Build it with :func:`parse_share`, or directly in code and tests.
+
+    Invariants: ``0 <= request_permille <= limit_permille <= 1000``, ``limit_permille > 0``,
+    ``1 <= sm_percent <= 100`` and ``memory_bytes > 0``.
+    """
+
+    request_permille: int = attrs.field(validator=_permille_in_range)
+    limit_permille: int = attrs.field(validator=_permille_in_range)
+    sm_percent: int = DEFAULT_SM_PERCENT
+    memory_bytes: int
+
+    def __attrs_post_init__(self) -> None:
+        if self.limit_permille == 0:
+            raise ValueError("limit_permille must be > 0")
+        if self.request_permille > self.limit_permille:
+            raise ValueError("request_permille must be <= limit_permille")
+        if not 1 <= self.sm_percent <= keys.SM_UNITS:
+            raise ValueError(f"sm_percent must be in 1..{keys.SM_UNITS}, got {self.sm_percent}")
+        if self.memory_bytes <= 0:
+            raise ValueError(f"memory_bytes must be > 0, got {self.memory_bytes}")
+
+    @property
+    def is_best_effort(self) -> bool:
+        """A pod with no guaranteed time needs only memory and a slot to be placed."""
+        return self.request_permille == 0
+
+    @property
+    def area(self) -> int:
+        """The pod's rectangle in the GPU's 1000 x 100 (time x SM) bin, in square units."""
+        return self.request_permille * self.sm_percent
+
+    def describe(self) -> str:
+        """One line for logs and messages: ``time 0.4..1 of the GPU, 12 % SM, 1.5 GiB``."""
+        return (
+            f"time {format_fraction(self.request_permille)}..{format_fraction(self.limit_permille)}"
+            f" of the GPU, {self.sm_percent} % SM, {format_bytes(self.memory_bytes)}"
+        )
+
+
+def format_fraction(permille: int) -> str:
+    """Permille as the decimal fraction users write: 400 -> ``"0.4"``, 1000 -> ``"1"``."""
+    text = str(Decimal(permille) / keys.TIME_UNITS)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def share_annotations(share: ShareSpec) -> dict[str, str]:
+    """The annotations that :func:`parse_share` turns back into ``share``."""
+    return {
+        keys.GPU_QUOTA_REQUEST: format_fraction(share.request_permille),
+        keys.GPU_QUOTA_LIMIT: format_fraction(share.limit_permille),
+        keys.GPU_SM_PARTITION: str(share.sm_percent),
+        keys.GPU_MEM: str(share.memory_bytes),
+    }
+
+
+def has_share_annotations(annotations: Mapping[str, object]) -> bool:
+    """Whether any of the four share annotations is present."""
+    return any(key in annotations for key in keys.SHARE_ANNOTATIONS)
+
+
+def parse_share(annotations: Mapping[str, object]) -> ShareSpec:
+    """Parse and validate the four share annotations.
+
+    Raises :class:`InvalidShareSpec` listing every problem found (each names the
+    annotation, the bad value and the allowed range); nothing else escapes.
+    """
+    problems: list[FieldProblem] = []
+    request = _fraction(annotations, keys.GPU_QUOTA_REQUEST, _REQUEST_RANGE, problems)
+    limit = _fraction(annotations, keys.GPU_QUOTA_LIMIT, _LIMIT_RANGE, problems)
+    if limit is not None and limit == 0:
+        problems.append(FieldProblem(keys.GPU_QUOTA_LIMIT, annotations[keys.GPU_QUOTA_LIMIT],
+                                     f'"0" is not allowed; allowed: {_LIMIT_RANGE}'))
+        limit = None
+    if request is not None and limit is not None and request > limit:
+        problems.append(FieldProblem(
+            keys.GPU_QUOTA_REQUEST, annotations[keys.GPU_QUOTA_REQUEST],
+            f"request {_show(annotations[keys.GPU_QUOTA_REQUEST])} is greater than "
+            f"{keys.GPU_QUOTA_LIMIT} {_show(annotations[keys.GPU_QUOTA_LIMIT])}; "
+            "allowed: request <= limit",
+        ))
+    sm = _sm_percent(annotations, problems)
+    memory = _memory(annotations, problems)
+    if problems or request is None or limit is None or sm is None or memory is None:
+        raise InvalidShareSpec(problems)
+    return ShareSpec(
+        request_permille=_to_permille(request),
+        limit_permille=_to_permille(limit),
+        sm_percent=sm,
+        memory_bytes=memory,
+    )
+
+
+def _show(value: object) -> str:
+    text = repr(value) if not isinstance(value, str) else f'"{value}"'
+    return text if len(text) <= 40 else text[:37] + '..."'
+
+
+def _text_value(
+    annotations: Mapping[str, object], key: str, allowed: str, problems: list[FieldProblem]
+) -> str | None:
+    """The annotation's string value, or ``None`` after recording why there is none."""
+    if key not in annotations:
+        problems.append(FieldProblem(key, None, f"is required; allowed: {allowed}"))
+        return None
+    value = annotations[key]
+    if not isinstance(value, str):
+        problems.append(FieldProblem(
+            key, value, f"{_show(value)} is not a string (annotation values are quoted "
+            f"strings in YAML); allowed: {allowed}"))
+        return None
+    return value
+
+
+def _fraction(
+    annotations: Mapping[str, object], key: str, allowed: str, problems: list[FieldProblem]
+) -> Decimal | None:
+    text = _text_value(annotations, key, allowed, problems)
+    if text is None:
+        return None
+    if not _FRACTION.fullmatch(text.strip()):
+        problems.append(FieldProblem(key, text, f"{_show(text)} is not a decimal number; allowed: {allowed}"))
+        return None
+    value = Decimal(text.strip())
+    if value > 1:
+        problems.append(FieldProblem(key, text, f"{_show(text)} is out of range; allowed: {allowed}"))
+        return None
+    return value
+
+
+def _sm_percent(annotations: Mapping[str, object], problems: list[FieldProblem]) -> int | None:
+    if keys.GPU_SM_PARTITION not in annotations:
+        return DEFAULT_SM_PERCENT
+    text = _text_value(annotations, keys.GPU_SM_PARTITION, _SM_RANGE, problems)
+    if text is None:
+        return None
+    if not _INTEGER.fullmatch(text.strip()):
+        problems.append(FieldProblem(keys.GPU_SM_PARTITION, text,
+                                     f"{_show(text)} is not an integer; allowed: {_SM_RANGE}"))
+        return None
+    value = int(text.strip())
+    if not 1 <= value <= keys.SM_UNITS:
+        problems.append(FieldProblem(keys.GPU_SM_PARTITION, text,
+                                     f"{_show(text)} is out of range; allowed: {_SM_RANGE}"))
+        return None
+    return value
+
+
+def _memory(annotations: Mapping[str, object], problems: list[FieldProblem]) -> int | None:
+    text = _text_value(annotations, keys.GPU_MEM, BYTES_HELP, problems)
+    if text is None:
+        return None
+    value = parse_bytes(text)
+    if value is None:
+        problems.append(FieldProblem(keys.GPU_MEM, text,
+                                     f"{_show(text)} is not a byte count; allowed: {BYTES_HELP}"))
+    return value
+
+
+def _to_permille(fraction: Decimal) -> int:
+    """Round up, so the rectangle never covers less time than the user asked for."""
+    return math.ceil(fraction * keys.TIME_UNITS)

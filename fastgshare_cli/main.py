@@ -1,0 +1,208 @@
+"""Entry point of ``fastgshare``: argument parsing and the subcommands.
+
+- ``fastgshare check FILE...``: parse the share of every FaSTPod / Pod / workload in the
+  files and print it, or every problem found (exit status 1 if any).
+- ``fastgshare pack --gpu MODEL FILE...``: place a workload onto as few GPUs as the ledger
+  allows and print the placement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from fastgshare import keys
+from fastgshare.errors import FastGShareError
+from fastgshare.fleet import FleetPlacement, expand, pack_fleet
+from fastgshare.gpu_models import KNOWN_MODELS, gpu_model_spec
+from fastgshare.inventory import GPU_SPEC_HELP, GpuSpec
+from fastgshare.packing import Rect
+from fastgshare.placement import DEFAULT_POLICY, Policy, parse_policy
+from fastgshare.quantity import format_bytes
+from fastgshare.share import ShareSpec, format_fraction
+from fastgshare.workload import ManifestShare, WorkloadItem, manifest_shares, parse_workload_list
+from fastgshare_cli.documents import DocumentError, load_documents
+
+EXIT_OK, EXIT_INVALID = 0, 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastgshare",
+        description="Spatio-temporal GPU sharing for Kubernetes: check shares and plan packing.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = commands.add_parser(
+        "check", help="validate the GPU share of FaSTPod, Pod and workload manifests",
+        description="Print the parsed share of every FaSTPod, Pod or pod-template workload in the "
+                    "files, or every problem with it. Exit status 1 if any share is invalid.")
+    check.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests ('-' for stdin)")
+
+    pack = commands.add_parser(
+        "pack", help="place a workload onto as few GPUs as possible",
+        description="Place a workload on GPUs of one model with the scheduler's packing "
+                    "(time x SM Maximal Rectangles plus memory) and print the placement. "
+                    "FILE is a workload list ([{name, count, annotations}]) or manifests "
+                    "(FaSTPods count spec.replicas).")
+    pack.add_argument("files", nargs="+", metavar="FILE", help="workload list or manifests ('-' for stdin)")
+    pack.add_argument("--gpu", required=True, metavar="MODEL",
+                      help=f"GPU model ({', '.join(KNOWN_MODELS)}) or spec {GPU_SPEC_HELP}")
+    pack.add_argument("--policy", default=DEFAULT_POLICY.value, choices=[p.value for p in Policy],
+                      help="placement policy (default: %(default)s)")
+    pack.add_argument("--slots-per-gpu", type=int, default=keys.DEFAULT_SLOTS_PER_GPU, metavar="N",
+                      help="pods one GPU may hold (default: %(default)s)")
+    pack.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                      help="output format (default: %(default)s)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(soft_wrap=True)
+    errors = Console(stderr=True, soft_wrap=True)
+    if args.command == "check":
+        return run_check(args.files, console, errors)
+    return run_pack(args, console, errors)
+
+
+def _table(*columns: str, title: str | None = None) -> Table:
+    """A table that wraps long cells instead of cutting them off on narrow terminals."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+# --- check -------------------------------------------------------------------------------
+def run_check(files: Sequence[str], console: Console, errors: Console) -> int:
+    table = _table("file", "object", "replicas", "request", "limit", "SM %", "memory", "result")
+    failures: list[str] = []
+    for path in files:
+        try:
+            shares = [s for doc in load_documents(path) for s in manifest_shares(doc)]
+        except (DocumentError, FastGShareError) as error:
+            failures.append(f"{path}: {error}" if not str(error).startswith(path) else str(error))
+            table.add_row(path, "", "", "", "", "", "", "[red]unreadable[/red]")
+            continue
+        for item in shares:
+            table.add_row(path, f"{item.kind}/{item.name}", str(item.replicas), *_share_cells(item.share),
+                          _check_result(item))
+            if item.error is not None:
+                problems = "\n".join(f"  - {problem}" for problem in item.error.problems)
+                failures.append(f"{path}: {item.kind}/{item.name}: invalid GPU share:\n{problems}")
+    console.print(table)
+    for failure in failures:
+        errors.print(failure, markup=False, highlight=False)
+    return EXIT_INVALID if failures else EXIT_OK
+
+
+def _share_cells(share: ShareSpec | None) -> tuple[str, str, str, str]:
+    if share is None:
+        return "", "", "", ""
+    return (format_fraction(share.request_permille), format_fraction(share.limit_permille),
+            str(share.sm_percent), format_bytes(share.memory_bytes))
+
+
+def _check_result(item: ManifestShare) -> str:
+    if item.error is not None:
+        return f"[red]invalid ({len(item.error.problems)} problems)[/red]"
+    if item.skipped:
+        return f"skipped: {item.skipped}"
+    return "[green]ok[/green]"
+
+
+# --- pack --------------------------------------------------------------------------------
+def run_pack(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    try:
+        gpu = gpu_model_spec(args.gpu)
+        policy = parse_policy(args.policy)
+        if args.slots_per_gpu < 1:
+            raise DocumentError(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}")
+        items = [item for path in args.files for item in _workload_items(path)]
+    except (DocumentError, FastGShareError) as error:
+        errors.print(f"fastgshare pack: {error}", markup=False, highlight=False)
+        return EXIT_INVALID
+    placement = pack_fleet(expand(items), gpu, slots_per_gpu=args.slots_per_gpu, policy=policy)
+    if args.output == "json":
+        console.print_json(json.dumps(_placement_json(placement, gpu, items)))
+    else:
+        _print_placement(console, placement, gpu, items)
+    return EXIT_INVALID if placement.unplaced else EXIT_OK
+
+
+def _workload_items(path: str) -> list[WorkloadItem]:
+    documents = load_documents(path)
+    if len(documents) == 1 and isinstance(documents[0], list):
+        return list(parse_workload_list(documents[0]))
+    items: list[WorkloadItem] = []
+    problems: list[str] = []
+    for doc in documents:
+        for found in manifest_shares(doc):
+            if found.error is not None:
+                problems.append(f"{found.kind}/{found.name}: {found.error}")
+            elif found.share is not None and found.replicas > 0:
+                items.append(WorkloadItem(name=found.name, count=found.replicas, share=found.share))
+    if problems:
+        raise DocumentError(f"{path}: " + "; ".join(problems))
+    if not items:
+        raise DocumentError(f"{path}: no workload found (no objects with a GPU share)")
+    return items
+
+
+def _print_placement(console: Console, placement: FleetPlacement, gpu: GpuSpec,
+                     items: Sequence[WorkloadItem]) -> None:
+    table = _table("GPU", "pod", "time slot", "SM %", "memory", title=f"placement on {gpu.model}")
+    for ledger in placement.gpus:
+        for key in sorted(ledger.pods, key=lambda k: _slot_order(ledger.layout.get(k), k)):
+            rect = ledger.layout.get(key)
+            time = (f"{format_fraction(rect.x)}-{format_fraction(rect.right)}" if rect
+                    else "best effort")
+            sm = f"{rect.y}-{rect.top}" if rect else str(ledger.pods[key].sm_percent)
+            table.add_row(str(ledger.gpu.index), key, time, sm, format_bytes(ledger.pods[key].memory_bytes))
+        table.add_row("", "[b]GPU total[/b]", f"{ledger.area_fraction:.1%} of time x SM", "",
+                      f"{format_bytes(ledger.used_memory)} / {format_bytes(ledger.gpu.memory_bytes)}",
+                      end_section=True)
+    console.print(table)
+    pods = sum(item.count for item in items)
+    console.print(f"{pods} pods on {len(placement.gpus)} x {gpu.model} "
+                  f"(one pod per GPU would need {pods - len(placement.unplaced)})",
+                  highlight=False)
+    for key, reason in placement.unplaced:
+        console.print(f"[red]not placed[/red] {key}: {reason}", highlight=False)
+
+
+def _slot_order(rect: Rect | None, key: str) -> tuple[int, int, str]:
+    return (rect.x, rect.y, key) if rect else (keys.TIME_UNITS, 0, key)
+
+
+def _placement_json(placement: FleetPlacement, gpu: GpuSpec,
+                    items: Sequence[WorkloadItem]) -> dict[str, object]:
+    return {
+        "gpuModel": gpu.model,
+        "gpuCount": len(placement.gpus),
+        "podCount": sum(item.count for item in items),
+        "gpus": [
+            {
+                "index": ledger.gpu.index,
+                "areaFraction": round(ledger.area_fraction, 4),
+                "memoryBytes": ledger.used_memory,
+                "pods": [
+                    {"name": key, "time": [rect.x, rect.right], "sm": [rect.y, rect.top]}
+                    if (rect := ledger.layout.get(key)) else {"name": key, "bestEffort": True}
+                    for key in sorted(ledger.pods)
+                ],
+            }
+            for ledger in placement.gpus
+        ],
+        "unplaced": [{"name": key, "reason": reason} for key, reason in placement.unplaced],
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
