@@ -1,7 +1,7 @@
 """Packing a whole workload onto as few GPUs of one model as the ledger allows.
 
-Pods are taken largest first (time x SM area, then memory, then SM height); each goes to the
-open GPU the placement policy prefers, and a new GPU is opened only when none fits. This is
+Pods are taken largest first (time x SM area, then memory, then SM height) or in arrival
+order; each goes to the open GPU the placement policy prefers, and a new GPU is opened only when none fits. This is
 what ``fastgshare pack`` prints and what ``bench/packing.py`` measures.
 """
 
@@ -38,10 +38,16 @@ def pack_fleet(
     *,
     slots_per_gpu: int = keys.DEFAULT_SLOTS_PER_GPU,
     policy: Policy = DEFAULT_POLICY,
+    largest_first: bool = True,
 ) -> FleetPlacement:
-    """Place every pod on GPUs like ``gpu``, opening as few as this greedy order needs."""
-    ordered = sorted(pods, key=lambda pod: (-pod[1].area, -pod[1].memory_bytes,
-                                            -pod[1].sm_percent, pod[0]))
+    """Place every pod on GPUs like ``gpu``, opening as few as this greedy order needs.
+
+    ``largest_first=False`` keeps the given order, as a scheduler that sees pods arrive
+    one at a time must.
+    """
+    ordered = list(pods)
+    if largest_first:
+        ordered.sort(key=lambda pod: (-pod[1].area, -pod[1].memory_bytes, -pod[1].sm_percent, pod[0]))
     ledgers: list[GpuLedger] = []
     unplaced: list[tuple[str, str]] = []
     for key, share in ordered:

@@ -198,7 +198,10 @@ def install_emergency_cleanup() -> None:
 
 def wait_until(condition: Callable[[], bool], *, what: str, timeout_s: float,
                watched: ManagedProcess | None = None, interval_s: float = 0.25) -> None:
-    """Poll ``condition`` until it holds; fail early with the log tail if ``watched`` exits."""
+    """Poll ``condition`` until it holds, else raise :class:`TimeoutError`.
+
+    With ``watched``, raise :class:`ProcessFailed` (with the log tail) as soon as it exits.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         if watched is not None:
@@ -207,7 +210,7 @@ def wait_until(condition: Callable[[], bool], *, what: str, timeout_s: float,
             return
         if time.monotonic() > deadline:
             tail = f"; last lines of {watched.log_path}:\n{watched.log_tail()}" if watched else ""
-            raise ProcessFailed(f"timed out after {timeout_s:.0f}s waiting for {what}{tail}")
+            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}{tail}")
         time.sleep(interval_s)
 
 

@@ -68,7 +68,8 @@ def test_check_reports_every_problem_and_fails(tmp_path: Path, capsys: pytest.Ca
     captured = capsys.readouterr()
     assert "invalid (3 problems)" in captured.out
     assert f"{bad}: FaSTPod/broken: invalid GPU share:" in captured.err
-    assert 'fastgshare/gpu_quota_request: request "0.9" is greater than fastgshare/gpu_quota_limit "0.5"' in captured.err
+    assert ('fastgshare/gpu_quota_request: request "0.9" is greater than fastgshare/gpu_quota_limit "0.5"'
+            in captured.err)
     assert 'fastgshare/gpu_sm_partition: "0" is out of range' in captured.err
     assert "fastgshare/gpu_mem: is required" in captured.err
 

@@ -51,3 +51,10 @@ def test_spread_uses_no_fewer_gpus_than_needed_and_is_deterministic() -> None:
     first = pack_fleet(expand(PAPER), gpu_model_spec("V100-16GB"), policy=Policy.SPREAD)
     second = pack_fleet(expand(PAPER), gpu_model_spec("V100-16GB"), policy=Policy.SPREAD)
     assert [dict(g.layout) for g in first.gpus] == [dict(g.layout) for g in second.gpus]
+
+
+def test_arrival_order_is_kept_when_asked() -> None:
+    pods = [("small", make_share(request=100, sm=10)), ("big", make_share(request=1000, sm=100))]
+    placement = pack_fleet(pods, gpu_model_spec("T4"), largest_first=False)
+    assert [sorted(g.pods) for g in placement.gpus] == [["small"], ["big"]]
+    assert [sorted(g.pods) for g in pack_fleet(pods, gpu_model_spec("T4")).gpus] == [["big"], ["small"]]

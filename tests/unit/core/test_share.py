@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from fastgshare import keys
-from fastgshare.errors import InvalidShareSpec
+from fastgshare.errors import FieldProblem, InvalidShareSpec
 from fastgshare.share import ShareSpec, format_fraction, parse_share, share_annotations
 from tests.builders import make_share
 from tests.builders import share_annotations as annotations
@@ -162,9 +162,16 @@ def test_annotations_round_trip(request: int, extra: int, sm: int, mem: int) -> 
                        st.one_of(st.text(max_size=30), st.integers(), st.floats(), st.none(),
                                  st.lists(st.integers(), max_size=2))))
 def test_fuzzed_annotations_raise_only_the_domain_error(raw: dict[str, object]) -> None:
-    try:
-        share = parse_share(raw)
-    except InvalidShareSpec as error:
-        assert error.problems
+    share, problems = _parse_or_problems(raw)
+    if share is None:
+        assert problems
+        assert {problem.field for problem in problems} <= set(keys.SHARE_ANNOTATIONS)
     else:
         assert 0 <= share.request_permille <= share.limit_permille <= 1000
+
+
+def _parse_or_problems(raw: dict[str, object]) -> tuple[ShareSpec | None, tuple[FieldProblem, ...]]:
+    try:
+        return parse_share(raw), ()
+    except InvalidShareSpec as error:
+        return None, error.problems

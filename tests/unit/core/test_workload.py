@@ -76,7 +76,7 @@ def test_fastpod_replicas_default_to_one_and_must_be_integers() -> None:
     document = _fastpod(share_annotations())
     del document["spec"]["replicas"]  # type: ignore[attr-defined]
     assert manifest_shares(document)[0].replicas == 1
-    with pytest.raises(InvalidWorkload, match="spec.replicas must be an integer >= 0, got '2'"):
+    with pytest.raises(InvalidWorkload, match=re.escape("spec.replicas must be an integer >= 0, got '2'")):
         manifest_shares(_fastpod(share_annotations(), replicas="2"))
 
 

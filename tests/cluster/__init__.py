@@ -1,0 +1,1 @@
+"""Cluster test tier: a real etcd, kube-apiserver, kube-scheduler (see docs/cluster-tier.md)."""
