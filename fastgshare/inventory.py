@@ -81,6 +81,19 @@ class NodeInventory:
         return self.slots_per_gpu * len(self.healthy_gpus)
 
 
+def slot_device_id(gpu_uuid: str, slot: int) -> str:
+    """The kubelet device ID of one slot of a GPU: ``"<uuid>::<slot>"``."""
+    return f"{gpu_uuid}{keys.SLOT_ID_SEPARATOR}{slot}"
+
+
+def parse_slot_device_id(device_id: str) -> tuple[str, int]:
+    """``(gpu uuid, slot)`` of a slot device ID; :class:`InvalidInventory` if it is not one."""
+    uuid, separator, slot = device_id.rpartition(keys.SLOT_ID_SEPARATOR)
+    if not separator or not uuid or not slot.isdigit():
+        raise InvalidInventory(f'device ID "{device_id}" is not of the form <gpu uuid>::<slot>')
+    return uuid, int(slot)
+
+
 @attrs.frozen(kw_only=True)
 class GpuSpec:
     """A parsed GPU spec string: ``count`` identical GPUs."""

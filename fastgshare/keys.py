@@ -57,6 +57,18 @@ ENV_MPS_THREAD_PERCENTAGE: Final = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 ENV_MPS_PIPE_DIRECTORY: Final = "CUDA_MPS_PIPE_DIRECTORY"
 ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 ENV_ARBITER_SOCKET: Final = "FASTGSHARE_ARBITER_SOCKET"
+ENV_POD: Final = "FASTGSHARE_POD"  # "<namespace>/<name>", for logs and the trusted-env demo mode
+ENV_GPU_UUID: Final = "FASTGSHARE_GPU_UUID"
+
+# --- paths inside GPU containers (the node agent mounts host paths there) --------------
+CONTAINER_HOOK_PATH: Final = "/usr/local/fastgshare/lib/libfastgshare-hook.so"
+CONTAINER_RUN_DIR: Final = "/var/run/fastgshare"
+ARBITER_SOCKET_NAME: Final = "arbiter.sock"
+DEFAULT_MPS_PIPE_DIRECTORY: Final = "/tmp/nvidia-mps"
+
+# --- the kubelet device plugin ----------------------------------------------------------
+DEVICE_PLUGIN_SOCKET: Final = "fastgshare-vgpu.sock"  # file name inside the device-plugin dir
+SLOT_ID_SEPARATOR: Final = "::"  # slot device ID = "<gpu uuid>::<slot>", as NVIDIA's replicas
 
 # --- the 2-D bin every GPU is, in the core's integer units -----------------------------
 TIME_UNITS: Final = 1000  # the scheduling window in permille

@@ -1,0 +1,118 @@
+"""The node agent's run loop: serve, register, re-register after kubelet restarts, track health.
+
+State that must survive a kubelet restart (device health, pods being allocated) lives in
+objects created once and handed to each new server; only the gRPC server and its socket are
+recreated. Two threads: the plugin loop (serve, register, watch kubelet) and the health loop
+(GPU events, recovery, inventory publishing).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from device_plugin.devices import DeviceState
+from device_plugin.discovery import GpuBackend
+from device_plugin.registration import KubeletWatch, RegistrationError, register
+from device_plugin.servicer import DevicePluginServicer, PluginServer
+from fastgshare import keys
+from fastgshare.codec import encode_node_inventory
+
+log = logging.getLogger(__name__)
+
+
+class InventoryPublisher(Protocol):
+    def publish_inventory(self, node_name: str, payload: str) -> bool: ...
+
+
+class NodeAgent:
+    def __init__(self, *, devices: DeviceState, backend: GpuBackend, make_servicer: Callable[[], DevicePluginServicer],
+                 publisher: InventoryPublisher, plugin_dir: Path, stopping: threading.Event,
+                 health_recovery_s: float = 0.0, retry_s: float = 1.0) -> None:
+        self.devices = devices
+        self._backend = backend
+        self._make_servicer = make_servicer
+        self._publisher = publisher
+        self._plugin_dir = plugin_dir
+        self._stopping = stopping
+        self._recovery_s = health_recovery_s
+        self._retry_s = retry_s
+        self.socket_path = plugin_dir / keys.DEVICE_PLUGIN_SOCKET
+        self.registrations = 0  # how many times kubelet accepted us (for tests and logs)
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for target, name in ((self._plugin_loop, "plugin"), (self._health_loop, "health")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._backend.close()
+
+    # --- kubelet ---------------------------------------------------------------------
+    def _plugin_loop(self) -> None:
+        while not self._stopping.is_set():
+            server = PluginServer(self._make_servicer(), self.socket_path)
+            server.start()
+            log.info("serving device plugin socket=%s resource=%s", self.socket_path, keys.VGPU_RESOURCE)
+            try:
+                if not self._register_until_accepted():
+                    return
+                reason = KubeletWatch(self._plugin_dir, self.socket_path).wait_for_restart(self._stopping)
+                if reason is not None:
+                    log.info("kubelet restarted (%s): serving and registering again", reason)
+            finally:
+                server.stop()
+
+    def _register_until_accepted(self) -> bool:
+        while not self._stopping.is_set():
+            try:
+                register(self._plugin_dir, keys.DEVICE_PLUGIN_SOCKET)
+            except RegistrationError as error:
+                log.warning("%s; retrying in %.0fs", error, self._retry_s)
+                self._stopping.wait(self._retry_s)
+                continue
+            self.registrations += 1
+            log.info("registered with kubelet resource=%s endpoint=%s", keys.VGPU_RESOURCE, keys.DEVICE_PLUGIN_SOCKET)
+            return True
+        return False
+
+    # --- health and inventory --------------------------------------------------------
+    def _health_loop(self) -> None:
+        unhealthy_since: dict[str, float] = {}
+        dirty = True
+        while not self._stopping.is_set():
+            if dirty:
+                dirty = not self._publish()
+            event = self._backend.next_event(timeout_s=min(self._retry_s, 1.0))
+            if event is not None and self.devices.set_health(event.uuid, event.healthy):
+                log.warning("gpu=%s healthy=%s reason=%s", event.uuid, event.healthy, event.reason)
+                dirty = True
+            if event is not None and not event.healthy:
+                unhealthy_since[event.uuid] = time.monotonic()
+            if self._recovery_s > 0:
+                for uuid, since in list(unhealthy_since.items()):
+                    if time.monotonic() - since >= self._recovery_s:
+                        del unhealthy_since[uuid]
+                        if self.devices.set_health(uuid, True):
+                            log.info("gpu=%s healthy again after %.0fs without errors", uuid, self._recovery_s)
+                            dirty = True
+
+    def _publish(self) -> bool:
+        inventory = self.devices.inventory()
+        try:
+            if self._publisher.publish_inventory(inventory.node_name, encode_node_inventory(inventory)):
+                log.info("published inventory node=%s gpus=%d healthy=%d", inventory.node_name,
+                         len(inventory.gpus), len(inventory.healthy_gpus))
+            return True
+        except Exception as error:  # the API server may be briefly unreachable: retry
+            log.warning("publishing inventory node=%s failed: %s", inventory.node_name, error)
+            return False

@@ -1,0 +1,134 @@
+"""``fastgshare-node-agent``: flags, wiring and signal handling (the composition root).
+
+Everything is created here and passed in; no module keeps global state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from device_plugin.agent import NodeAgent
+from device_plugin.allocation import Allocator, HostPaths
+from device_plugin.devices import DeviceState
+from device_plugin.discovery import GpuBackend, SimulatedGpus
+from device_plugin.hook_install import HookInstallError, install_hook
+from device_plugin.kube import KubeWriter, NodePods, load_api_client
+from device_plugin.nvml import NvmlGpus, NvmlUnavailable
+from device_plugin.servicer import DevicePluginServicer
+from fastgshare import keys
+from fastgshare.errors import InvalidInventory
+from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
+
+log = logging.getLogger("device_plugin")
+
+DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_STATE_DIR = "/var/lib/fastgshare"
+DEFAULT_HOOK = "/usr/lib/fastgshare/libfastgshare-hook.so"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastgshare-node-agent",
+        description=f"The fastgshare node agent: a kubelet device plugin advertising {keys.VGPU_RESOURCE} "
+                    "(slots per healthy GPU), GPU discovery and health, the node's GPU inventory annotation, "
+                    "and Allocate for pods the fastgshare scheduler extender assigned to this node.")
+    parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
+                        help="this node's name (default: $NODE_NAME)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    parser.add_argument("--device-plugin-dir", default=DEFAULT_PLUGIN_DIR, type=Path,
+                        help="kubelet's device-plugin directory (default: %(default)s)")
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, type=Path,
+                        help="where the hook library copy and the arbiter socket live (default: %(default)s)")
+    parser.add_argument("--fake-gpus", metavar="SPEC",
+                        help=f"simulate GPUs instead of asking NVML: {GPU_SPEC_HELP}")
+    parser.add_argument("--slots-per-gpu", type=int, default=keys.DEFAULT_SLOTS_PER_GPU,
+                        help="pods one GPU may hold; each is one kubelet device (default: %(default)s)")
+    parser.add_argument("--hook-library", type=Path, default=Path(DEFAULT_HOOK),
+                        help="the CUDA hook to install into --state-dir and mount into containers "
+                             "(default: %(default)s)")
+    parser.add_argument("--mps-pipe-dir", default=keys.DEFAULT_MPS_PIPE_DIRECTORY,
+                        help="the MPS control daemon's pipe directory (default: %(default)s)")
+    parser.add_argument("--health-recovery-seconds", type=float, default=0.0,
+                        help="mark a GPU healthy again after this long without critical XID events; "
+                             "0 keeps it unhealthy until the agent restarts (default: %(default)s)")
+    parser.add_argument("--allocate-wait-seconds", type=float, default=10.0,
+                        help="how long Allocate waits for the pod it serves to appear in the watch cache "
+                             "(default: %(default)s)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def make_backend(args: argparse.Namespace) -> GpuBackend:
+    if args.fake_gpus:
+        return SimulatedGpus(parse_gpu_spec(args.fake_gpus), args.node_name)
+    return NvmlGpus(args.mps_pipe_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not args.node_name:
+        log.error("--node-name is required (or set $NODE_NAME, e.g. from the downward API)")
+        return 2
+    if args.slots_per_gpu < 1:
+        log.error("--slots-per-gpu must be >= 1, got %d", args.slots_per_gpu)
+        return 2
+    try:
+        backend = make_backend(args)
+        hook = install_hook(args.hook_library, args.state_dir / "lib")
+    except InvalidInventory as error:
+        log.error("--fake-gpus: %s", error)
+        return 2
+    except NvmlUnavailable as error:
+        log.error("no GPUs: %s; on a machine without NVIDIA GPUs pass --fake-gpus SPEC (e.g. 2x80GiB:132sm)",
+                  error)
+        return 1
+    except HookInstallError as error:
+        log.error("%s", error)
+        return 1
+    run_dir = args.state_dir / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    stopping = threading.Event()
+    api = load_api_client(args.kubeconfig)
+    pods = NodePods(api, args.node_name)
+    writer = KubeWriter(api)
+    devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
+    allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
+                                                    mps_pipe_dir=args.mps_pipe_dir))
+    agent = NodeAgent(
+        devices=devices, backend=backend, publisher=writer, plugin_dir=args.device_plugin_dir, stopping=stopping,
+        health_recovery_s=args.health_recovery_seconds,
+        make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, writer, stopping=stopping,
+                                                   allocate_wait_s=args.allocate_wait_seconds),
+    )
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    inventory = devices.inventory()
+    log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s", args.node_name,
+             ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu, hook)
+    pods.start()
+    agent.start()
+    stopping.wait()
+    agent.stop()
+    pods.stop()
+    log.info("node agent stopped node=%s", args.node_name)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""The node agent wired with its real gRPC edge on unix sockets, a fake kubelet and fake pods."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import grpc
+import pytest
+
+from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
+from device_plugin.agent import NodeAgent
+from device_plugin.allocation import Allocator, HostPaths, PodRecord
+from device_plugin.devices import DeviceState
+from device_plugin.discovery import SimulatedGpus
+from device_plugin.servicer import DevicePluginServicer
+from fastgshare import keys
+from fastgshare.inventory import parse_gpu_spec
+from tests.fake_kubelet import FakeKubelet
+
+NODE = "gpu-node-1"
+
+
+class FakePods:
+    """An in-memory stand-in for the watch cache, with the same change signalling."""
+
+    def __init__(self) -> None:
+        self._pods: dict[str, PodRecord] = {}
+        self._version = 0
+        self._changed = threading.Condition()
+
+    def put(self, pod: PodRecord) -> None:
+        with self._changed:
+            self._pods[pod.uid] = pod
+            self._version += 1
+            self._changed.notify_all()
+
+    def snapshot(self) -> tuple[int, list[PodRecord]]:
+        with self._changed:
+            return self._version, list(self._pods.values())
+
+    def wait_for_change(self, seen_version: int, timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._version != seen_version, timeout=timeout_s)
+
+
+class FakeMarker:
+    """Records allocated marks and shows them in the fake cache, as the API server would."""
+
+    def __init__(self, pods: FakePods) -> None:
+        self.marked: list[str] = []
+        self._pods = pods
+
+    def mark_allocated(self, pod: PodRecord, value: str) -> bool:
+        self.marked.append(pod.key)
+        self._pods.put(attrs.evolve(pod, annotations={**pod.annotations, keys.POD_ALLOCATED_ANNOTATION: value}))
+        return True
+
+
+class FakePublisher:
+    def __init__(self) -> None:
+        self.payloads: list[str] = []
+        self.published = threading.Event()
+
+    def publish_inventory(self, node_name: str, payload: str) -> bool:
+        assert node_name == NODE
+        if self.payloads and self.payloads[-1] == payload:
+            return False
+        self.payloads.append(payload)
+        self.published.set()
+        return True
+
+
+@attrs.define
+class RunningAgent:
+    agent: NodeAgent
+    kubelet: FakeKubelet
+    gpus: SimulatedGpus
+    pods: FakePods
+    marker: FakeMarker
+    publisher: FakePublisher
+    paths: HostPaths
+
+    def stub(self) -> api_grpc.DevicePluginStub:
+        channel = self.kubelet.plugin_channel(keys.DEVICE_PLUGIN_SOCKET)
+        return api_grpc.DevicePluginStub(channel)
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """unix socket paths must stay under ~100 bytes: pytest's tmp_path can be too long."""
+    with tempfile.TemporaryDirectory(prefix="fgs-") as directory:
+        yield Path(directory)
+
+
+@pytest.fixture
+def running_agent(short_tmp: Path) -> Iterator[RunningAgent]:
+    plugin_dir = short_tmp / "dp"
+    plugin_dir.mkdir()
+    kubelet = FakeKubelet(plugin_dir)
+    kubelet.start()
+    gpus = SimulatedGpus(parse_gpu_spec("2x16GiB:80sm"), NODE)
+    pods, publisher = FakePods(), FakePublisher()
+    marker = FakeMarker(pods)
+    paths = HostPaths(hook_library=str(short_tmp / "lib" / "libfastgshare-hook.abc.so"),
+                      run_dir=str(short_tmp / "run"), mps_pipe_dir="/tmp/nvidia-mps")
+    devices = DeviceState(NODE, gpus.devices(), slots_per_gpu=4)
+    allocator = Allocator(NODE, paths)
+    stopping = threading.Event()
+    agent = NodeAgent(
+        devices=devices, backend=gpus, publisher=publisher, plugin_dir=plugin_dir, stopping=stopping,
+        retry_s=0.2,
+        make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, marker, stopping=stopping,
+                                                   allocate_wait_s=1.0),
+    )
+    agent.start()
+    assert kubelet.wait_for_registrations(1), "the agent never registered"
+    yield RunningAgent(agent, kubelet, gpus, pods, marker, publisher, paths)
+    agent.stop()
+    kubelet.stop()
+
+
+def rpc_error(call: object) -> grpc.RpcError:
+    """Run a zero-argument callable expected to fail with an RpcError, and return the error."""
+    with pytest.raises(grpc.RpcError) as caught:
+        call()  # type: ignore[operator]
+    return caught.value

@@ -1,0 +1,59 @@
+"""``fastgshare-node-agent`` as a process: help, and clear exits on impossible starts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _agent() -> str:
+    script = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.fail("fastgshare-node-agent is not installed next to this Python; run the install step")
+    return script
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_agent(), *args], capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, **(env or {})})
+
+
+def test_help_documents_every_flag() -> None:
+    result = _run("--help")
+    assert result.returncode == 0
+    for flag in ("--node-name", "--kubeconfig", "--device-plugin-dir", "--state-dir", "--fake-gpus",
+                 "--slots-per-gpu", "--hook-library", "--mps-pipe-dir", "--health-recovery-seconds",
+                 "--allocate-wait-seconds"):
+        assert flag in result.stdout
+
+
+def test_without_nvml_and_without_fake_gpus_it_exits_with_a_clear_message(tmp_path: Path) -> None:
+    result = _run("--node-name", "n1", "--state-dir", str(tmp_path), "--hook-library", "/bin/true",
+                  env={"LD_LIBRARY_PATH": str(tmp_path)})
+    assert result.returncode == 1
+    assert "no GPUs: NVML failed to initialise" in result.stderr
+    assert "pass --fake-gpus SPEC" in result.stderr
+
+
+def test_node_name_is_required(tmp_path: Path) -> None:
+    result = _run("--fake-gpus", "1x8GiB:10sm", env={"NODE_NAME": ""})
+    assert result.returncode == 2
+    assert "--node-name is required" in result.stderr
+
+
+def test_bad_fake_gpu_spec(tmp_path: Path) -> None:
+    result = _run("--node-name", "n1", "--fake-gpus", "lots")
+    assert result.returncode == 2
+    assert "--fake-gpus: GPU spec \"lots\" is malformed" in result.stderr
+
+
+def test_missing_hook_library(tmp_path: Path) -> None:
+    result = _run("--node-name", "n1", "--fake-gpus", "1x8GiB:10sm", "--state-dir", str(tmp_path),
+                  "--hook-library", str(tmp_path / "missing.so"))
+    assert result.returncode == 1
+    assert "cannot read hook library" in result.stderr

@@ -1,0 +1,152 @@
+"""The device plugin over real unix sockets, driven by a fake kubelet."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import grpc
+
+from device_plugin._api import deviceplugin_pb2 as api
+from fastgshare import keys
+from fastgshare.codec import decode_node_inventory
+from tests.builders_k8s import assignment, pod_record
+from tests.integration.device_plugin.conftest import NODE, RunningAgent, rpc_error
+
+
+def _allocate(agent: RunningAgent, *device_ids: str) -> api.AllocateResponse:
+    request = api.AllocateRequest(container_requests=[api.ContainerAllocateRequest(devices_ids=list(device_ids))])
+    return agent.stub().Allocate(request, timeout=10)
+
+
+def test_registration_carries_the_contract(running_agent: RunningAgent) -> None:
+    request, options = running_agent.kubelet.registrations[0]
+    assert request.version == "v1beta1"
+    assert request.endpoint == keys.DEVICE_PLUGIN_SOCKET
+    assert request.resource_name == "fastgshare.caps.in.tum/vgpu"
+    assert request.options.get_preferred_allocation_available
+    assert not request.options.pre_start_required
+    assert options.get_preferred_allocation_available
+
+
+def test_list_and_watch_sends_slots_then_health_changes(running_agent: RunningAgent) -> None:
+    stream = running_agent.stub().ListAndWatch(api.Empty(), timeout=20)
+    first = next(stream)
+    uuids = [gpu.uuid for gpu in running_agent.gpus.devices()]
+    assert [d.ID for d in first.devices] == [f"{uuid}::{slot}" for uuid in uuids for slot in range(4)]
+    assert {d.health for d in first.devices} == {"Healthy"}
+
+    running_agent.gpus.set_health(uuids[1], healthy=False, reason="XID 79")
+    second = next(stream)
+    health = {d.ID: d.health for d in second.devices}
+    assert [health[f"{uuids[1]}::{slot}"] for slot in range(4)] == ["Unhealthy"] * 4
+    assert [health[f"{uuids[0]}::{slot}"] for slot in range(4)] == ["Healthy"] * 4
+    stream.cancel()
+
+
+def test_inventory_is_published_and_follows_health(running_agent: RunningAgent) -> None:
+    assert running_agent.publisher.published.wait(10)
+    inventory = decode_node_inventory(running_agent.publisher.payloads[0])
+    assert inventory.node_name == NODE
+    assert [gpu.healthy for gpu in inventory.gpus] == [True, True]
+    uuid = inventory.gpus[0].uuid
+    running_agent.gpus.set_health(uuid, healthy=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(running_agent.publisher.payloads) < 2:
+        time.sleep(0.05)
+    assert [gpu.healthy for gpu in decode_node_inventory(running_agent.publisher.payloads[-1]).gpus] == [False, True]
+
+
+def test_allocate_gives_the_assigned_gpu_env_and_mounts(running_agent: RunningAgent) -> None:
+    gpu = running_agent.gpus.devices()[1]
+    running_agent.pods.put(pod_record("resnet-1", NODE, assigned=assignment(NODE, gpu.uuid, 1, sm=12)))
+    response = _allocate(running_agent, f"{running_agent.gpus.devices()[0].uuid}::0")
+    [container] = response.container_responses
+    assert dict(container.envs) == {
+        "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "12",
+        "CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
+        "LD_PRELOAD": keys.CONTAINER_HOOK_PATH,
+        "FASTGSHARE_ARBITER_SOCKET": f"{keys.CONTAINER_RUN_DIR}/arbiter.sock",
+        "FASTGSHARE_POD": "team-a/resnet-1",
+        "FASTGSHARE_GPU_UUID": gpu.uuid,
+    }
+    mounts = {(m.container_path, m.host_path, m.read_only) for m in container.mounts}
+    assert mounts == {
+        (keys.CONTAINER_HOOK_PATH, running_agent.paths.hook_library, True),
+        (keys.CONTAINER_RUN_DIR, running_agent.paths.run_dir, False),
+        ("/tmp/nvidia-mps", "/tmp/nvidia-mps", False),
+    }
+    assert running_agent.marker.marked == ["team-a/resnet-1"]
+
+
+def test_allocate_without_a_waiting_pod_fails_with_a_reason(running_agent: RunningAgent) -> None:
+    running_agent.pods.put(pod_record("done", NODE, assigned=assignment(NODE, "GPU-x"), allocated=True))
+    running_agent.pods.put(pod_record("elsewhere", "other-node", assigned=assignment("other-node", "GPU-y")))
+    error = rpc_error(lambda: _allocate(running_agent, "x::0"))
+    assert error.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert f"no pod bound to node {NODE} is waiting for a GPU" in error.details()
+    assert running_agent.marker.marked == []
+
+
+def test_allocate_waits_for_a_pod_the_cache_has_not_seen_yet(running_agent: RunningAgent) -> None:
+    gpu = running_agent.gpus.devices()[0]
+
+    def bind_later() -> None:
+        time.sleep(0.3)
+        running_agent.pods.put(pod_record("late", NODE, assigned=assignment(NODE, gpu.uuid)))
+
+    threading.Thread(target=bind_later).start()
+    response = _allocate(running_agent, f"{gpu.uuid}::0")
+    assert response.container_responses[0].envs["FASTGSHARE_POD"] == "team-a/late"
+
+
+def test_allocate_refuses_a_pod_assigned_to_an_unknown_or_sick_gpu(running_agent: RunningAgent) -> None:
+    running_agent.pods.put(pod_record("lost", NODE, assigned=assignment(NODE, "GPU-not-here")))
+    error = rpc_error(lambda: _allocate(running_agent, "x::0"))
+    assert "is assigned GPU GPU-not-here, which node gpu-node-1 does not have" in error.details()
+
+
+def test_pods_are_served_oldest_assignment_first_each_once(running_agent: RunningAgent) -> None:
+    gpus = running_agent.gpus.devices()
+    for name, gpu, at in [("b", gpus[1], 2_000), ("a", gpus[0], 1_000), ("c", gpus[0], 3_000)]:
+        running_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index, at_ms=at)))
+    served = [dict(_allocate(running_agent, "x::0").container_responses[0].envs) for _ in range(3)]
+    assert [(e["FASTGSHARE_POD"], e["NVIDIA_VISIBLE_DEVICES"]) for e in served] == [
+        ("team-a/a", gpus[0].uuid), ("team-a/b", gpus[1].uuid), ("team-a/c", gpus[0].uuid)]
+
+
+def test_a_pod_with_two_gpu_containers_is_marked_after_both(running_agent: RunningAgent) -> None:
+    gpu = running_agent.gpus.devices()[0]
+    running_agent.pods.put(pod_record("two", NODE, assigned=assignment(NODE, gpu.uuid), containers=("a", "b")))
+    running_agent.pods.put(pod_record("next", NODE, assigned=assignment(NODE, gpu.uuid, at_ms=5_000)))
+    first = _allocate(running_agent, f"{gpu.uuid}::0")
+    assert running_agent.marker.marked == []
+    second = _allocate(running_agent, f"{gpu.uuid}::1")
+    assert running_agent.marker.marked == ["team-a/two"]
+    assert {r.container_responses[0].envs["FASTGSHARE_POD"] for r in (first, second)} == {"team-a/two"}
+
+
+def test_preferred_allocation_prefers_the_assigned_gpu(running_agent: RunningAgent) -> None:
+    gpus = running_agent.gpus.devices()
+    running_agent.pods.put(pod_record("p", NODE, assigned=assignment(NODE, gpus[1].uuid, 1)))
+    available = [f"{gpu.uuid}::{slot}" for gpu in gpus for slot in range(4)]
+    request = api.PreferredAllocationRequest(container_requests=[
+        api.ContainerPreferredAllocationRequest(available_deviceIDs=available, allocation_size=1)])
+    response = running_agent.stub().GetPreferredAllocation(request, timeout=10)
+    assert list(response.container_responses[0].deviceIDs) == [f"{gpus[1].uuid}::0"]
+    assert running_agent.marker.marked == []  # a preference does not consume the pod
+
+
+def test_kubelet_restart_leads_to_reregistration_with_state_kept(running_agent: RunningAgent) -> None:
+    uuid = running_agent.gpus.devices()[0].uuid
+    running_agent.gpus.set_health(uuid, healthy=False)
+    time.sleep(0.3)
+    running_agent.kubelet.restart()
+    assert running_agent.kubelet.wait_for_registrations(2), "no re-registration after the kubelet restart"
+    stream = running_agent.stub().ListAndWatch(api.Empty(), timeout=20)
+    health = {d.ID: d.health for d in next(stream).devices}
+    assert health[f"{uuid}::0"] == "Unhealthy"  # the health learned before the restart survived
+    stream.cancel()
+    assert json.loads(running_agent.publisher.payloads[-1])["node"] == NODE

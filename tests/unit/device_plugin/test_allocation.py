@@ -1,0 +1,110 @@
+"""Choosing the pod an Allocate call is for, and what its containers get."""
+
+from __future__ import annotations
+
+import pytest
+
+from device_plugin.allocation import Allocator, HostPaths, NoPendingPod, candidates, preferred_slots
+from fastgshare import keys
+from tests.builders_k8s import assignment, pod_record
+
+NODE = "n1"
+PATHS = HostPaths(hook_library="/var/lib/fastgshare/lib/libfastgshare-hook.1.so", run_dir="/var/lib/fastgshare/run",
+                  mps_pipe_dir="/tmp/nvidia-mps")
+
+
+def test_candidates_are_waiting_pods_on_this_node_oldest_first() -> None:
+    pods = [
+        pod_record("late", NODE, assigned=assignment(NODE, "G0", at_ms=30)),
+        pod_record("early", NODE, assigned=assignment(NODE, "G1", at_ms=10)),
+        pod_record("done", NODE, assigned=assignment(NODE, "G0", at_ms=1), allocated=True),
+        pod_record("unassigned", NODE),
+        pod_record("other-node", "n2", assigned=assignment("n2", "G0", at_ms=1)),
+        pod_record("finished", NODE, assigned=assignment(NODE, "G0", at_ms=1), phase="Succeeded"),
+    ]
+    found, problems = candidates(pods, NODE)
+    assert [c.pod.name for c in found] == ["early", "late"]
+    assert problems == []
+
+
+def test_unreadable_or_misdirected_assignments_are_reported_not_served() -> None:
+    pods = [pod_record("bad", NODE, raw_assignment="{oops"),
+            pod_record("moved", NODE, assigned=assignment("n9", "G0"))]
+    found, problems = candidates(pods, NODE)
+    assert found == []
+    assert problems[0].startswith("pod team-a/bad: pod assignment: not valid JSON")
+    assert problems[1] == "pod team-a/moved: assigned to node n9 but bound to n1"
+
+
+def test_no_pending_pod_message_explains_and_lists_problems() -> None:
+    with pytest.raises(NoPendingPod) as caught:
+        Allocator(NODE, PATHS).peek([pod_record("bad", NODE, raw_assignment="[]")])
+    message = str(caught.value)
+    assert "no pod bound to node n1 is waiting for a GPU" in message
+    assert f"schedulerName: {keys.SCHEDULER_NAME}" in message
+    assert "ignored: pod team-a/bad: pod assignment: expected a JSON object" in message
+
+
+def test_grant_without_mps_sets_no_mps_environment() -> None:
+    grant = Allocator(NODE, PATHS).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1,
+                                         mps_enabled=False)
+    [container] = grant.containers
+    assert container.envs[keys.ENV_VISIBLE_DEVICES] == "G7"
+    assert keys.ENV_MPS_THREAD_PERCENTAGE not in container.envs
+    assert keys.ENV_MPS_PIPE_DIRECTORY not in container.envs
+    assert [m.container_path for m in container.mounts] == [keys.CONTAINER_HOOK_PATH, keys.CONTAINER_RUN_DIR]
+    assert grant.pod_complete
+
+
+def test_completed_pods_are_not_served_twice_even_if_the_cache_lags() -> None:
+    allocator = Allocator(NODE, PATHS)
+    pods = [pod_record("a", NODE, assigned=assignment(NODE, "G0", at_ms=1)),
+            pod_record("b", NODE, assigned=assignment(NODE, "G0", at_ms=2))]
+    assert allocator.grant(pods, 1, True).candidate.pod.name == "a"
+    assert allocator.grant(pods, 1, True).candidate.pod.name == "b"  # same stale snapshot
+    with pytest.raises(NoPendingPod):
+        allocator.grant(pods, 1, True)
+
+
+def test_a_pod_in_progress_stays_first() -> None:
+    allocator = Allocator(NODE, PATHS)
+    two = pod_record("two", NODE, assigned=assignment(NODE, "G0", at_ms=5), containers=("x", "y"))
+    older = pod_record("older", NODE, assigned=assignment(NODE, "G0", at_ms=1))
+    first = allocator.grant([two], 1, True)
+    assert not first.pod_complete
+    # An older pod appears meanwhile; the half-served pod still goes first.
+    second = allocator.grant([two, older], 1, True)
+    assert (second.candidate.pod.name, second.pod_complete) == ("two", True)
+
+
+def test_one_request_for_several_containers() -> None:
+    grant = Allocator(NODE, PATHS).grant(
+        [pod_record("two", NODE, assigned=assignment(NODE, "G0"), containers=("x", "y"))], 2, True)
+    assert len(grant.containers) == 2
+    assert grant.pod_complete
+
+
+def test_pods_that_left_are_forgotten() -> None:
+    allocator = Allocator(NODE, PATHS)
+    pod = pod_record("a", NODE, assigned=assignment(NODE, "G0"))
+    allocator.grant([pod], 1, True)
+    allocator.peek([pod, pod_record("b", NODE, assigned=assignment(NODE, "G0", at_ms=9))])
+    # "a" disappears from the cache, then a pod with its uid comes back (same name re-created).
+    with pytest.raises(NoPendingPod):
+        allocator.peek([])
+    assert allocator.peek([pod]).pod.name == "a"
+
+
+@pytest.mark.parametrize(
+    ("available", "must", "size", "gpu", "expected"),
+    [
+        (["A::0", "B::0", "B::1"], [], 1, "B", ["B::0"]),
+        (["A::0", "B::0", "B::1"], [], 2, None, ["A::0", "B::0"]),
+        (["A::0", "B::0", "B::1"], ["A::0"], 2, "B", ["A::0", "B::0"]),
+        (["A::0", "AB::0"], [], 1, "A", ["A::0"]),  # prefix match needs the separator
+        (["AB::0", "A::0"], [], 1, "A", ["A::0"]),
+    ],
+)
+def test_preferred_slots(available: list[str], must: list[str], size: int, gpu: str | None,
+                         expected: list[str]) -> None:
+    assert preferred_slots(available, must, size, gpu) == expected
