@@ -115,6 +115,8 @@ class NodePods:
                 log.warning("pod watch failed node=%s status=%s reason=%s", self._node_name, error.status,
                             error.reason)
             except Exception as error:  # a dropped connection must not end the cache
+                if self._stop.is_set():
+                    return
                 log.warning("pod watch failed node=%s error=%s", self._node_name, error)
             self._stop.wait(self._retry_delay_s)
 
