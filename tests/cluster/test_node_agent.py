@@ -20,13 +20,13 @@ import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from device_plugin import kube
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.agent import NodeAgent
 from device_plugin.allocation import Allocator, HostPaths
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import SimulatedGpus
-from device_plugin import kube
 from device_plugin.kube import KubeWriter, NodePods
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
@@ -85,7 +85,7 @@ def agent(api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV
 
 
 def bound_pod(core: kubernetes.client.CoreV1Api, namespace: str, name: str, node: str, gpu: GpuDevice | None,
-              at_ms: int) -> None:
+              *, at_ms: int = 0) -> None:
     """A pod as the extender's bind leaves it: bound to ``node``, with its assignment."""
     annotations = {}
     if gpu is not None:
@@ -116,7 +116,7 @@ def test_inventory_is_published_without_touching_other_annotations(
 
 def test_allocate_finds_the_right_pod_marks_it_and_refuses_when_none(
         agent: AgentUnderTest, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
-    bound_pod(core, namespace, "no-assignment", agent.node, None, 0)
+    bound_pod(core, namespace, "no-assignment", agent.node, None)
     bound_pod(core, namespace, "second", agent.node, agent.gpus[3], at_ms=2_000)
     bound_pod(core, namespace, "first", agent.node, agent.gpus[2], at_ms=1_000)
     bound_pod(core, namespace, "other-node", "some-other-node", agent.gpus[0], at_ms=10)
@@ -155,7 +155,7 @@ def test_twenty_pods_in_quick_succession_each_get_their_assigned_gpu(
 def test_marking_retries_after_a_conflict(api_client: kubernetes.client.ApiClient,
                                           core: kubernetes.client.CoreV1Api, namespace: str) -> None:
     node = unique_name("conflict-node")
-    bound_pod(core, namespace, "racy", node, None, 0)
+    bound_pod(core, namespace, "racy", node, None)
     pods = NodePods(api_client, node)
     pods.start()
     try:
@@ -173,14 +173,14 @@ def test_marking_retries_after_a_conflict(api_client: kubernetes.client.ApiClien
 def test_marking_a_pod_that_was_replaced_is_refused(api_client: kubernetes.client.ApiClient,
                                                     core: kubernetes.client.CoreV1Api, namespace: str) -> None:
     node = unique_name("replaced-node")
-    bound_pod(core, namespace, "phoenix", node, None, 0)
+    bound_pod(core, namespace, "phoenix", node, None)
     pods = NodePods(api_client, node)
     pods.start()
     try:
         assert pods.wait_synced(30)
         [old] = pods.snapshot()[1]
         core.delete_namespaced_pod("phoenix", namespace, grace_period_seconds=0)
-        bound_pod(core, namespace, "phoenix", node, None, 0)
+        bound_pod(core, namespace, "phoenix", node, None)
         assert not KubeWriter(api_client).mark_allocated(old, "now")
         assert keys.POD_ALLOCATED_ANNOTATION not in (
             core.read_namespaced_pod("phoenix", namespace).metadata.annotations or {})
@@ -209,13 +209,13 @@ def test_pod_cache_relists_after_410_and_follows_the_api(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kube.watch, "Watch", ExpiringOnceWatch)
     node = unique_name("cache-node")
-    bound_pod(core, namespace, "before", node, None, 0)
+    bound_pod(core, namespace, "before", node, None)
     pods = NodePods(api_client, node, retry_delay_s=0.1)
     pods.start()
     try:
         assert pods.wait_synced(30)
-        bound_pod(core, namespace, "after-relist", node, None, 0)
-        bound_pod(core, namespace, "elsewhere", unique_name("other"), None, 0)
+        bound_pod(core, namespace, "after-relist", node, None)
+        bound_pod(core, namespace, "elsewhere", unique_name("other"), None)
         wait_until(lambda: {p.name for p in pods.snapshot()[1]} == {"before", "after-relist"},
                    what="the cache to see both pods", timeout_s=30)
         assert ExpiringOnceWatch.expired == 1
