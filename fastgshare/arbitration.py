@@ -1,0 +1,233 @@
+"""Time-token arbitration for one GPU: who may launch kernels now, and for how long.
+
+A client (one pod's processes on one GPU) asks for a token; the arbiter grants tokens so
+that over a sliding window ``W`` every client gets at least its *request* while it wants the
+GPU, and never more than its *limit*, also when it is alone. The rules (DESIGN §5, after
+FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
+
+- a client's usage is the time its grants overlap ``[now - W, now]``; when it asks again
+  it reports the time it really used of its last grant, and the grant is cut to that;
+- a client is eligible while ``limit*W - usage`` leaves room for a useful token
+  (``min_token``, or the whole limit if that is smaller); a limit of 1 never throttles;
+- eligible clients below their request go first, most starved first (largest unmet
+  fraction of the request), then the others by least usage; ties by arrival;
+- several clients hold tokens at once only while their SM partitions sum to <= 100 % and
+  the GPU runs MPS; without MPS one client at a time;
+- if a client below its request cannot be granted because the SMs are taken, nobody behind
+  it gets a new token: the GPU drains to it within one token length, so bursting clients
+  cannot starve it;
+- a token lasts ``max(request*W, min_token)`` but never past the client's remaining limit
+  budget in the window.
+
+Pure: time is an argument (nanoseconds from any monotonic origin); the caller owns clocks,
+sockets and timers. Deterministic for equal inputs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+
+import attrs
+
+from fastgshare import keys
+from fastgshare.errors import FastGShareError
+
+DEFAULT_WINDOW_NS = 100_000_000  # 100 ms
+DEFAULT_MIN_TOKEN_NS = 2_000_000  # 2 ms: a token is never so short that a round trip dominates
+
+ClientId = Hashable
+
+
+class ArbitrationError(FastGShareError):
+    """An operation on a client the arbiter does not know, or one it already knows."""
+
+
+@attrs.frozen
+class TimeShare:
+    """The part of a pod's share the arbiter enforces."""
+
+    request_permille: int
+    limit_permille: int
+    sm_percent: int
+
+
+@attrs.frozen
+class Grant:
+    client: ClientId
+    token_ns: int
+
+
+@attrs.frozen
+class Decision:
+    """Tokens to hand out now, and when to run the scheduler again if nothing else happens."""
+
+    grants: tuple[Grant, ...]
+    wake_at_ns: int | None
+
+
+@attrs.define
+class _Client:
+    share: TimeShare
+    arrival: int  # order of registration, the last tie-breaker
+    history: deque[tuple[int, int]] = attrs.field(factory=deque)  # grants (start, end), oldest first
+    waiting_since: int | None = None  # set while the client waits for a token
+    holding_until: int | None = None  # end of the current token, while it runs
+
+
+class GpuArbiter:
+    """The token scheduler of one GPU."""
+
+    def __init__(self, *, window_ns: int = DEFAULT_WINDOW_NS, min_token_ns: int = DEFAULT_MIN_TOKEN_NS,
+                 mps_enabled: bool = True) -> None:
+        if window_ns <= 0 or not 0 < min_token_ns <= window_ns:
+            raise ArbitrationError(f"need window_ns > 0 and 0 < min_token_ns <= window_ns, "
+                                   f"got {window_ns} and {min_token_ns}")
+        self.window_ns = window_ns
+        self.min_token_ns = min_token_ns
+        self.mps_enabled = mps_enabled
+        self._clients: dict[ClientId, _Client] = {}
+        self._arrivals = 0
+
+    # --- membership --------------------------------------------------------------------
+    def add_client(self, client: ClientId, share: TimeShare) -> None:
+        if client in self._clients:
+            raise ArbitrationError(f"client {client!r} is already registered")
+        self._arrivals += 1
+        self._clients[client] = _Client(share, self._arrivals)
+
+    def update_share(self, client: ClientId, share: TimeShare) -> None:
+        """Change a running client's share; it applies from the next scheduling decision."""
+        self._client(client).share = share
+
+    def remove_client(self, client: ClientId) -> None:
+        """Forget a client at once: its token and its SMs are free for others."""
+        self._clients.pop(client, None)
+
+    @property
+    def clients(self) -> tuple[ClientId, ...]:
+        return tuple(self._clients)
+
+    def share(self, client: ClientId) -> TimeShare:
+        return self._client(client).share
+
+    # --- the protocol --------------------------------------------------------------------
+    def request(self, client: ClientId, now_ns: int, used_ns: int) -> None:
+        """The client asks for a token, having used ``used_ns`` of its previous one."""
+        state = self._client(client)
+        if state.history:
+            start, end = state.history[-1]
+            state.history[-1] = (start, min(end, start + max(used_ns, 0), max(now_ns, start)))
+        state.holding_until = None  # asking again ends the current token
+        if state.waiting_since is None:
+            state.waiting_since = now_ns
+
+    def usage_ns(self, client: ClientId, now_ns: int) -> int:
+        """Time the client's grants overlap the window ending at ``now_ns``."""
+        return _usage(self._client(client).history, now_ns, self.window_ns)
+
+    def schedule(self, now_ns: int) -> Decision:
+        """Grant what the rules allow at ``now_ns``; say when to look again."""
+        holders = self._release_expired(now_ns)
+        sm_taken = sum(self._clients[c].share.sm_percent for c in holders)
+        grants: list[Grant] = []
+        wake_candidates = [self._clients[c].holding_until for c in holders]
+        for client, state, usage in self._eligible_in_order(now_ns, wake_candidates):
+            if not self._fits(state.share.sm_percent, sm_taken, bool(holders) or bool(grants)):
+                if usage < self._request_ns(state.share):
+                    break  # a starved client waits for the GPU to drain; nobody jumps ahead of it
+                continue
+            token = self._token_ns(state.share, usage)
+            state.history.append((now_ns, now_ns + token))
+            state.waiting_since = None
+            state.holding_until = now_ns + token
+            sm_taken += state.share.sm_percent
+            grants.append(Grant(client, token))
+            wake_candidates.append(now_ns + token)
+        future = [t for t in wake_candidates if t is not None and t > now_ns]
+        return Decision(tuple(grants), min(future) if future else None)
+
+    # --- internals -------------------------------------------------------------------
+    def _client(self, client: ClientId) -> _Client:
+        try:
+            return self._clients[client]
+        except KeyError:
+            raise ArbitrationError(f"client {client!r} is not registered") from None
+
+    def _release_expired(self, now_ns: int) -> list[ClientId]:
+        holders = []
+        for client, state in self._clients.items():
+            if state.holding_until is not None and state.holding_until <= now_ns:
+                state.holding_until = None
+            if state.holding_until is not None:
+                holders.append(client)
+            while state.history and state.history[0][1] <= now_ns - self.window_ns:
+                state.history.popleft()
+        return holders
+
+    def _request_ns(self, share: TimeShare) -> int:
+        return share.request_permille * self.window_ns // keys.TIME_UNITS
+
+    def _limit_ns(self, share: TimeShare) -> int:
+        return share.limit_permille * self.window_ns // keys.TIME_UNITS
+
+    def _eligible_in_order(self, now_ns: int,
+                           wake_candidates: list[int | None]) -> list[tuple[ClientId, _Client, int]]:
+        """Waiting clients with limit budget left, in priority order. Adds to ``wake_candidates``
+        the time each over-limit waiting client becomes eligible again."""
+        ranked = []
+        for client, state in self._clients.items():
+            if state.waiting_since is None:
+                continue
+            usage = _usage(state.history, now_ns, self.window_ns)
+            limit = self._limit_ns(state.share)
+            need = min(self.min_token_ns, limit)
+            if state.share.limit_permille < keys.TIME_UNITS and limit - usage < need:
+                wake_candidates.append(_when_usage_at_most(state.history, limit - need, now_ns, self.window_ns))
+                continue
+            request = self._request_ns(state.share)
+            if usage < request:
+                starvation = (request - usage) / request
+                key: tuple[int, float, int] = (0, -starvation, state.waiting_since)
+            else:
+                key = (1, usage, state.waiting_since)
+            ranked.append((key, state.arrival, client, state, usage))
+        ranked.sort(key=lambda item: (item[0], item[1]))
+        return [(client, state, usage) for _, _, client, state, usage in ranked]
+
+    def _fits(self, sm_percent: int, sm_taken: int, anyone_holding: bool) -> bool:
+        if not self.mps_enabled:
+            return not anyone_holding
+        return sm_taken + sm_percent <= keys.SM_UNITS
+
+    def _token_ns(self, share: TimeShare, usage: int) -> int:
+        base = max(self._request_ns(share), self.min_token_ns)
+        if share.limit_permille >= keys.TIME_UNITS:
+            return base  # an uncapped client
+        return max(1, min(base, self._limit_ns(share) - usage))
+
+
+def _usage(history: deque[tuple[int, int]], now_ns: int, window_ns: int) -> int:
+    start = now_ns - window_ns
+    return sum(max(0, min(end, now_ns) - max(begin, start)) for begin, end in history)
+
+
+def _when_usage_at_most(history: deque[tuple[int, int]], target: int, now_ns: int, window_ns: int) -> int:
+    """The earliest time >= now at which the window's usage has fallen to ``target``.
+
+    With no new grants, usage(t) is piecewise linear and non-increasing for t >= now (grants
+    slide out of the window's left edge); walk its breakpoints.
+    """
+    if _usage(history, now_ns, window_ns) <= target:
+        return now_ns
+    points = sorted({p + window_ns for grant in history for p in grant if p + window_ns > now_ns})
+    previous = now_ns
+    for point in points:
+        if _usage(history, point, window_ns) <= target:
+            # usage falls linearly between breakpoints: solve for the crossing
+            high, low = _usage(history, previous, window_ns), _usage(history, point, window_ns)
+            if high == low:
+                return point
+            return previous - (-(high - target) * (point - previous) // (high - low))  # rounded up
+        previous = point
+    return points[-1] if points else now_ns

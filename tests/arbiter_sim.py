@@ -1,0 +1,96 @@
+"""A discrete-event simulation of tenants under a :class:`GpuArbiter`, for deterministic tests.
+
+Each tenant asks for a token, uses it (all of it, or part when its burst ends), and asks
+again while it wants the GPU. The simulation checks the arbiter's SM rule at every grant and
+returns what each tenant really got.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import attrs
+
+from fastgshare import keys
+from fastgshare.arbitration import GpuArbiter, TimeShare
+
+MS = 1_000_000
+
+
+@attrs.define
+class Tenant:
+    share: TimeShare
+    wants: Callable[[int], bool] = lambda now: True  # does it want the GPU at time now?
+    busy_ns: int = 0  # time spent holding tokens inside the measured interval
+    grants: int = 0
+
+
+def saturating(request: float, limit: float, sm: int = 100) -> Tenant:
+    return Tenant(TimeShare(round(request * 1000), round(limit * 1000), sm))
+
+
+def bursty(request: float, limit: float, sm: int = 100, *, on_ms: int, off_ms: int) -> Tenant:
+    period = (on_ms + off_ms) * MS
+    return Tenant(TimeShare(round(request * 1000), round(limit * 1000), sm),
+                  wants=lambda now: now % period < on_ms * MS)
+
+
+def simulate(arbiter: GpuArbiter, tenants: dict[str, Tenant], *, duration_ms: int, warmup_ms: int = 500,
+             changes: dict[int, Callable[[], None]] | None = None) -> dict[str, float]:
+    """Run the tenants; return each one's share of GPU time between warm-up and the end."""
+    for name, tenant in tenants.items():
+        arbiter.add_client(name, tenant.share)
+    end, start = duration_ms * MS, warmup_ms * MS
+    events: list[tuple[int, int, str, str]] = []  # (time, seq, kind, tenant)
+    seq = 0
+
+    def push(time: int, kind: str, name: str) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (time, seq, kind, name))
+
+    holding: dict[str, tuple[int, int]] = {}
+    for name in tenants:
+        push(0, "want", name)
+    for at_ms, change in (changes or {}).items():
+        push(at_ms * MS, "change", "")
+    wake: int | None = None
+    while events:
+        now, _, kind, name = heapq.heappop(events)
+        if now > end:
+            break
+        if kind == "change":
+            (changes or {})[now // MS]()
+        elif kind == "want":
+            tenant = tenants[name]
+            if name in holding:  # token ended: it used all of it
+                began, token_end = holding.pop(name)
+                used = token_end - began
+            else:
+                used = 0
+            if tenant.wants(now):
+                arbiter.request(name, now, used)
+            else:
+                push(now + MS, "want", name)  # idle: look again in 1 ms
+        decision = arbiter.schedule(now)
+        for grant in decision.grants:
+            tenant = tenants[grant.client]
+            holding[grant.client] = (now, now + grant.token_ns)
+            tenant.grants += 1
+            tenant.busy_ns += max(0, min(now + grant.token_ns, end) - max(now, start))
+            push(now + grant.token_ns, "want", grant.client)
+        _check_sm_rule(arbiter, tenants, holding, now)
+        if decision.wake_at_ns is not None and decision.wake_at_ns != wake:
+            wake = decision.wake_at_ns
+            push(wake, "tick", "")
+    return {name: tenant.busy_ns / (end - start) for name, tenant in tenants.items()}
+
+
+def _check_sm_rule(arbiter: GpuArbiter, tenants: dict[str, Tenant], holding: dict[str, tuple[int, int]],
+                   now: int) -> None:
+    active = [name for name, (_, token_end) in holding.items() if token_end > now]
+    if arbiter.mps_enabled:
+        assert sum(tenants[n].share.sm_percent for n in active) <= keys.SM_UNITS, (now, active)
+    else:
+        assert len(active) <= 1, (now, active)

@@ -1,0 +1,138 @@
+"""The token arbiter as a deterministic simulation: requests guaranteed, limits never exceeded."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastgshare.arbitration import ArbitrationError, Decision, GpuArbiter, Grant, TimeShare
+from tests.arbiter_sim import MS, bursty, saturating, simulate
+
+TOLERANCE = 0.02  # two percentage points
+
+
+def test_a_tenant_alone_is_held_to_its_limit() -> None:
+    shares = simulate(GpuArbiter(), {"a": saturating(0.1, 0.3)}, duration_ms=5_000)
+    assert 0.3 - TOLERANCE <= shares["a"] <= 0.3
+
+
+def test_three_saturating_tenants_get_requests_and_respect_limits() -> None:
+    tenants = {"a": saturating(0.2, 0.3), "b": saturating(0.3, 0.5), "c": saturating(0.1, 1.0)}
+    shares = simulate(GpuArbiter(), tenants, duration_ms=5_000)
+    for name, tenant in tenants.items():
+        request, limit = tenant.share.request_permille / 1000, tenant.share.limit_permille / 1000
+        assert request - TOLERANCE <= shares[name] <= limit, (name, shares)
+    assert sum(shares.values()) >= 1 - TOLERANCE  # work-conserving: the GPU never idles
+
+
+def test_spare_time_goes_to_the_least_used() -> None:
+    shares = simulate(GpuArbiter(), {"a": saturating(0.2, 1.0), "b": saturating(0.2, 1.0)}, duration_ms=5_000)
+    assert shares["a"] == pytest.approx(0.5, abs=TOLERANCE)
+    assert shares["b"] == pytest.approx(0.5, abs=TOLERANCE)
+
+
+@pytest.mark.parametrize(("mps", "expected"), [(True, 1.0), (False, 0.5)])
+def test_half_sm_tenants_run_together_only_with_mps(mps: bool, expected: float) -> None:
+    tenants = {"a": saturating(0.5, 1.0, sm=50), "b": saturating(0.5, 1.0, sm=50)}
+    shares = simulate(GpuArbiter(mps_enabled=mps), tenants, duration_ms=3_000)
+    assert shares["a"] == pytest.approx(expected, abs=TOLERANCE)
+    assert shares["b"] == pytest.approx(expected, abs=TOLERANCE)
+
+
+def test_a_whole_gpu_tenant_is_not_starved_by_small_bursting_ones() -> None:
+    tenants = {"big": saturating(0.5, 1.0, sm=100), "s1": saturating(0.1, 1.0, sm=50),
+               "s2": saturating(0.1, 1.0, sm=50)}
+    shares = simulate(GpuArbiter(), tenants, duration_ms=5_000)
+    assert shares["big"] >= 0.5 - TOLERANCE
+    assert shares["s1"] >= 0.1 - TOLERANCE
+    assert shares["s2"] >= 0.1 - TOLERANCE
+
+
+def test_a_bursty_tenant_gets_its_request_while_active() -> None:
+    tenants = {"steady": saturating(0.3, 1.0), "burst": bursty(0.5, 1.0, on_ms=200, off_ms=200)}
+    shares = simulate(GpuArbiter(), tenants, duration_ms=6_000, warmup_ms=0)
+    # Active half of the time with a 0.5 request: at least 0.25 overall; the rest is the steady one's.
+    assert shares["burst"] >= 0.25 - TOLERANCE
+    assert shares["steady"] >= 0.3
+    assert sum(shares.values()) >= 1 - TOLERANCE
+
+
+def test_update_share_takes_effect_mid_run() -> None:
+    arbiter = GpuArbiter()
+    tenants = {"a": saturating(0.1, 0.3)}
+    shares = simulate(arbiter, tenants, duration_ms=4_000, warmup_ms=2_200,
+                      changes={2_000: lambda: arbiter.update_share("a", TimeShare(100, 600, 100))})
+    assert shares["a"] == pytest.approx(0.6, abs=TOLERANCE)
+
+
+def test_removing_a_holder_frees_the_gpu_at_once() -> None:
+    arbiter = GpuArbiter()
+    arbiter.add_client("a", TimeShare(500, 1000, 100))
+    arbiter.add_client("b", TimeShare(500, 1000, 100))
+    arbiter.request("a", 0, 0)
+    arbiter.request("b", 0, 0)
+    first = arbiter.schedule(0)
+    assert [g.client for g in first.grants] == ["a"]
+    arbiter.remove_client("a")
+    assert arbiter.schedule(1 * MS).grants == (Grant("b", 50 * MS),)
+
+
+def test_returning_a_token_early_is_credited() -> None:
+    arbiter = GpuArbiter(window_ns=100 * MS)
+    arbiter.add_client("a", TimeShare(300, 300, 100))
+    arbiter.request("a", 0, 0)
+    assert arbiter.schedule(0).grants == (Grant("a", 30 * MS),)
+    arbiter.request("a", 30 * MS, 10 * MS)  # used only 10 ms of the 30
+    assert arbiter.usage_ns("a", 30 * MS) == 10 * MS
+    assert arbiter.schedule(30 * MS).grants == (Grant("a", 20 * MS),)  # the remaining limit budget
+
+
+def test_an_over_limit_client_is_woken_exactly_when_budget_returns() -> None:
+    arbiter = GpuArbiter(window_ns=100 * MS, min_token_ns=2 * MS)
+    arbiter.add_client("a", TimeShare(300, 300, 100))
+    arbiter.request("a", 0, 0)
+    arbiter.schedule(0)
+    arbiter.request("a", 30 * MS, 30 * MS)
+    decision = arbiter.schedule(30 * MS)
+    assert decision == Decision((), 102 * MS)  # usage falls to 28 ms when 2 ms of the grant slid out
+    assert arbiter.schedule(102 * MS).grants == (Grant("a", 2 * MS),)
+
+
+def test_wake_time_is_the_earliest_token_end() -> None:
+    arbiter = GpuArbiter()
+    arbiter.add_client("a", TimeShare(200, 1000, 50))
+    arbiter.add_client("b", TimeShare(400, 1000, 50))
+    arbiter.request("a", 0, 0)
+    arbiter.request("b", 0, 0)
+    decision = arbiter.schedule(0)
+    assert {g.client for g in decision.grants} == {"a", "b"}
+    assert decision.wake_at_ns == 20 * MS
+
+
+def test_best_effort_clients_get_minimum_tokens_when_the_gpu_is_free() -> None:
+    arbiter = GpuArbiter(min_token_ns=2 * MS)
+    arbiter.add_client("be", TimeShare(0, 1000, 100))
+    arbiter.request("be", 0, 0)
+    assert arbiter.schedule(0).grants == (Grant("be", 2 * MS),)
+
+
+def test_decisions_are_deterministic() -> None:
+    def run() -> dict[str, float]:
+        tenants = {"a": saturating(0.2, 0.3), "b": saturating(0.3, 0.5, sm=60), "c": saturating(0.1, 1.0, sm=40)}
+        return simulate(GpuArbiter(), tenants, duration_ms=2_000)
+
+    assert run() == run()
+
+
+def test_unknown_and_duplicate_clients_are_errors() -> None:
+    arbiter = GpuArbiter()
+    arbiter.add_client("a", TimeShare(1, 1, 1))
+    with pytest.raises(ArbitrationError, match="already registered"):
+        arbiter.add_client("a", TimeShare(1, 1, 1))
+    with pytest.raises(ArbitrationError, match="is not registered"):
+        arbiter.request("zz", 0, 0)
+    arbiter.remove_client("zz")  # removing twice or an unknown client is harmless
+
+
+def test_window_settings_are_validated() -> None:
+    with pytest.raises(ArbitrationError, match="min_token_ns"):
+        GpuArbiter(window_ns=10, min_token_ns=20)
