@@ -114,13 +114,25 @@ class GpuArbiter:
     # --- the protocol --------------------------------------------------------------------
     def request(self, client: ClientId, now_ns: int, used_ns: int) -> None:
         """The client asks for a token, having used ``used_ns`` of its previous one."""
+        self.release(client, now_ns, used_ns)
+        state = self._client(client)
+        if state.waiting_since is None:
+            state.waiting_since = now_ns
+
+    def release(self, client: ClientId, now_ns: int, used_ns: int) -> None:
+        """End the client's current token early: it used ``used_ns`` of it (its SMs free up)."""
         state = self._client(client)
         if state.history:
             start, end = state.history[-1]
             state.history[-1] = (start, min(end, start + max(used_ns, 0), max(now_ns, start)))
-        state.holding_until = None  # asking again ends the current token
-        if state.waiting_since is None:
-            state.waiting_since = now_ns
+        state.holding_until = None
+
+    def is_waiting(self, client: ClientId) -> bool:
+        return self._client(client).waiting_since is not None
+
+    def holding_until(self, client: ClientId) -> int | None:
+        """When the client's current token ends, if it holds one."""
+        return self._client(client).holding_until
 
     def usage_ns(self, client: ClientId, now_ns: int) -> int:
         """Time the client's grants overlap the window ending at ``now_ns``."""

@@ -53,26 +53,17 @@ def simulate(arbiter: GpuArbiter, tenants: dict[str, Tenant], *, duration_ms: in
     holding: dict[str, tuple[int, int]] = {}
     for name in tenants:
         push(0, "want", name)
-    for at_ms, change in (changes or {}).items():
-        push(at_ms * MS, "change", "")
+    for at_ms in changes or {}:
+        push(at_ms * MS, "change", str(at_ms))
     wake: int | None = None
     while events:
         now, _, kind, name = heapq.heappop(events)
         if now > end:
             break
         if kind == "change":
-            (changes or {})[now // MS]()
-        elif kind == "want":
-            tenant = tenants[name]
-            if name in holding:  # token ended: it used all of it
-                began, token_end = holding.pop(name)
-                used = token_end - began
-            else:
-                used = 0
-            if tenant.wants(now):
-                arbiter.request(name, now, used)
-            else:
-                push(now + MS, "want", name)  # idle: look again in 1 ms
+            (changes or {})[int(name)]()
+        elif kind == "want" and not _ask(arbiter, tenants[name], name, holding, now):
+            push(now + MS, "want", name)  # idle: look again in 1 ms
         decision = arbiter.schedule(now)
         for grant in decision.grants:
             tenant = tenants[grant.client]
@@ -85,6 +76,15 @@ def simulate(arbiter: GpuArbiter, tenants: dict[str, Tenant], *, duration_ms: in
             wake = decision.wake_at_ns
             push(wake, "tick", "")
     return {name: tenant.busy_ns / (end - start) for name, tenant in tenants.items()}
+
+
+def _ask(arbiter: GpuArbiter, tenant: Tenant, name: str, holding: dict[str, tuple[int, int]], now: int) -> bool:
+    """The tenant's token ended (it used all of it): it asks again if it still wants the GPU."""
+    began, token_end = holding.pop(name, (now, now))
+    if not tenant.wants(now):
+        return False
+    arbiter.request(name, now, token_end - began)
+    return True
 
 
 def _check_sm_rule(arbiter: GpuArbiter, tenants: dict[str, Tenant], holding: dict[str, tuple[int, int]],

@@ -136,3 +136,18 @@ def test_unknown_and_duplicate_clients_are_errors() -> None:
 def test_window_settings_are_validated() -> None:
     with pytest.raises(ArbitrationError, match="min_token_ns"):
         GpuArbiter(window_ns=10, min_token_ns=20)
+
+
+def test_release_frees_the_sms_without_asking_again() -> None:
+    arbiter = GpuArbiter()
+    arbiter.add_client("a", TimeShare(500, 1000, 100))
+    arbiter.add_client("b", TimeShare(500, 1000, 100))
+    arbiter.request("a", 0, 0)
+    arbiter.schedule(0)
+    arbiter.request("b", 1 * MS, 0)
+    assert arbiter.schedule(1 * MS).grants == ()
+    assert arbiter.holding_until("a") == 50 * MS
+    arbiter.release("a", 5 * MS, 5 * MS)
+    assert not arbiter.is_waiting("a")
+    assert arbiter.schedule(5 * MS).grants == (Grant("b", 50 * MS),)
+    assert arbiter.usage_ns("a", 5 * MS) == 5 * MS
