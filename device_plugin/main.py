@@ -15,8 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+import attrs
+
 from device_plugin.agent import NodeAgent
 from device_plugin.allocation import Allocator, HostPaths
+from device_plugin.arbiter.runner import ArbiterThread
+from device_plugin.arbiter.server import ArbiterServer, GpuSettings
+from device_plugin.arbiter.shares import AssignmentShares
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.hook_install import HookInstallError, install_hook
@@ -24,6 +29,7 @@ from device_plugin.kube import KubeWriter, NodePods, load_api_client
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
+from fastgshare.arbitration import DEFAULT_MIN_TOKEN_NS, DEFAULT_WINDOW_NS
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
 
@@ -62,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allocate-wait-seconds", type=float, default=10.0,
                         help="how long Allocate waits for the pod it serves to appear in the watch cache "
                              "(default: %(default)s)")
+    parser.add_argument("--window-ms", type=float, default=DEFAULT_WINDOW_NS / 1e6,
+                        help="the arbiter's scheduling window (default: %(default)s)")
+    parser.add_argument("--min-token-ms", type=float, default=DEFAULT_MIN_TOKEN_NS / 1e6,
+                        help="the arbiter's shortest token, so a round trip never dominates (default: %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -72,29 +82,38 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
     return NvmlGpus(args.mps_pipe_dir)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+class StartupError(Exception):
+    """The agent cannot start; the message says why and ``code`` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@attrs.define
+class Components:
+    pods: NodePods
+    arbiter: ArbiterThread
+    agent: NodeAgent
+    stopping: threading.Event
+
+
+def build(args: argparse.Namespace) -> Components:
+    """Create and wire every part of the agent (nothing runs yet)."""
     if not args.node_name:
-        log.error("--node-name is required (or set $NODE_NAME, e.g. from the downward API)")
-        return 2
+        raise StartupError("--node-name is required (or set $NODE_NAME, e.g. from the downward API)", 2)
     if args.slots_per_gpu < 1:
-        log.error("--slots-per-gpu must be >= 1, got %d", args.slots_per_gpu)
-        return 2
+        raise StartupError(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}", 2)
     try:
         backend = make_backend(args)
         hook = install_hook(args.hook_library, args.state_dir / "lib")
     except InvalidInventory as error:
-        log.error("--fake-gpus: %s", error)
-        return 2
+        raise StartupError(f"--fake-gpus: {error}", 2) from None
     except NvmlUnavailable as error:
-        log.error("no GPUs: %s; on a machine without NVIDIA GPUs pass --fake-gpus SPEC (e.g. 2x80GiB:132sm)",
-                  error)
-        return 1
+        raise StartupError(f"no GPUs: {error}; on a machine without NVIDIA GPUs pass --fake-gpus SPEC "
+                           "(e.g. 2x80GiB:132sm)") from None
     except HookInstallError as error:
-        log.error("%s", error)
-        return 1
+        raise StartupError(str(error)) from None
     run_dir = args.state_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -111,21 +130,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, writer, stopping=stopping,
                                                    allocate_wait_s=args.allocate_wait_seconds),
     )
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    arbiter = ArbiterThread(
+        ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
+                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
+                      AssignmentShares(pods), window_ns=int(args.window_ms * 1e6),
+                      min_token_ns=int(args.min_token_ms * 1e6)),
+        pods)
     inventory = devices.inventory()
     log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s", args.node_name,
              ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu, hook)
-    pods.start()
-    agent.start()
-    stopping.wait()
-    agent.stop()
-    pods.stop()
+    return Components(pods, arbiter, agent, stopping)
+
+
+def run(parts: Components) -> None:
+    """Serve until SIGTERM or SIGINT, then stop every part in order."""
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        parts.stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    parts.pods.start()
+    try:
+        parts.arbiter.start()
+    except OSError as error:
+        parts.pods.stop()
+        raise StartupError(f"cannot start the arbiter: {error}") from None
+    parts.agent.start()
+    parts.stopping.wait()
+    parts.agent.stop()
+    parts.arbiter.stop()
+    parts.pods.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        run(build(args))
+    except StartupError as error:
+        log.error("%s", error)
+        return error.code
     log.info("node agent stopped node=%s", args.node_name)
     return 0
 

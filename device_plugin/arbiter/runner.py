@@ -1,0 +1,70 @@
+"""Running the arbiter inside the node agent: its own asyncio loop on a thread.
+
+Shares come from the pod cache; whenever the cache changes, registered pods' shares are
+re-read so quota changes reach running pods without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Protocol
+
+from device_plugin.arbiter.server import ArbiterServer
+
+log = logging.getLogger(__name__)
+
+
+class ChangeSource(Protocol):
+    def snapshot(self) -> tuple[int, Sequence[object]]: ...
+
+    def wait_for_change(self, seen_version: int, timeout_s: float) -> bool: ...
+
+
+class ArbiterThread:
+    def __init__(self, server: ArbiterServer, changes: ChangeSource) -> None:
+        self.server = server
+        self._changes = changes
+        self._loop = asyncio.new_event_loop()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._threads = [threading.Thread(target=self._serve, name="arbiter", daemon=True),
+                         threading.Thread(target=self._follow_changes, name="arbiter-shares", daemon=True)]
+
+    def start(self, timeout_s: float = 10) -> None:
+        """Start serving; raises if the socket could not be opened."""
+        self._threads[0].start()
+        self._ready.wait(timeout_s)
+        if self._failure is not None:
+            raise self._failure
+        self._threads[1].start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(10)
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self.server.start())
+        except OSError as error:
+            self._failure = error
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+
+    def _follow_changes(self) -> None:
+        version, _ = self._changes.snapshot()
+        while not self._stop.is_set():
+            if self._changes.wait_for_change(version, timeout_s=1.0):
+                version, _ = self._changes.snapshot()
+                self._loop.call_soon_threadsafe(self.server.refresh_shares)

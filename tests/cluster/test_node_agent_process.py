@@ -1,0 +1,77 @@
+"""``fastgshare-node-agent`` as a real process against the real API server and a fake kubelet."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import kubernetes.client
+import pytest
+
+from device_plugin._api import deviceplugin_pb2 as api
+from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
+from fastgshare import keys
+from fastgshare.codec import decode_node_inventory
+from tests.cluster.conftest import unique_name
+from tests.cluster.controlplane import ControlPlane, wait_until
+from tests.fake_kubelet import FakeKubelet
+from tests.protocol_client import ArbiterError, HookClient
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="fgs-agent-") as directory:
+        yield Path(directory)
+
+
+def test_agent_process_registers_publishes_serves_and_stops_cleanly(
+        control_plane: ControlPlane, core: kubernetes.client.CoreV1Api, workdir: Path) -> None:
+    node = unique_name("process-node")
+    core.create_node(kubernetes.client.V1Node(metadata=kubernetes.client.V1ObjectMeta(name=node)))
+    plugin_dir, state_dir = workdir / "dp", workdir / "state"
+    plugin_dir.mkdir()
+    kubelet = FakeKubelet(plugin_dir)
+    kubelet.start()
+    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
+    assert agent_bin, "fastgshare-node-agent is not installed"
+    log = (workdir / "agent.log").open("w")
+    process = subprocess.Popen(
+        [agent_bin, "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig),
+         "--device-plugin-dir", str(plugin_dir), "--state-dir", str(state_dir), "--fake-gpus", "2x40GiB:108sm",
+         "--slots-per-gpu", "4", "--hook-library", "/bin/true"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert kubelet.wait_for_registrations(1, timeout_s=30), (workdir / "agent.log").read_text()
+        wait_until(lambda: keys.NODE_GPU_INFO_ANNOTATION in (core.read_node(node).metadata.annotations or {}),
+                   what="the inventory annotation", timeout_s=30)
+        inventory = decode_node_inventory(core.read_node(node).metadata.annotations[keys.NODE_GPU_INFO_ANNOTATION])
+        assert [(g.index, g.memory_bytes, g.sm_count) for g in inventory.gpus] == [(0, 40 * 2**30, 108),
+                                                                                  (1, 40 * 2**30, 108)]
+        with kubelet.plugin_channel(keys.DEVICE_PLUGIN_SOCKET) as channel:
+            first = next(api_grpc.DevicePluginStub(channel).ListAndWatch(api.Empty(), timeout=10))
+        assert len(first.devices) == 8
+        installed = list((state_dir / "lib").glob("libfastgshare-hook.*.so"))
+        assert len(installed) == 1
+        # The arbiter listens and, outside a pod's cgroup, refuses to serve this test process.
+        client = HookClient(state_dir / "run" / keys.ARBITER_SOCKET_NAME)
+        with pytest.raises(ArbiterError, match="belongs to no pod"):
+            client.hello("team/anything")
+        client.close()
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert not (plugin_dir / keys.DEVICE_PLUGIN_SOCKET).exists()
+        assert not (state_dir / "run" / keys.ARBITER_SOCKET_NAME).exists()
+        assert "node agent stopped" in (workdir / "agent.log").read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+        kubelet.stop()
+        core.delete_node(node)
