@@ -15,12 +15,12 @@ import pytest
 
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
+from device_plugin.arbiter.client import ArbiterError, HookClient
 from fastgshare import keys
 from fastgshare.codec import decode_node_inventory
 from tests.cluster.conftest import unique_name
 from tests.cluster.controlplane import ControlPlane, wait_until
 from tests.fake_kubelet import FakeKubelet
-from tests.protocol_client import ArbiterError, HookClient
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from device_plugin.arbiter import server as server_module
+from device_plugin.arbiter.client import ArbiterError, HookClient
 from device_plugin.arbiter.identity import peer_pid
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import PodShare, StaticShares
 from fastgshare import protocol
 from fastgshare.arbitration import TimeShare
 from fastgshare.protocol import ErrorCode, MessageType
-from tests.protocol_client import ArbiterError, HookClient
 
 GPU = "GPU-sim-0"
 MS = 1_000_000

@@ -1,4 +1,8 @@
-"""A blocking client of the arbiter protocol, standing in for the C hook in Python tests."""
+"""A blocking Python client of the hook <-> arbiter protocol.
+
+The C hook is the real client; this one speaks the same frames for tools, tests and the
+arbiter benchmark.
+"""
 
 from __future__ import annotations
 
