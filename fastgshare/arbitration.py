@@ -70,9 +70,40 @@ class Decision:
 class _Client:
     share: TimeShare
     arrival: int  # order of registration, the last tie-breaker
-    history: deque[tuple[int, int]] = attrs.field(factory=deque)  # grants (start, end), oldest first
+    # Grants (start, end), oldest first. They never overlap: a client holds one token at a time.
+    history: deque[tuple[int, int]] = attrs.field(factory=deque)
+    history_ns: int = 0  # the summed length of ``history``, so usage is O(1)
     waiting_since: int | None = None  # set while the client waits for a token
     holding_until: int | None = None  # end of the current token, while it runs
+
+    def add_grant(self, start: int, end: int) -> None:
+        self.history.append((start, end))
+        self.history_ns += end - start
+
+    def cut_last_grant(self, end: int) -> None:
+        start, old_end = self.history[-1]
+        self.history[-1] = (start, end)
+        self.history_ns -= old_end - end
+
+    def forget_before(self, time_ns: int) -> None:
+        """Drop grants that ended at or before ``time_ns``."""
+        while self.history and self.history[0][1] <= time_ns:
+            start, end = self.history.popleft()
+            self.history_ns -= end - start
+
+    def usage(self, now_ns: int, window_ns: int) -> int:
+        """Overlap of the grants with ``[now - window, now]``, from the running sum."""
+        self.forget_before(now_ns - window_ns)
+        if not self.history:
+            return 0
+        usage = self.history_ns
+        first_start, first_end = self.history[0]
+        if first_start < now_ns - window_ns:
+            usage -= min(first_end, now_ns - window_ns) - first_start
+        last_start, last_end = self.history[-1]
+        if last_end > now_ns:
+            usage -= last_end - max(last_start, now_ns)
+        return max(usage, 0)
 
 
 class GpuArbiter:
@@ -124,7 +155,7 @@ class GpuArbiter:
         state = self._client(client)
         if state.history:
             start, end = state.history[-1]
-            state.history[-1] = (start, min(end, start + max(used_ns, 0), max(now_ns, start)))
+            state.cut_last_grant(min(end, start + max(used_ns, 0), max(now_ns, start)))
         state.holding_until = None
 
     def is_waiting(self, client: ClientId) -> bool:
@@ -136,7 +167,7 @@ class GpuArbiter:
 
     def usage_ns(self, client: ClientId, now_ns: int) -> int:
         """Time the client's grants overlap the window ending at ``now_ns``."""
-        return _usage(self._client(client).history, now_ns, self.window_ns)
+        return self._client(client).usage(now_ns, self.window_ns)
 
     def schedule(self, now_ns: int) -> Decision:
         """Grant what the rules allow at ``now_ns``; say when to look again."""
@@ -150,7 +181,7 @@ class GpuArbiter:
                     break  # a starved client waits for the GPU to drain; nobody jumps ahead of it
                 continue
             token = self._token_ns(state.share, usage)
-            state.history.append((now_ns, now_ns + token))
+            state.add_grant(now_ns, now_ns + token)
             state.waiting_since = None
             state.holding_until = now_ns + token
             sm_taken += state.share.sm_percent
@@ -173,8 +204,7 @@ class GpuArbiter:
                 state.holding_until = None
             if state.holding_until is not None:
                 holders.append(client)
-            while state.history and state.history[0][1] <= now_ns - self.window_ns:
-                state.history.popleft()
+            state.forget_before(now_ns - self.window_ns)
         return holders
 
     def _request_ns(self, share: TimeShare) -> int:
@@ -191,7 +221,7 @@ class GpuArbiter:
         for client, state in self._clients.items():
             if state.waiting_since is None:
                 continue
-            usage = _usage(state.history, now_ns, self.window_ns)
+            usage = state.usage(now_ns, self.window_ns)
             limit = self._limit_ns(state.share)
             need = min(self.min_token_ns, limit)
             if state.share.limit_permille < keys.TIME_UNITS and limit - usage < need:

@@ -151,3 +151,17 @@ def test_release_frees_the_sms_without_asking_again() -> None:
     assert not arbiter.is_waiting("a")
     assert arbiter.schedule(5 * MS).grants == (Grant("b", 50 * MS),)
     assert arbiter.usage_ns("a", 5 * MS) == 5 * MS
+
+
+def test_running_usage_matches_the_definition() -> None:
+    from fastgshare.arbitration import _usage  # the definition: sum of overlaps
+
+    arbiter = GpuArbiter(window_ns=100 * MS, min_token_ns=1 * MS)
+    arbiter.add_client("a", TimeShare(70, 900, 100))
+    now = 0
+    for step in range(200):
+        arbiter.request("a", now, (step * 7919) % (8 * MS))  # uses a varying part of each token
+        grants = arbiter.schedule(now).grants
+        now += grants[0].token_ns if grants else 3 * MS
+        state = arbiter._clients["a"]
+        assert arbiter.usage_ns("a", now) == _usage(state.history, now, 100 * MS)
