@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastgshare.arbitration import ArbitrationError, Decision, GpuArbiter, Grant, TimeShare
+from fastgshare.arbitration import ArbitrationError, Decision, GpuArbiter, Grant, TimeShare, _usage
 from tests.arbiter_sim import MS, bursty, saturating, simulate
 
 TOLERANCE = 0.02  # two percentage points
@@ -154,8 +154,6 @@ def test_release_frees_the_sms_without_asking_again() -> None:
 
 
 def test_running_usage_matches_the_definition() -> None:
-    from fastgshare.arbitration import _usage  # the definition: sum of overlaps
-
     arbiter = GpuArbiter(window_ns=100 * MS, min_token_ns=1 * MS)
     arbiter.add_client("a", TimeShare(70, 900, 100))
     now = 0
