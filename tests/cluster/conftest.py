@@ -25,10 +25,12 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from fastgshare import keys
 from fastgshare.inventory import GpuDevice
-from tests.cluster import controlplane
+from tests.cluster import controlplane, kubelet
 from tests.cluster.controlplane import Binaries, ClusterUnavailable, ControlPlane, ProcessSet
 from tests.cluster.gpu_nodes import create_gpu_node
+from tests.cluster.kubelet import KubeletNode
 
 HERE = Path(__file__).parent
 
@@ -44,28 +46,38 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kubelet: needs the opt-in kubelet tier (FASTGSHARE_KUBELET_TIER=1)")
 
 
+_UNAVAILABLE = pytest.StashKey[str]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark this directory's tests ``cluster``; skip them, with the reason, if the tier cannot run."""
-    ours = [item for item in items if item.path.is_relative_to(HERE)]
+    """Mark this directory's tests ``cluster``; skip them all if the binaries are missing (unless
+    ``FASTGSHARE_REQUIRE_CLUSTER=1``), and the ``kubelet`` ones unless opted in."""
+    ours = [item for item in items if item.path.is_relative_to(HERE)]  # the hook sees every item
     if not ours:
         return
-    unavailable: str | None = None
     try:
         controlplane.find_binaries()
     except ClusterUnavailable as error:
-        unavailable = str(error)
+        if not _env_flag("FASTGSHARE_REQUIRE_CLUSTER"):
+            config.stash[_UNAVAILABLE] = f"cluster tier skipped: {error}"
     for item in ours:
         item.add_marker(pytest.mark.cluster)
-        if unavailable and not _env_flag("FASTGSHARE_REQUIRE_CLUSTER"):
-            item.add_marker(pytest.mark.skip(reason=f"cluster tier skipped: {unavailable}"))
+        if _UNAVAILABLE in config.stash:
+            item.add_marker(pytest.mark.skip(reason=config.stash[_UNAVAILABLE]))
         elif "kubelet" in item.keywords and not _env_flag("FASTGSHARE_KUBELET_TIER"):
             item.add_marker(pytest.mark.skip(
                 reason="kubelet tier skipped: opt-in, set FASTGSHARE_KUBELET_TIER=1 (needs root and containerd)"))
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Say once, at the end, why the whole tier was skipped."""
+    if _UNAVAILABLE in config.stash:
+        terminalreporter.write_line(config.stash[_UNAVAILABLE], yellow=True, bold=True)
+
+
 @pytest.fixture(scope="session")
 def cluster_binaries() -> Binaries:
-    """The tier's executables; fails (never skips) here, since skipping happened at collection."""
+    """The tier's executables; fails, never skips: a missing tier was skipped at collection."""
     try:
         return controlplane.find_binaries()
     except ClusterUnavailable as error:
@@ -97,6 +109,11 @@ def api_client(control_plane: ControlPlane) -> Iterator[kubernetes.client.ApiCli
         yield client
 
 
+@pytest.fixture
+def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(api_client)
+
+
 @pytest.fixture(scope="session")
 def controller_manager(cluster_binaries: Binaries, control_plane: ControlPlane, cluster_dir: Path) -> Iterator[None]:
     """kube-controller-manager running the garbage collector and the namespace controller."""
@@ -118,7 +135,8 @@ def start_scheduler(cluster_binaries: Binaries, control_plane: ControlPlane,
     """Factory: start kube-scheduler with a ``KubeSchedulerConfiguration``; stopped after the test.
 
     The configuration (YAML text or dict, ``kubescheduler.config.k8s.io/v1beta1``) gets our
-    kubeconfig and leader election off filled in.
+    kubeconfig, leader election off and a loopback health port filled in; see
+    :func:`controlplane.scheduler_config`.
     """
     processes = ProcessSet()
     started = 0
@@ -160,16 +178,42 @@ def make_gpu_node(api_client: kubernetes.client.ApiClient) -> Iterator[MakeGpuNo
     (see :func:`gpu_nodes.create_gpu_node`) with a unique name; deleted after the test."""
     created: list[str] = []
 
-    def make(gpus: int | Sequence[GpuDevice], slots_per_gpu: int = 16, **kwargs: Any) -> kubernetes.client.V1Node:
+    def make(gpus: int | Sequence[GpuDevice], slots_per_gpu: int = keys.DEFAULT_SLOTS_PER_GPU,
+             **kwargs: Any) -> kubernetes.client.V1Node:
         name = unique_name("gpu-node")
         created.append(name)  # before creating: a half-made node is deleted too
         return create_gpu_node(api_client, name, gpus, slots_per_gpu, **kwargs)
 
     yield make
-    core = kubernetes.client.CoreV1Api(api_client)
     for name in created:
+        _delete_node(api_client, name)
+
+
+def _delete_node(api_client: kubernetes.client.ApiClient, name: str) -> None:
+    try:
+        kubernetes.client.CoreV1Api(api_client).delete_node(name)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+@pytest.fixture(scope="session")
+def kubelet_node(cluster_binaries: Binaries, control_plane: ControlPlane, api_client: kubernetes.client.ApiClient,
+                 cluster_dir: Path) -> Iterator[KubeletNode]:
+    """containerd + kubelet registering node ``kn-<random>`` (opt-in: FASTGSHARE_KUBELET_TIER=1)."""
+    try:
+        containerd = kubelet.check_prerequisites()
+    except ClusterUnavailable as error:
+        pytest.fail(f"kubelet tier enabled (FASTGSHARE_KUBELET_TIER=1) but cannot run: {error}", pytrace=False)
+    workdir = cluster_dir / "kubelet"
+    name = unique_name("kn")
+    processes = ProcessSet()
+    with kubelet.host_paths_restored():
         try:
-            core.delete_node(name)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+            socket = kubelet.start_containerd(containerd, workdir / "containerd", processes)
+            yield kubelet.start_kubelet(cluster_binaries, control_plane, containerd_socket=socket, node_name=name,
+                                        workdir=workdir, processes=processes)
+        finally:
+            processes.stop_all()
+            kubelet.unmount_below(workdir)
+            _delete_node(api_client, name)

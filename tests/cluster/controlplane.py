@@ -5,7 +5,7 @@ kubelet) run as child processes of the test session. Everything listens on 127.0
 ports picked at run time, with its data, certificates and log file in a directory the caller
 owns. Every process is registered in a :class:`ProcessSet`, which stops them by PID in reverse
 start order; :func:`install_emergency_cleanup` makes that happen on interpreter exit and SIGTERM
-too, and each child asks the kernel for SIGTERM should the test process die first.
+too, and each child is started so that the kernel SIGTERMs it should the test process die first.
 
 The binaries come from ``tests/cluster/build-control-plane.sh``.
 """
@@ -13,8 +13,8 @@ The binaries come from ``tests/cluster/build-control-plane.sh``.
 from __future__ import annotations
 
 import atexit
+import base64
 import contextlib
-import ctypes
 import json
 import os
 import secrets
@@ -38,7 +38,6 @@ BUILD_SCRIPT = "tests/cluster/build-control-plane.sh"
 K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
 LOOPBACK = "127.0.0.1"
 STOP_GRACE_S = 10.0
-_PR_SET_PDEATHSIG = 1
 
 
 class ClusterUnavailable(Exception):
@@ -71,9 +70,7 @@ def find_binaries() -> Binaries:
     bin_dir = k8s_cache_dir() / "bin"
     missing = [name for name in K8S_BINARIES if not os.access(bin_dir / name, os.X_OK)]
     if missing:
-        raise ClusterUnavailable(
-            f"{', '.join(missing)} not found in {bin_dir}; run {BUILD_SCRIPT}"
-        )
+        raise ClusterUnavailable(f"{', '.join(missing)} not found in {bin_dir}; run {BUILD_SCRIPT}")
     etcd = shutil.which("etcd")
     if etcd is None:
         raise ClusterUnavailable(f"etcd not found on PATH; run {BUILD_SCRIPT} (installs etcd-server)")
@@ -95,29 +92,30 @@ def free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it if the test process dies without cleaning up."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with_parent(args: list[str]) -> list[str]:
+    """Prefix ``args`` so the kernel SIGTERMs the process if the test process dies first.
+
+    ``setpriv`` (util-linux) sets the parent-death signal and execs, keeping the PID; a
+    ``preexec_fn`` would do the same but is unsafe in a process with threads.
+    """
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *args] if setpriv else args
 
 
 class ManagedProcess:
     """One child process with its own log file, stopped by PID."""
 
-    def __init__(self, name: str, args: list[str], log_path: Path, env: Mapping[str, str] | None = None):
+    def __init__(self, name: str, args: list[str], log_path: Path):
         self.name = name
-        self.args = args
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
             self.popen = subprocess.Popen(
-                args,
+                _die_with_parent(args),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=dict(env) if env is not None else None,
                 start_new_session=True,  # Ctrl-C reaches only pytest, which stops us in order
-                preexec_fn=_die_with_parent,
             )
 
     @property
@@ -162,9 +160,8 @@ class ProcessSet:
         self._processes: list[ManagedProcess] = []
         _LIVE_SETS.append(self)
 
-    def start(self, name: str, args: list[str], log_path: Path,
-              env: Mapping[str, str] | None = None) -> ManagedProcess:
-        process = ManagedProcess(name, args, log_path, env)
+    def start(self, name: str, args: list[str], log_path: Path) -> ManagedProcess:
+        process = ManagedProcess(name, args, log_path)
         self._processes.append(process)
         return process
 
@@ -184,13 +181,13 @@ def _stop_everything() -> None:
         process_set.stop_all()
 
 
-def _on_sigterm(signum: int, _frame: object) -> None:
-    # Unwind the session like Ctrl-C does, so fixture finalizers and atexit run.
-    raise SystemExit(128 + signum)
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    # Unwind like Ctrl-C: pytest stops the session and runs the finalizers, then atexit runs.
+    raise KeyboardInterrupt
 
 
 def install_emergency_cleanup() -> None:
-    """Stop all children at interpreter exit, and turn SIGTERM into a clean exit."""
+    """Stop all children at interpreter exit, and treat SIGTERM like Ctrl-C."""
     atexit.register(_stop_everything)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -214,7 +211,10 @@ def wait_until(condition: Callable[[], bool], *, what: str, timeout_s: float,
         time.sleep(interval_s)
 
 
-_UNVERIFIED_TLS = ssl._create_unverified_context()  # health probes only; API clients verify
+# Health probes only; the API clients verify the server's certificate.
+_UNVERIFIED_TLS = ssl.create_default_context()
+_UNVERIFIED_TLS.check_hostname = False
+_UNVERIFIED_TLS.verify_mode = ssl.CERT_NONE
 
 
 def http_ok(url: str, token: str | None = None) -> bool:
@@ -229,13 +229,14 @@ def http_ok(url: str, token: str | None = None) -> bool:
 
 @dataclass(frozen=True)
 class ControlPlane:
-    """A running etcd + kube-apiserver and how to reach it."""
+    """A running etcd + kube-apiserver and how to reach it; logs and data live in ``workdir``."""
 
     host: str
     token: str
     kubeconfig: Path
     ca_cert: Path
     service_account_key: Path
+    etcd_url: str
     workdir: Path
 
     def api_client(self) -> kubernetes.client.ApiClient:
@@ -246,6 +247,26 @@ class ControlPlane:
         config.api_key = {"authorization": self.token}
         config.api_key_prefix = {"authorization": "Bearer"}
         return kubernetes.client.ApiClient(config)
+
+    def compact_etcd(self) -> int:
+        """Drop etcd's history before now (the API server does this every 5 minutes).
+
+        Afterwards a watch from an older resourceVersion of a resource the API server does
+        not keep in its watch cache (``events``) ends with 410 Gone. Returns the revision.
+        """
+        header = _etcd_call(self.etcd_url, "range", {"key": base64.b64encode(b"/").decode(), "limit": 1})
+        revision = int(header["header"]["revision"])
+        _etcd_call(self.etcd_url, "compaction", {"revision": revision, "physical": True})
+        return revision
+
+
+def _etcd_call(etcd_url: str, method: str, body: Mapping[str, object]) -> dict[str, Any]:
+    """One call of etcd's v3 JSON gateway (``POST /v3/kv/<method>``)."""
+    request = urllib.request.Request(f"{etcd_url}/v3/kv/{method}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.load(response)
+        return answer
 
 
 def start_control_plane(binaries: Binaries, workdir: Path, processes: ProcessSet) -> ControlPlane:
@@ -285,7 +306,7 @@ def start_control_plane(binaries: Binaries, workdir: Path, processes: ProcessSet
     kubeconfig = workdir / "kubeconfig"
     write_kubeconfig(kubeconfig, host=host, token=token, ca_cert=ca_cert)
     return ControlPlane(host=host, token=token, kubeconfig=kubeconfig, ca_cert=ca_cert,
-                        service_account_key=sa_key, workdir=workdir)
+                        service_account_key=sa_key, etcd_url=client_url, workdir=workdir)
 
 
 def write_kubeconfig(path: Path, *, host: str, token: str, ca_cert: Path) -> None:
@@ -302,17 +323,14 @@ def write_kubeconfig(path: Path, *, host: str, token: str, ca_cert: Path) -> Non
     path.chmod(0o600)
 
 
-def _component_flags(plane: ControlPlane, workdir: Path, secure_port: int) -> list[str]:
-    """Flags kube-controller-manager and kube-scheduler share: loopback HTTPS only, our kubeconfig."""
+def _authenticated_https_flags(plane: ControlPlane, workdir: Path, secure_port: int) -> list[str]:
+    """Serving and delegated-auth flags kube-controller-manager and kube-scheduler share."""
     return [
-        f"--kubeconfig={plane.kubeconfig}",
         f"--authentication-kubeconfig={plane.kubeconfig}",
         f"--authorization-kubeconfig={plane.kubeconfig}",
-        "--port=0",  # no insecure HTTP port (v1.20 would otherwise bind 0.0.0.0)
         f"--bind-address={LOOPBACK}",
         f"--secure-port={secure_port}",
         f"--cert-dir={workdir / 'certs'}",
-        "--leader-elect=false",
     ]
 
 
@@ -322,7 +340,10 @@ def start_controller_manager(binaries: Binaries, plane: ControlPlane, workdir: P
     workdir.mkdir(parents=True, exist_ok=True)
     (port,) = free_ports(1)
     process = processes.start("kube-controller-manager", [
-        str(binaries.kube_controller_manager), *_component_flags(plane, workdir, port),
+        str(binaries.kube_controller_manager), *_authenticated_https_flags(plane, workdir, port),
+        f"--kubeconfig={plane.kubeconfig}",
+        "--port=0",  # no insecure HTTP port (v1.20 would otherwise bind 0.0.0.0:10252)
+        "--leader-elect=false",
         "--controllers=garbagecollector,namespace",
         "--use-service-account-credentials=false",
         f"--service-account-private-key-file={plane.service_account_key}",
@@ -332,13 +353,19 @@ def start_controller_manager(binaries: Binaries, plane: ControlPlane, workdir: P
     return process
 
 
-def scheduler_config(config: str | Mapping[str, Any], kubeconfig: Path) -> dict[str, Any]:
-    """A ``KubeSchedulerConfiguration`` (YAML text or dict) pointed at ``kubeconfig``, no leader election."""
+def scheduler_config(config: str | Mapping[str, Any], kubeconfig: Path, health_port: int) -> dict[str, Any]:
+    """A ``KubeSchedulerConfiguration`` (YAML text or dict) made safe for the tier.
+
+    It gets our kubeconfig, leader election off, and its plain-HTTP health and metrics
+    endpoint on 127.0.0.1:``health_port`` (v1beta1 otherwise binds 0.0.0.0:10251, and with
+    ``--config`` the ``--port`` flag is ignored).
+    """
     document = yaml.safe_load(config) if isinstance(config, str) else dict(config)
     document.setdefault("apiVersion", "kubescheduler.config.k8s.io/v1beta1")
     document.setdefault("kind", "KubeSchedulerConfiguration")
     document["clientConnection"] = {**document.get("clientConnection", {}), "kubeconfig": str(kubeconfig)}
     document["leaderElection"] = {"leaderElect": False}
+    document["healthzBindAddress"] = document["metricsBindAddress"] = f"{LOOPBACK}:{health_port}"
     return document
 
 
@@ -346,14 +373,13 @@ def start_scheduler(binaries: Binaries, plane: ControlPlane, config: str | Mappi
                     workdir: Path, processes: ProcessSet) -> ManagedProcess:
     """kube-scheduler with the given configuration; returns once ``/healthz`` answers."""
     workdir.mkdir(parents=True, exist_ok=True)
+    secure_port, health_port = free_ports(2)
     config_path = workdir / "scheduler-config.yaml"
-    config_path.write_text(yaml.safe_dump(scheduler_config(config, plane.kubeconfig)))
-    (port,) = free_ports(1)
-    flags = [flag for flag in _component_flags(plane, workdir, port)
-             if not flag.startswith(("--kubeconfig=", "--leader-elect="))]  # both come from --config
+    config_path.write_text(yaml.safe_dump(scheduler_config(config, plane.kubeconfig, health_port)))
     process = processes.start("kube-scheduler", [
-        str(binaries.kube_scheduler), f"--config={config_path}", *flags,
+        str(binaries.kube_scheduler), f"--config={config_path}",
+        *_authenticated_https_flags(plane, workdir, secure_port),
     ], workdir / "kube-scheduler.log")
-    wait_until(lambda: http_ok(f"https://{LOOPBACK}:{port}/healthz"),
+    wait_until(lambda: http_ok(f"http://{LOOPBACK}:{health_port}/healthz"),
                what="kube-scheduler /healthz", timeout_s=90, watched=process)
     return process

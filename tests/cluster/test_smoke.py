@@ -1,6 +1,6 @@
 """The cluster tier is a real control plane: the API-server semantics our services rely on hold.
 
-Watches, optimistic concurrency, expired resource versions, CRD schema validation, the real
+Watches, optimistic concurrency, 410 Gone after compaction, CRD schema validation, the real
 kube-scheduler placing a vGPU pod on a fake GPU node, and the garbage collector.
 """
 
@@ -41,11 +41,6 @@ def pod_manifest(name: str, *, vgpu: int | None = None, scheduler: str | None = 
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-@pytest.fixture
-def core(api_client: kubernetes.client.ApiClient) -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api(api_client)
-
-
 def test_kubeconfig_reaches_the_api_server(control_plane: ControlPlane) -> None:
     with kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig)) as client:
         version = kubernetes.client.VersionApi(client).get_code()  # TLS verified against the CA
@@ -81,9 +76,30 @@ def test_replace_with_stale_resource_version_conflicts(core: kubernetes.client.C
     assert core.read_namespaced_config_map("cm", namespace).data == {"k": "2"}
 
 
-def test_watch_from_expired_resource_version_is_gone(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+def _event(name: str, namespace: str) -> dict[str, object]:
+    return {"metadata": {"name": name}, "involvedObject": {"kind": "Pod", "name": "x", "namespace": namespace},
+            "reason": "Test", "message": "written by the cluster tier", "type": "Normal"}
+
+
+def test_watch_from_compacted_resource_version_is_gone(control_plane: ControlPlane,
+                                                      core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    # Events bypass the API server's watch cache, so watches read etcd's history directly.
+    # (Pods and nodes are watch-cached: on a young cluster even resourceVersion "1" is valid.)
+    start = core.list_namespaced_event(namespace).metadata.resource_version
+    for name in ("first", "second"):
+        core.create_namespaced_event(namespace, _event(name, namespace))
+
+    names = []
+    stream = watch.Watch()
+    for event in stream.stream(core.list_namespaced_event, namespace, resource_version=start, timeout_seconds=60):
+        names.append(event["object"].metadata.name)
+        if len(names) == 2:
+            stream.stop()
+    assert names == ["first", "second"]
+
+    control_plane.compact_etcd()
     with pytest.raises(ApiException) as caught:
-        for _ in watch.Watch().stream(core.list_namespaced_pod, namespace, resource_version="1",
+        for _ in watch.Watch().stream(core.list_namespaced_event, namespace, resource_version=start,
                                       timeout_seconds=30):
             pass
     assert caught.value.status == 410
@@ -175,8 +191,8 @@ def test_scheduler_places_vgpu_pods_on_the_fake_gpu_node(
     assert _scheduled_node(core, "too-big", namespace) is None
 
 
-@pytest.mark.usefixtures("controller_manager")
-def test_garbage_collector_deletes_pod_of_deleted_owner(core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+def test_garbage_collector_deletes_pod_of_deleted_owner(controller_manager: None, core: kubernetes.client.CoreV1Api,
+                                                        namespace: str) -> None:
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}}).metadata
     core.create_namespaced_pod(namespace, pod_manifest("dependent", owner=owner))
     core.create_namespaced_pod(namespace, pod_manifest("independent"))
@@ -223,8 +239,8 @@ def _is_loopback(address: str) -> bool:
     return ip.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
-@pytest.mark.usefixtures("control_plane", "controller_manager")
-def test_every_process_of_the_tier_listens_on_loopback_only(start_scheduler: StartScheduler) -> None:
+def test_every_process_of_the_tier_listens_on_loopback_only(control_plane: ControlPlane, controller_manager: None,
+                                                            start_scheduler: StartScheduler) -> None:
     scheduler = start_scheduler({"profiles": [{"schedulerName": unique_name("listen-check")}]})
     children = [int(path.name) for path in Path("/proc").iterdir()
                 if path.name.isdigit() and _parent_pid(int(path.name)) == os.getpid()]
