@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from fastgshare import protocol
-from fastgshare.protocol import ErrorReply, Frame, FrameReader, Hello, HelloReply, MessageType
+from fastgshare.protocol import ErrorReply, Frame, FrameReader, Hello, HelloReply, MemReserveReply, MessageType
 
 
 class ArbiterError(Exception):
@@ -55,3 +55,10 @@ class HookClient:
 
     def token(self, used_ns: int = 0) -> int:
         return protocol.decode_u64(self.call(MessageType.TOKEN, protocol.encode_u64(used_ns)).payload)
+
+    def reserve(self, size: int) -> MemReserveReply:
+        return MemReserveReply.decode(self.call(MessageType.MEM_RESERVE, protocol.encode_u64(size)).payload)
+
+    def release(self, size: int) -> int:
+        """Release ``size`` bytes; returns the pod's memory in use afterwards."""
+        return protocol.decode_u64(self.call(MessageType.MEM_RELEASE, protocol.encode_u64(size)).payload)

@@ -3,8 +3,10 @@
 One asyncio task per connection reads frames (partial reads handled by the protocol's
 FrameReader); one :class:`~fastgshare.arbitration.GpuArbiter` per GPU decides. The
 scheduler's client is the *pod*: all processes of a pod share its one share, so a pod's
-connections queue for the pod's token and receive it one at a time. A dropped connection
-gives its token back at once; a pod's last connection leaving removes it from the scheduler.
+connections queue for the pod's token and receive it one at a time. Memory reservations are
+kept per pod too (:class:`~fastgshare.memory.PodMemoryLedger`), per connection inside it. A
+dropped connection gives its token and its memory back at once; a pod's last connection
+leaving removes it from the scheduler.
 
 Identity: in ``trusted_env`` mode the pod named in HELLO is believed (demo, tests);
 otherwise the peer's PID (SO_PEERCRED) is mapped through its cgroup to a pod UID and then
@@ -28,7 +30,18 @@ from device_plugin.arbiter.identity import peer_pid, pod_uid_of_pid
 from device_plugin.arbiter.shares import PodShare, ShareBook
 from fastgshare import protocol
 from fastgshare.arbitration import GpuArbiter
-from fastgshare.protocol import ErrorCode, ErrorReply, Frame, FrameReader, Hello, HelloReply, MessageType, ProtocolError
+from fastgshare.memory import PodMemoryLedger
+from fastgshare.protocol import (
+    ErrorCode,
+    ErrorReply,
+    Frame,
+    FrameReader,
+    Hello,
+    HelloReply,
+    MemReserveReply,
+    MessageType,
+    ProtocolError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +65,7 @@ class _Connection:
 
 @attrs.define(eq=False)
 class _Pod:
+    memory: PodMemoryLedger
     connections: set[_Connection] = attrs.field(factory=set)
     queue: deque[_Connection] = attrs.field(factory=deque)  # connections waiting for the pod's token
     holder: _Connection | None = None
@@ -97,10 +111,15 @@ class ArbiterServer:
 
     def refresh_shares(self) -> None:
         """Re-read every registered pod's share; changes apply from the next decision."""
-        for (gpu, pod_key), _ in self._pods.items():
+        for (gpu, pod_key), pod in self._pods.items():
             share = self._shares.by_pod(pod_key)
+            if share is None or share.gpu_uuid != gpu:
+                continue
+            if pod.memory.limit_bytes != share.memory_bytes:
+                log.info("memory limit changed pod=%s gpu=%s limit=%d", pod_key, gpu, share.memory_bytes)
+                pod.memory.set_limit(share.memory_bytes)
             arbiter = self._arbiters[gpu]
-            if share is not None and share.gpu_uuid == gpu and arbiter.share(pod_key) != share.time:
+            if arbiter.share(pod_key) != share.time:
                 log.info("share changed pod=%s gpu=%s share=%s", pod_key, gpu, share.time)
                 arbiter.update_share(pod_key, share.time)
                 self._pump(gpu)
@@ -135,6 +154,8 @@ class ArbiterServer:
             self._refuse(connection, frame.request_id, ErrorCode.NOT_REGISTERED, "send HELLO first")
         elif frame.type == MessageType.TOKEN:
             self._token(connection, frame.request_id, protocol.decode_u64(frame.payload))
+        elif frame.type in (MessageType.MEM_RESERVE, MessageType.MEM_RELEASE):
+            self._memory(connection, frame)
         else:
             self._refuse(connection, frame.request_id, ErrorCode.UNKNOWN_TYPE, f"unknown message type {frame.type}")
 
@@ -158,7 +179,7 @@ class ArbiterServer:
         connection.pod, connection.gpu = pod_key, share.gpu_uuid
         pod = self._pods.get((share.gpu_uuid, pod_key))
         if pod is None:
-            pod = self._pods[(share.gpu_uuid, pod_key)] = _Pod()
+            pod = self._pods[(share.gpu_uuid, pod_key)] = _Pod(PodMemoryLedger(share.memory_bytes))
             self._arbiters[share.gpu_uuid].add_client(pod_key, share.time)
         pod.connections.add(connection)
         log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
@@ -187,6 +208,22 @@ class ArbiterServer:
             pod.queue.append(connection)
         self._pump(connection.gpu)
 
+    def _memory(self, connection: _Connection, frame: Frame) -> None:
+        """Reserve before an allocation, release after a free; the pod's processes share the limit."""
+        ledger = self._pods[(connection.gpu, connection.pod)].memory
+        size = protocol.decode_u64(frame.payload)
+        reply_type = frame.type | protocol.REPLY_BIT
+        if frame.type == MessageType.MEM_RESERVE:
+            granted = ledger.reserve(connection, size)
+            if not granted:
+                log.info("memory refused pod=%s pid=%d size=%d used=%d limit=%d", connection.pod, connection.pid,
+                         size, ledger.used_bytes, ledger.limit_bytes)
+            reply = MemReserveReply(granted, ledger.used_bytes, ledger.limit_bytes).encode()
+            connection.send(reply_type, frame.request_id, reply)
+        else:
+            ledger.release(connection, size)
+            connection.send(reply_type, frame.request_id, protocol.encode_u64(ledger.used_bytes))
+
     def _refuse(self, connection: _Connection, request_id: int, code: ErrorCode, message: str) -> None:
         log.warning("refused pid=%d pod=%s: %s", connection.pid, connection.pod or "?", message)
         connection.send(MessageType.ERROR, request_id, ErrorReply(code, message).encode())
@@ -198,6 +235,7 @@ class ArbiterServer:
         pod = self._pods[key]
         arbiter = self._arbiters[connection.gpu]
         pod.connections.discard(connection)
+        pod.memory.release_process(connection)
         if connection in pod.queue:
             pod.queue.remove(connection)
         if pod.holder is connection:

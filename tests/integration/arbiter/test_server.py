@@ -226,3 +226,28 @@ def test_peer_pid_is_the_connecting_process(socket_path: Path) -> None:
     assert peer_pid(accepted) == os.getpid()
     for s in (client, accepted, listener):
         s.close()
+
+
+def test_memory_is_shared_by_a_pods_processes_and_freed_when_one_exits(arbiter: RunningArbiter) -> None:
+    one, two = arbiter.client(), arbiter.client()
+    one.hello("ns/a")
+    two.hello("ns/a")
+    assert one.reserve(2**29).granted  # 512 MiB of the pod's 1 GiB
+    reply = two.reserve(2**29 + 1)
+    assert (reply.granted, reply.pod_used_bytes, reply.pod_limit_bytes) == (False, 2**29, 2**30)
+    assert two.reserve(2**29).granted
+    assert two.release(2**28) == 2**29 + 2**28
+    one.close()  # its 512 MiB come back at once
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not two.reserve(2**29).granted:
+        time.sleep(0.01)
+    assert two.release(0) == 2**29 + 2**28
+
+
+def test_memory_of_different_pods_is_separate(arbiter: RunningArbiter) -> None:
+    a, b = arbiter.client(), arbiter.client()
+    a.hello("ns/a")
+    b.hello("ns/b")
+    assert a.reserve(2**30).granted
+    assert b.reserve(2**30).granted
+    assert not a.reserve(1).granted
