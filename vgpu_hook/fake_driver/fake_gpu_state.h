@@ -1,0 +1,141 @@
+/*
+ * The fake GPU's shared state file: its exact binary layout, for the fake driver and for readers.
+ *
+ * One fake GPU is one directory (env FASTGSHARE_FAKE_GPU_DIR). Every process that loads the fake
+ * libcuda.so.1 with the same directory maps <dir>/fake_gpu.state (FAKE_GPU_STATE_SIZE bytes,
+ * MAP_SHARED) and coordinates through it: SM units, the memory pool, and per-process accounting.
+ * The file outlives the processes, so a test or benchmark reads the final numbers after its
+ * tenants exit (the lead's Python reader: tests/integration/hook/fake_gpu_reader.py).
+ *
+ * Byte order is the host's (little-endian on every platform this runs on); all offsets below are
+ * fixed and checked by _Static_assert, so a reader may use them directly.
+ *
+ * Header (FAKE_GPU_HEADER_SIZE = 1024 bytes):
+ *   off  size  field
+ *   0    8     magic            "FGSFAKEG" (FAKE_GPU_MAGIC); 0 while the creator initialises
+ *   8    4     layout_version   FAKE_GPU_LAYOUT_VERSION
+ *   12   4     header_size      byte offset of procs[0] (1024)
+ *   16   4     proc_size        bytes per process slot (128)
+ *   20   4     max_procs        number of slots (256)
+ *   24   8     seq              seqlock: odd while a writer changes any field below, even otherwise
+ *   32   4     sm_total         100
+ *   36   4     sm_free          SM units not held by a running kernel
+ *   40   8     mem_total        bytes in the memory pool (env FASTGSHARE_FAKE_GPU_MEMORY of the creator)
+ *   48   8     mem_used         bytes allocated by all live processes
+ *   56   4     running_kernels  kernels running now, all processes
+ *   60   4     procs_used       slots ever used (readers scan procs[0 .. procs_used))
+ *   64   8     busy_since_ns    CLOCK_MONOTONIC when running_kernels last went 0 -> 1
+ *   72   8     device_busy_ns   total time with at least one kernel running (closed intervals only)
+ *   80   16    uuid             the device UUID (random, fixed when the file is created)
+ *   96   160   reserved         zero
+ *   256  128   lock             process-shared robust pthread mutex (opaque; guards everything)
+ *   384  128   cond             process-shared pthread condvar on CLOCK_MONOTONIC (opaque)
+ *   512  512   reserved         zero
+ *
+ * Process slot i at offset 1024 + 128 * i:
+ *   off  size  field
+ *   0    4     pid              the process (int32); 0 in a never-used slot
+ *   4    4     status           FAKE_GPU_PROC_FREE / _ALIVE / _EXITED
+ *   8    4     sm_units         CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the process (1..100)
+ *   12   4     waiting_threads  threads of the process waiting for SM units now
+ *   16   4     running          kernels of the process running now
+ *   20   4     reserved
+ *   24   8     wait_since_ns    when the process joined the SM queue (0: not waiting)
+ *   32   8     sm_held          SM units held by the process's running kernels
+ *   40   8     kernels          kernels (and graphs) completed
+ *   48   8     busy_ns          sum of their run times (the time the process held SM units)
+ *   56   8     wait_ns          sum of the time its launches waited for SM units
+ *   64   8     first_start_ns   CLOCK_MONOTONIC start of its first kernel (0: none yet)
+ *   72   8     last_end_ns      CLOCK_MONOTONIC end of its latest kernel
+ *   80   8     mem_used         bytes it has allocated now
+ *   88   8     ctx_syncs        cuCtxSynchronize calls
+ *   96   8     graph_launches   cuGraphLaunch calls (also counted in kernels)
+ *   104  24    reserved
+ *
+ * Reading while tenants run (seqlock): read seq; if odd, retry; copy the fields; read seq again;
+ * if it changed, retry. Writers hold the lock and make seq odd around every change, so a copy
+ * taken between two equal even values is consistent. Timestamps are CLOCK_MONOTONIC nanoseconds,
+ * the clock of Python's time.monotonic_ns() on Linux.
+ */
+#ifndef FASTGSHARE_FAKE_GPU_STATE_H
+#define FASTGSHARE_FAKE_GPU_STATE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FAKE_GPU_STATE_FILE "fake_gpu.state"
+#define FAKE_GPU_MAGIC UINT64_C(0x47454B4146534746) /* "FGSFAKEG" in little-endian bytes */
+#define FAKE_GPU_LAYOUT_VERSION 1u
+#define FAKE_GPU_HEADER_SIZE 1024u
+#define FAKE_GPU_PROC_SIZE 128u
+#define FAKE_GPU_MAX_PROCS 256u
+#define FAKE_GPU_SM_UNITS 100u
+#define FAKE_GPU_STATE_SIZE (FAKE_GPU_HEADER_SIZE + FAKE_GPU_PROC_SIZE * FAKE_GPU_MAX_PROCS)
+
+#define FAKE_GPU_PROC_FREE 0u
+#define FAKE_GPU_PROC_ALIVE 1u
+#define FAKE_GPU_PROC_EXITED 2u
+
+struct fake_gpu_proc {
+    int32_t pid;
+    uint32_t status;
+    uint32_t sm_units;
+    uint32_t waiting_threads;
+    uint32_t running;
+    uint32_t reserved0;
+    uint64_t wait_since_ns;
+    uint64_t sm_held;
+    uint64_t kernels;
+    uint64_t busy_ns;
+    uint64_t wait_ns;
+    uint64_t first_start_ns;
+    uint64_t last_end_ns;
+    uint64_t mem_used;
+    uint64_t ctx_syncs;
+    uint64_t graph_launches;
+    uint64_t reserved1[3];
+};
+
+struct fake_gpu_state {
+    uint64_t magic;
+    uint32_t layout_version;
+    uint32_t header_size;
+    uint32_t proc_size;
+    uint32_t max_procs;
+    uint64_t seq;
+    uint32_t sm_total;
+    uint32_t sm_free;
+    uint64_t mem_total;
+    uint64_t mem_used;
+    uint32_t running_kernels;
+    uint32_t procs_used;
+    uint64_t busy_since_ns;
+    uint64_t device_busy_ns;
+    uint8_t uuid[16];
+    uint8_t reserved0[160];
+    union {
+        pthread_mutex_t mutex;
+        uint8_t space[128];
+    } lock;
+    union {
+        pthread_cond_t cond;
+        uint8_t space[128];
+    } cond;
+    uint8_t reserved1[512];
+    struct fake_gpu_proc procs[FAKE_GPU_MAX_PROCS];
+};
+
+_Static_assert(sizeof(struct fake_gpu_proc) == FAKE_GPU_PROC_SIZE, "process slot size");
+_Static_assert(offsetof(struct fake_gpu_proc, wait_since_ns) == 24, "slot layout");
+_Static_assert(offsetof(struct fake_gpu_proc, kernels) == 40, "slot layout");
+_Static_assert(offsetof(struct fake_gpu_proc, graph_launches) == 96, "slot layout");
+_Static_assert(offsetof(struct fake_gpu_state, seq) == 24, "header layout");
+_Static_assert(offsetof(struct fake_gpu_state, running_kernels) == 56, "header layout");
+_Static_assert(offsetof(struct fake_gpu_state, uuid) == 80, "header layout");
+_Static_assert(offsetof(struct fake_gpu_state, lock) == 256, "header layout");
+_Static_assert(offsetof(struct fake_gpu_state, cond) == 384, "header layout");
+_Static_assert(offsetof(struct fake_gpu_state, procs) == FAKE_GPU_HEADER_SIZE, "header layout");
+_Static_assert(sizeof(struct fake_gpu_state) == FAKE_GPU_STATE_SIZE, "state size");
+
+#endif

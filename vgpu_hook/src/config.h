@@ -1,0 +1,35 @@
+/*
+ * config.h: the hook's settings, read from the environment once at init (never on the hot path)
+ * and copied, so a later setenv() in the application cannot change or free them.
+ *
+ *   FASTGSHARE_ARBITER_SOCKET          unix socket of the node's arbiter (required to launch)
+ *   FASTGSHARE_POD                     "namespace/name", sent in HELLO (trusted-env mode only)
+ *   FASTGSHARE_GPU_UUID                the GPU this container was given, sent in HELLO
+ *   FASTGSHARE_SYNC_AT_TOKEN_END       1: cuCtxSynchronize before returning an expired token
+ *   FASTGSHARE_HOOK_REPLY_TIMEOUT_MS   how long to wait for any arbiter reply (default 30000)
+ *   FASTGSHARE_HOOK_LOG                error | info | debug (default error)
+ */
+#ifndef FASTGSHARE_HOOK_CONFIG_H
+#define FASTGSHARE_HOOK_CONFIG_H
+
+#include "log.h"
+
+#define FGS_ENV_SYNC_AT_TOKEN_END "FASTGSHARE_SYNC_AT_TOKEN_END"
+#define FGS_ENV_REPLY_TIMEOUT_MS "FASTGSHARE_HOOK_REPLY_TIMEOUT_MS"
+#define FGS_ENV_HOOK_LOG "FASTGSHARE_HOOK_LOG"
+#define FGS_DEFAULT_REPLY_TIMEOUT_MS 30000
+
+struct fgs_config {
+    char socket_path[108]; /* "" when unset; sized like sockaddr_un.sun_path */
+    char pod[320];
+    char gpu_uuid[128];
+    int sync_at_token_end;
+    int reply_timeout_ms;
+    enum fgs_log_level log_level;
+    char error[256];   /* why a setting is unusable ("" when all are fine): launches fail closed */
+    char warning[256]; /* a setting ignored with a default used instead ("" when none) */
+};
+
+void fgs_config_from_env(struct fgs_config *cfg);
+
+#endif

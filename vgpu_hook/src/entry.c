@@ -1,0 +1,272 @@
+/*
+ * entry.c: how calls reach the hook, and the hook's init order.
+ *
+ * Owns:
+ *   - the dlsym override. Programs that load the driver themselves (cudart, frameworks) call
+ *     dlsym(handle_of_libcuda, ...), a lookup LD_PRELOAD never sees; for the names in
+ *     hooked_symbols.def the override returns the hook's wrapper when the handle provides the
+ *     name. RTLD_NEXT and RTLD_DEFAULT lookups pass straight through as a tail call, so glibc
+ *     still sees the caller's return address and RTLD_NEXT keeps meaning "after the caller"
+ *     (pitfall 8). The real dlsym comes from dlvsym(RTLD_NEXT, "dlsym", <glibc version>).
+ *   - the cuGetProcAddress wrappers, both ABIs (legacy 4-argument and _v2). They ask the real
+ *     driver, then swap in the hook's wrapper when the row of hooked_symbols.def that the driver's
+ *     own rule selects for (base name, cudaVersion, per-thread flag) is one we wrap; for an older
+ *     cudaVersion than any wrapped ABI the driver's answer passes through untouched. Asked for
+ *     "cuGetProcAddress" itself, they return the wrapper of the matching ABI, so re-resolved
+ *     resolvers stay hooked. If a caller asks with a cudaVersion newer than the headers the hook
+ *     was built with and the driver hands back a function the hook does not know, the lookup is
+ *     refused (fail closed) rather than letting launches bypass the hook.
+ *   - loading the real functions (fgs_load_real): dlopen("libcuda.so.1") + the real dlsym on
+ *     that handle, never our own wrappers (pitfall 7), with a re-entry guard instead of
+ *     pthread_once so a driver constructor calling back into us cannot deadlock.
+ *   - fgs_init: configuration, log level and the fork handler, once (also from a constructor).
+ */
+#define _GNU_SOURCE
+#include "entry.h"
+
+#include "config.h"
+#include "gate.h"
+#include "log.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DRIVER_SONAME "libcuda.so.1"
+
+struct fgs_real_fns fgs_real;
+
+struct wrap_row {
+    const char *symbol; /* exported name; NULL for FGS_REAL rows */
+    const char *base;
+    int since;
+    int per_thread;
+};
+
+static const struct wrap_row wrap_rows[FGS_SYM_COUNT] = {
+#define FGS_WRAP(symbol, base, since, per_thread, pfn_type) [FGS_SYM_##symbol] = {#symbol, #base, since, per_thread},
+#define FGS_REAL(symbol, pfn_type)
+#include "hooked_symbols.def"
+};
+
+static const char *const real_names[FGS_SYM_COUNT] = {
+#define FGS_WRAP(symbol, base, since, per_thread, pfn_type) [FGS_SYM_##symbol] = #symbol,
+#define FGS_REAL(symbol, pfn_type) [FGS_SYM_##symbol] = #symbol,
+#include "hooked_symbols.def"
+};
+
+/* The hook's own exported wrappers (the definitions in launch_hooks.c and below). */
+static void *const wrappers[FGS_SYM_COUNT] = {
+#define FGS_WRAP(symbol, base, since, per_thread, pfn_type) [FGS_SYM_##symbol] = (void *)symbol,
+#define FGS_REAL(symbol, pfn_type)
+#include "hooked_symbols.def"
+};
+
+static void *real_pointer(int index)
+{
+    switch (index) {
+#define FGS_WRAP(symbol, base, since, per_thread, pfn_type)                                        \
+    case FGS_SYM_##symbol: return (void *)fgs_real.symbol;
+#define FGS_REAL(symbol, pfn_type)                                                                 \
+    case FGS_SYM_##symbol: return (void *)fgs_real.symbol;
+#include "hooked_symbols.def"
+    default: return NULL;
+    }
+}
+
+/* --- the real dlsym ----------------------------------------------------------------------- */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+
+static dlsym_fn real_dlsym_cache; /* atomic */
+
+static dlsym_fn real_dlsym(void)
+{
+    dlsym_fn fn = __atomic_load_n(&real_dlsym_cache, __ATOMIC_ACQUIRE);
+    if (fn != NULL)
+        return fn;
+    static const char *const glibc_versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; i < sizeof glibc_versions / sizeof glibc_versions[0] && fn == NULL; i++)
+        fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", glibc_versions[i]);
+    if (fn == NULL) {
+        FGS_ERROR("cannot find the C library's dlsym (tried GLIBC_2.34, GLIBC_2.2.5, GLIBC_2.17); aborting");
+        abort();
+    }
+    __atomic_store_n(&real_dlsym_cache, fn, __ATOMIC_RELEASE);
+    return fn;
+}
+
+/* --- loading the real driver -------------------------------------------------------------- */
+
+enum load_state { LOAD_NOT_YET, LOAD_DONE, LOAD_FAILED };
+
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static int load_state = LOAD_NOT_YET; /* atomic */
+static __thread int loading_on_this_thread;
+
+static void *load_one(void *handle, int index)
+{
+    void *fn = real_dlsym()(handle, real_names[index]);
+    if (fn != NULL && fn == wrappers[index]) { /* never record ourselves as the real function */
+        FGS_ERROR("%s of " DRIVER_SONAME " resolved to the hook itself; treating it as missing",
+                  real_names[index]);
+        return NULL;
+    }
+    if (fn == NULL)
+        FGS_DEBUG("the driver has no %s", real_names[index]);
+    return fn;
+}
+
+static int load_driver(void)
+{
+    void *handle = dlopen(DRIVER_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == NULL)
+        handle = dlopen(DRIVER_SONAME, RTLD_LAZY | RTLD_LOCAL);
+    if (handle == NULL) {
+        const char *why = dlerror();
+        FGS_ERROR("cannot load the CUDA driver " DRIVER_SONAME ": %s", why != NULL ? why : "unknown error");
+        return -1;
+    }
+#define FGS_WRAP(symbol, base, since, per_thread, pfn_type)                                        \
+    fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol);
+#define FGS_REAL(symbol, pfn_type) fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol);
+#include "hooked_symbols.def"
+    return 0;
+}
+
+int fgs_load_real(void)
+{
+    int state = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
+    if (state != LOAD_NOT_YET)
+        return state == LOAD_DONE ? 0 : -1;
+    if (loading_on_this_thread)
+        return -1; /* called back from inside our own dlopen of the driver */
+    pthread_mutex_lock(&load_lock);
+    loading_on_this_thread = 1;
+    if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) == LOAD_NOT_YET)
+        __atomic_store_n(&load_state, load_driver() == 0 ? LOAD_DONE : LOAD_FAILED, __ATOMIC_RELEASE);
+    loading_on_this_thread = 0;
+    pthread_mutex_unlock(&load_lock);
+    return __atomic_load_n(&load_state, __ATOMIC_ACQUIRE) == LOAD_DONE ? 0 : -1;
+}
+
+/* --- dlsym -------------------------------------------------------------------------------- */
+
+static int wrapped_index(const char *symbol)
+{
+    if (symbol[0] != 'c' || symbol[1] != 'u')
+        return -1;
+    for (int i = 0; i < FGS_SYM_COUNT; i++)
+        if (wrap_rows[i].symbol != NULL && strcmp(wrap_rows[i].symbol, symbol) == 0)
+            return i;
+    return -1;
+}
+
+static void *wrapper_if_provided(dlsym_fn real, void *handle, int index)
+{
+    if (real(handle, real_names[index]) == NULL)
+        return NULL; /* dlerror() is set by that lookup, as without the hook */
+    FGS_DEBUG("dlsym(%s): returning the hook's wrapper", real_names[index]);
+    return wrappers[index];
+}
+
+FGS_EXPORT void *dlsym(void *handle, const char *symbol)
+{
+    dlsym_fn real = real_dlsym();
+    if (handle != RTLD_NEXT && handle != RTLD_DEFAULT) {
+        int index = wrapped_index(symbol);
+        if (index >= 0)
+            return wrapper_if_provided(real, handle, index);
+    }
+    /* A tail call (the Makefile pins -O2 for this file): glibc's dlsym then sees our caller's
+     * return address, which is what RTLD_NEXT is relative to. */
+    return real(handle, symbol);
+}
+
+/* --- cuGetProcAddress --------------------------------------------------------------------- */
+
+/* The wrapped row the driver's rule selects for (base, version, per-thread), or -1. */
+static int select_wrapper(const char *base, int version, int per_thread)
+{
+    int best = -1;
+    for (int pass = per_thread ? 1 : 0; pass >= 0 && best < 0; pass--) {
+        for (int i = 0; i < FGS_SYM_COUNT; i++) {
+            const struct wrap_row *row = &wrap_rows[i];
+            if (row->symbol == NULL || row->per_thread != pass || row->since > version ||
+                strcmp(row->base, base) != 0)
+                continue;
+            if (best < 0 || row->since > wrap_rows[best].since)
+                best = i;
+        }
+    }
+    return best;
+}
+
+/* After a successful real lookup: swap in our wrapper where one applies. CUDA_SUCCESS, or
+ * CUDA_ERROR_NOT_FOUND when the driver returned an entry point we cannot vouch for. */
+static CUresult substitute(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                           CUdriverProcAddressQueryResult *status)
+{
+    if (symbol == NULL || pfn == NULL || *pfn == NULL)
+        return CUDA_SUCCESS;
+    int per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    int index = select_wrapper(symbol, version, per_thread);
+    if (index < 0)
+        return CUDA_SUCCESS;
+    if (version > CUDA_VERSION && *pfn != real_pointer(index) && *pfn != wrappers[index]) {
+        FGS_ERROR("cuGetProcAddress(\"%s\", %d) returned an entry point this hook (built with CUDA %d "
+                  "headers) does not know; refusing it so launches cannot bypass the hook",
+                  symbol, version, CUDA_VERSION);
+        *pfn = NULL;
+        if (status != NULL)
+            *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    FGS_DEBUG("cuGetProcAddress(\"%s\", %d, flags %llu): returning the wrapper of %s", symbol, version,
+              (unsigned long long)flags, wrap_rows[index].symbol);
+    *pfn = wrappers[index];
+    return CUDA_SUCCESS;
+}
+
+FGS_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                        CUdriverProcAddressQueryResult *symbolStatus)
+{
+    if (fgs_load_real() != 0 || fgs_real.cuGetProcAddress_v2 == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = fgs_real.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
+    return r == CUDA_SUCCESS ? substitute(symbol, pfn, cudaVersion, flags, symbolStatus) : r;
+}
+
+FGS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    if (fgs_load_real() != 0 || fgs_real.cuGetProcAddress == NULL)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = fgs_real.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
+    return r == CUDA_SUCCESS ? substitute(symbol, pfn, cudaVersion, flags, NULL) : r;
+}
+
+/* --- init --------------------------------------------------------------------------------- */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static struct fgs_config config; /* written once in init_routine, read-only afterwards */
+
+static void init_routine(void)
+{
+    fgs_config_from_env(&config);
+    fgs_log_set_level(config.log_level);
+    if (config.warning[0] != '\0')
+        FGS_ERROR("%s", config.warning);
+    fgs_gate_configure(&config);
+    pthread_atfork(NULL, NULL, fgs_gate_after_fork_child);
+}
+
+void fgs_init(void)
+{
+    pthread_once(&init_once, init_routine); /* reads the environment only: cannot re-enter */
+}
+
+__attribute__((constructor)) static void hook_constructor(void)
+{
+    fgs_init();
+}

@@ -1,0 +1,138 @@
+/*
+ * gate.c: the time-token gate (see gate.h). Owns the process's connection to the arbiter and
+ * its token.
+ *
+ * Locking: `lock` guards everything below except quota.deadline_ns, which the fast path reads
+ * atomically. The slow path holds `lock` across the socket round trip (other launching threads
+ * wait for the same token, which is the point) and across the real cuCtxSynchronize. The real
+ * driver is loaded BEFORE the lock is taken, so a driver constructor calling back into the hook
+ * cannot deadlock on it (pitfall 7).
+ *
+ * A failure is permanent for the process (a restarted arbiter is not reconnected to): the
+ * application sees launch errors, which frameworks treat as fatal, rather than a token state
+ * that silently restarted from zero.
+ */
+#define _GNU_SOURCE
+#include "gate.h"
+
+#include "arbiter_client.h"
+#include "log.h"
+#include "quota.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+enum link_state { LINK_UNCONNECTED, LINK_CONNECTED, LINK_FAILED };
+
+static struct {
+    pthread_mutex_t lock;
+    const struct fgs_config *cfg; /* set once by fgs_gate_configure */
+    enum link_state link;
+    struct fgs_client client;
+    struct fgs_quota quota;
+    int failure_reported;
+} g = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .link = LINK_UNCONNECTED,
+    .client = {.fd = -1},
+    .quota = {.clock = fgs_clock_monotonic},
+};
+
+void fgs_gate_configure(const struct fgs_config *cfg)
+{
+    pthread_mutex_lock(&g.lock);
+    g.cfg = cfg;
+    pthread_mutex_unlock(&g.lock);
+}
+
+static CUresult fail_locked(const char *reason)
+{
+    g.link = LINK_FAILED;
+    fgs_client_close(&g.client);
+    fgs_quota_reset(&g.quota);
+    if (!g.failure_reported) {
+        g.failure_reported = 1;
+        FGS_ERROR("%s; refusing GPU launches of process %d (fail closed: CUDA_ERROR_NOT_PERMITTED)", reason,
+                  (int)getpid());
+    }
+    return FGS_GATE_REFUSED;
+}
+
+static int connect_locked(char *err, size_t err_len)
+{
+    const struct fgs_config *cfg = g.cfg;
+    if (cfg->error[0] != '\0') {
+        snprintf(err, err_len, "%s", cfg->error);
+        return -1;
+    }
+    fgs_client_init(&g.client, cfg->reply_timeout_ms);
+    struct fgs_hello_reply hello;
+    if (fgs_client_connect(&g.client, cfg->socket_path, err, err_len) != 0 ||
+        fgs_client_hello(&g.client, (uint32_t)getpid(), cfg->pod, cfg->gpu_uuid, &hello, err, err_len) != 0)
+        return -1;
+    g.link = LINK_CONNECTED;
+    FGS_INFO("registered with the arbiter at %s: window %u us, request %u/1000, limit %u/1000, SM %u%%, "
+             "memory limit %llu bytes, min token %u us", cfg->socket_path, hello.window_us,
+             hello.request_permille, hello.limit_permille, hello.sm_percent,
+             (unsigned long long)hello.memory_limit_bytes, hello.min_token_us);
+    return 0;
+}
+
+/* Queued work of the expiring token must not run into the next holder's slice on a real GPU. */
+static void sync_before_return_locked(void)
+{
+    if (fgs_real.cuCtxSynchronize == NULL)
+        return;
+    CUresult r = fgs_real.cuCtxSynchronize();
+    if (r != CUDA_SUCCESS)
+        FGS_DEBUG("cuCtxSynchronize before returning the token failed with %d", (int)r);
+}
+
+static CUresult renew_locked(void)
+{
+    if (fgs_quota_valid(&g.quota))
+        return CUDA_SUCCESS; /* another thread renewed it while this one waited for the lock */
+    if (g.link == LINK_FAILED)
+        return FGS_GATE_REFUSED;
+    char err[320];
+    if (g.link == LINK_UNCONNECTED && connect_locked(err, sizeof err) != 0)
+        return fail_locked(err);
+    if (g.cfg->sync_at_token_end && fgs_quota_granted(&g.quota))
+        sync_before_return_locked();
+    uint64_t used_ns = fgs_quota_used_ns(&g.quota), token_ns;
+    if (fgs_client_token(&g.client, used_ns, &token_ns, err, sizeof err) != 0)
+        return fail_locked(err);
+    /* The reply itself grants the launch that asked, even for a 0 ns token. */
+    fgs_quota_grant(&g.quota, token_ns);
+    FGS_DEBUG("returned a token after %llu ns; granted %llu ns", (unsigned long long)used_ns,
+              (unsigned long long)token_ns);
+    return CUDA_SUCCESS;
+}
+
+static CUresult renew(void)
+{
+    fgs_init();
+    int loaded = fgs_load_real();
+    pthread_mutex_lock(&g.lock);
+    CUresult r = loaded == 0 ? renew_locked() : fail_locked("the real CUDA driver could not be loaded");
+    pthread_mutex_unlock(&g.lock);
+    return r;
+}
+
+CUresult fgs_gate_enter(void)
+{
+    if (fgs_quota_valid(&g.quota))
+        return CUDA_SUCCESS;
+    return renew();
+}
+
+void fgs_gate_after_fork_child(void)
+{
+    /* Only the forking thread exists in the child; the lock may have been held by another. */
+    pthread_mutex_init(&g.lock, NULL);
+    fgs_client_close(&g.client); /* the parent's connection stays the parent's */
+    fgs_quota_reset(&g.quota);
+    g.link = LINK_UNCONNECTED;
+    g.failure_reported = 0;
+}

@@ -1,0 +1,58 @@
+/* quota.c: the time-token bookkeeping (see quota.h). No CUDA, no I/O. */
+#define _GNU_SOURCE
+#include "quota.h"
+
+#include <time.h>
+
+uint64_t fgs_clock_monotonic(void *ctx)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+void fgs_quota_init(struct fgs_quota *q, fgs_clock_fn clock, void *clock_ctx)
+{
+    q->clock = clock;
+    q->clock_ctx = clock_ctx;
+    fgs_quota_reset(q);
+}
+
+bool fgs_quota_valid(const struct fgs_quota *q)
+{
+    uint64_t deadline = __atomic_load_n(&q->deadline_ns, __ATOMIC_ACQUIRE);
+    return deadline != 0 && q->clock(q->clock_ctx) < deadline;
+}
+
+bool fgs_quota_granted(const struct fgs_quota *q)
+{
+    return q->granted;
+}
+
+uint64_t fgs_quota_used_ns(const struct fgs_quota *q)
+{
+    if (!q->granted)
+        return 0;
+    uint64_t now = q->clock(q->clock_ctx);
+    uint64_t held = now > q->grant_ns ? now - q->grant_ns : 0;
+    return held < q->token_ns ? held : q->token_ns;
+}
+
+void fgs_quota_grant(struct fgs_quota *q, uint64_t token_ns)
+{
+    uint64_t now = q->clock(q->clock_ctx);
+    uint64_t deadline = token_ns > UINT64_MAX - now ? UINT64_MAX : now + token_ns;
+    q->grant_ns = now;
+    q->token_ns = token_ns;
+    q->granted = true;
+    __atomic_store_n(&q->deadline_ns, token_ns == 0 ? 0 : deadline, __ATOMIC_RELEASE);
+}
+
+void fgs_quota_reset(struct fgs_quota *q)
+{
+    __atomic_store_n(&q->deadline_ns, 0, __ATOMIC_RELEASE);
+    q->grant_ns = 0;
+    q->token_ns = 0;
+    q->granted = false;
+}

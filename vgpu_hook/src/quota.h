@@ -1,0 +1,50 @@
+/*
+ * quota.h: the time token a process holds, and what it reports when it gives the token back.
+ * Pure bookkeeping: no CUDA, no I/O; the clock is injected (tests/test_quota.c drives it).
+ *
+ * A token granted at g for t ns is valid while g <= now < g + t. When it is returned the
+ * process reports used_ns = min(now - g, t): the GPU time it could have used (on a real GPU
+ * the hook cannot see kernel time cheaply, so the whole held span is charged, capped at t).
+ *
+ * Thread safety: fgs_quota_valid may run on any thread without a lock (one clock read, one
+ * atomic acquire load; a grant publishes with release). Every other call must be serialised
+ * by the caller (gate.c holds its lock).
+ */
+#ifndef FASTGSHARE_HOOK_QUOTA_H
+#define FASTGSHARE_HOOK_QUOTA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef uint64_t (*fgs_clock_fn)(void *ctx); /* monotonic nanoseconds */
+
+struct fgs_quota {
+    fgs_clock_fn clock;
+    void *clock_ctx;
+    uint64_t deadline_ns; /* atomic: grant_ns + token_ns (saturating); 0 = no token */
+    uint64_t grant_ns;
+    uint64_t token_ns;
+    bool granted; /* a token was granted since init/reset (so there is one to return) */
+};
+
+/* CLOCK_MONOTONIC (vDSO, no syscall); ctx is unused. */
+uint64_t fgs_clock_monotonic(void *ctx);
+
+void fgs_quota_init(struct fgs_quota *q, fgs_clock_fn clock, void *clock_ctx);
+
+/* The current token is still valid. Lock-free. */
+bool fgs_quota_valid(const struct fgs_quota *q);
+
+/* A token was granted since init or the last reset. */
+bool fgs_quota_granted(const struct fgs_quota *q);
+
+/* What to report when returning the current token: min(now - grant, token); 0 with none. */
+uint64_t fgs_quota_used_ns(const struct fgs_quota *q);
+
+/* Starts a token of token_ns from now (a 0 ns token is granted but never valid). */
+void fgs_quota_grant(struct fgs_quota *q, uint64_t token_ns);
+
+/* Drops the token (connection lost, fork): nothing to report, nothing valid. */
+void fgs_quota_reset(struct fgs_quota *q);
+
+#endif

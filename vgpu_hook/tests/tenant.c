@@ -1,0 +1,381 @@
+/*
+ * tenant.c: one configurable GPU tenant, an ordinary driver-API program built against cuda.h
+ * and linked to (fake) libcuda. It reaches the launch entry point the way a chosen kind of real
+ * program does, so the tests can show the hook catches each way:
+ *
+ *   --path linked           the link-time symbol (what a program linked with -lcuda calls)
+ *          dlsym            dlopen("libcuda.so.1") + dlsym(handle, "<versioned name>")
+ *          rtld-default     dlsym(RTLD_DEFAULT, ...)        rtld-next   dlsym(RTLD_NEXT, ...)
+ *          procaddr-legacy  dlsym(handle, "cuGetProcAddress"), re-resolve the resolver through
+ *                           itself at 11030, then look the BASE name up (CUDA 11.3-11.8 style)
+ *          procaddr-v2      the same with cuGetProcAddress_v2 and 12000: what cudart 12/13 does
+ *   --ptsz                  the per-thread-default-stream variant (_ptsz name, or the
+ *                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM flag)
+ *   --api kernel|ex|coop|graph   cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel,
+ *                           cuGraphLaunch (a graph of --graph-nodes kernel nodes)
+ *
+ * A fake kernel runs --duration-us microseconds (its first parameter, see the fake driver).
+ * It runs --launches N launches, or for --seconds S, optionally in bursts (--burst-on-ms /
+ * --burst-off-ms) from --threads T threads, after allocating --alloc-mb MiB, starting at
+ * CLOCK_MONOTONIC --start-at-ns. The first launch error stops it unless --keep-going.
+ *
+ * Prints one JSON line: pid, api, path, ptsz, threads, launches (successful), errors,
+ * first_error (+ _name), alloc_error, elapsed_s. Exit: 0 ok, 1 setup failed, 2 launch errors,
+ * 3 the entry point could not be resolved, 64 bad usage.
+ */
+#define _GNU_SOURCE
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The _ptsz entry points, as a program built with --default-stream per-thread links them. */
+CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                     unsigned int, unsigned int, unsigned int, CUstream, void **, void **);
+CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned int, unsigned int, unsigned int,
+                                                unsigned int, unsigned int, unsigned int, unsigned int,
+                                                CUstream, void **);
+CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec, CUstream);
+
+enum api { API_KERNEL, API_EX, API_COOP, API_GRAPH };
+
+struct api_info {
+    const char *option, *symbol, *symbol_ptsz, *base;
+    int version, version_ptsz; /* the CUDA version each ABI appeared in, as cudart asks */
+    void *linked, *linked_ptsz;
+};
+
+static const struct api_info apis[] = {
+    [API_KERNEL] = {"kernel", "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernel", 4000, 7000,
+                    (void *)cuLaunchKernel, (void *)cuLaunchKernel_ptsz},
+    [API_EX] = {"ex", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz", "cuLaunchKernelEx", 11060, 11060,
+                (void *)cuLaunchKernelEx, (void *)cuLaunchKernelEx_ptsz},
+    [API_COOP] = {"coop", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz",
+                  "cuLaunchCooperativeKernel", 9000, 9000, (void *)cuLaunchCooperativeKernel,
+                  (void *)cuLaunchCooperativeKernel_ptsz},
+    [API_GRAPH] = {"graph", "cuGraphLaunch", "cuGraphLaunch_ptsz", "cuGraphLaunch", 10000, 10000,
+                   (void *)cuGraphLaunch, (void *)cuGraphLaunch_ptsz},
+};
+
+static const char *const paths[] = {"linked", "dlsym", "rtld-default", "rtld-next", "procaddr-legacy",
+                                    "procaddr-v2"};
+enum path { PATH_LINKED, PATH_DLSYM, PATH_RTLD_DEFAULT, PATH_RTLD_NEXT, PATH_PROCADDR_LEGACY, PATH_PROCADDR_V2 };
+
+struct tenant {
+    /* options */
+    enum api api;
+    enum path path;
+    int ptsz, procaddr_version, threads, graph_nodes, keep_going;
+    unsigned long long duration_us;
+    long launches;
+    double seconds, burst_on_ms, burst_off_ms;
+    unsigned long long alloc_mb, start_at_ns;
+    /* set up */
+    CUcontext ctx;
+    CUfunction func;
+    CUgraphExec exec;
+    void *launch_fn;
+    uint64_t end_ns;
+    /* results (atomic) */
+    long issued, ok, errors;
+    int first_error, stop;
+};
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t when)
+{
+    struct timespec ts = {.tv_sec = (time_t)(when / 1000000000u), .tv_nsec = (long)(when % 1000000000u)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+    }
+}
+
+static const char *error_name(int code)
+{
+    const char *name = NULL;
+    if (cuGetErrorName((CUresult)code, &name) != CUDA_SUCCESS || name == NULL)
+        return "unknown";
+    return name;
+}
+
+/* --- options ------------------------------------------------------------------------------ */
+
+static int lookup(const char *value, const char *const *names, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int parse_api(const char *value)
+{
+    for (int i = 0; i < (int)(sizeof apis / sizeof apis[0]); i++)
+        if (strcmp(value, apis[i].option) == 0)
+            return i;
+    return -1;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: tenant [--api kernel|ex|coop|graph] [--path linked|dlsym|rtld-default|rtld-next|"
+                    "procaddr-legacy|procaddr-v2] [--ptsz] [--procaddr-version N] [--duration-us N] "
+                    "[--launches N] [--seconds S] [--burst-on-ms A --burst-off-ms B] [--threads T] "
+                    "[--graph-nodes K] [--alloc-mb M] [--start-at-ns T] [--keep-going]\n");
+    exit(64);
+}
+
+static void parse_options(int argc, char **argv, struct tenant *t)
+{
+    static const struct option options[] = {
+        {"api", required_argument, 0, 'a'},         {"path", required_argument, 0, 'p'},
+        {"ptsz", no_argument, 0, 'z'},              {"procaddr-version", required_argument, 0, 'v'},
+        {"duration-us", required_argument, 0, 'd'}, {"launches", required_argument, 0, 'n'},
+        {"seconds", required_argument, 0, 's'},     {"burst-on-ms", required_argument, 0, 'o'},
+        {"burst-off-ms", required_argument, 0, 'f'}, {"threads", required_argument, 0, 't'},
+        {"graph-nodes", required_argument, 0, 'g'}, {"alloc-mb", required_argument, 0, 'm'},
+        {"start-at-ns", required_argument, 0, 'w'}, {"keep-going", no_argument, 0, 'k'},
+        {0, 0, 0, 0},
+    };
+    *t = (struct tenant){.api = API_KERNEL, .path = PATH_LINKED, .threads = 1, .graph_nodes = 1,
+                         .duration_us = 1000, .launches = -1};
+    int opt, value;
+    while ((opt = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        switch (opt) {
+        case 'a': if ((value = parse_api(optarg)) < 0) usage(); t->api = (enum api)value; break;
+        case 'p': if ((value = lookup(optarg, paths, 6)) < 0) usage(); t->path = (enum path)value; break;
+        case 'z': t->ptsz = 1; break;
+        case 'v': t->procaddr_version = atoi(optarg); break;
+        case 'd': t->duration_us = strtoull(optarg, NULL, 10); break;
+        case 'n': t->launches = atol(optarg); break;
+        case 's': t->seconds = atof(optarg); break;
+        case 'o': t->burst_on_ms = atof(optarg); break;
+        case 'f': t->burst_off_ms = atof(optarg); break;
+        case 't': t->threads = atoi(optarg); break;
+        case 'g': t->graph_nodes = atoi(optarg); break;
+        case 'm': t->alloc_mb = strtoull(optarg, NULL, 10); break;
+        case 'w': t->start_at_ns = strtoull(optarg, NULL, 10); break;
+        case 'k': t->keep_going = 1; break;
+        default: usage();
+        }
+    }
+    if (optind != argc || t->threads < 1 || t->graph_nodes < 1 || (t->burst_on_ms > 0) != (t->burst_off_ms > 0))
+        usage();
+    if (t->launches < 0)
+        t->launches = t->seconds > 0 ? 0 : 10; /* 0: no count limit */
+}
+
+/* --- resolving the launch entry point ------------------------------------------------------ */
+
+static void *driver_handle(void)
+{
+    void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL)
+        fprintf(stderr, "tenant: dlopen(libcuda.so.1): %s\n", dlerror());
+    return handle;
+}
+
+static void *resolve_procaddr(const struct tenant *t, const struct api_info *info, int v2)
+{
+    void *handle = driver_handle();
+    if (handle == NULL)
+        return NULL;
+    int version = t->procaddr_version ? t->procaddr_version : (t->ptsz ? info->version_ptsz : info->version);
+    cuuint64_t flags = t->ptsz ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT;
+    void *fn = NULL;
+    CUresult r;
+    if (v2) {
+        PFN_cuGetProcAddress_v12000 gpa = (PFN_cuGetProcAddress_v12000)dlsym(handle, "cuGetProcAddress_v2");
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+        void *again = NULL; /* cudart re-resolves the resolver through itself */
+        if (gpa == NULL || gpa("cuGetProcAddress", &again, 12000, 0, &status) != CUDA_SUCCESS || again == NULL)
+            return NULL;
+        gpa = (PFN_cuGetProcAddress_v12000)again;
+        r = gpa(info->base, &fn, version, flags, &status);
+        if (r != CUDA_SUCCESS)
+            fprintf(stderr, "tenant: cuGetProcAddress_v2(%s, %d): error %d, status %d\n", info->base, version,
+                    (int)r, (int)status);
+    } else {
+        PFN_cuGetProcAddress_v11030 gpa = (PFN_cuGetProcAddress_v11030)dlsym(handle, "cuGetProcAddress");
+        void *again = NULL;
+        if (gpa == NULL || gpa("cuGetProcAddress", &again, 11030, 0) != CUDA_SUCCESS || again == NULL)
+            return NULL;
+        gpa = (PFN_cuGetProcAddress_v11030)again;
+        r = gpa(info->base, &fn, version, flags);
+        if (r != CUDA_SUCCESS)
+            fprintf(stderr, "tenant: cuGetProcAddress(%s, %d): error %d\n", info->base, version, (int)r);
+    }
+    return r == CUDA_SUCCESS ? fn : NULL;
+}
+
+static void *resolve(const struct tenant *t)
+{
+    const struct api_info *info = &apis[t->api];
+    const char *symbol = t->ptsz ? info->symbol_ptsz : info->symbol;
+    void *handle;
+    switch (t->path) {
+    case PATH_LINKED: return t->ptsz ? info->linked_ptsz : info->linked;
+    case PATH_DLSYM: return (handle = driver_handle()) != NULL ? dlsym(handle, symbol) : NULL;
+    case PATH_RTLD_DEFAULT: return dlsym(RTLD_DEFAULT, symbol);
+    case PATH_RTLD_NEXT: return dlsym(RTLD_NEXT, symbol);
+    case PATH_PROCADDR_LEGACY: return resolve_procaddr(t, info, 0);
+    case PATH_PROCADDR_V2: return resolve_procaddr(t, info, 1);
+    }
+    return NULL;
+}
+
+/* --- setup -------------------------------------------------------------------------------- */
+
+#define SETUP(call)                                                                                \
+    do {                                                                                           \
+        CUresult setup_result = (call);                                                            \
+        if (setup_result != CUDA_SUCCESS) {                                                        \
+            fprintf(stderr, "tenant: %s failed: %s\n", #call, error_name(setup_result));           \
+            return -1;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+static int build_graph(struct tenant *t)
+{
+    CUgraph graph;
+    SETUP(cuGraphCreate(&graph, 0));
+    unsigned long long us = t->duration_us;
+    void *params[] = {&us};
+    CUDA_KERNEL_NODE_PARAMS node_params = {.func = t->func, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+                                           .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1,
+                                           .kernelParams = params};
+    CUgraphNode previous = NULL, node;
+    for (int i = 0; i < t->graph_nodes; i++) {
+        SETUP(cuGraphAddKernelNode(&node, graph, previous ? &previous : NULL, previous ? 1 : 0, &node_params));
+        previous = node;
+    }
+    SETUP(cuGraphInstantiate(&t->exec, graph, 0));
+    SETUP(cuGraphDestroy(graph));
+    return 0;
+}
+
+static int setup(struct tenant *t)
+{
+    CUdevice dev;
+    CUmodule module;
+    SETUP(cuInit(0));
+    SETUP(cuDeviceGet(&dev, 0));
+#if CUDA_VERSION >= 13000
+    SETUP(cuCtxCreate(&t->ctx, NULL, 0, dev)); /* _v4 in 13.x headers (pitfall 5) */
+#else
+    SETUP(cuCtxCreate(&t->ctx, 0, dev)); /* _v2 in 12.x headers */
+#endif
+    SETUP(cuModuleLoadData(&module, "FAKECUBIN tenant"));
+    SETUP(cuModuleGetFunction(&t->func, module, "spin"));
+    return t->api == API_GRAPH ? build_graph(t) : 0;
+}
+
+/* --- launching ---------------------------------------------------------------------------- */
+
+static CUresult launch_once(const struct tenant *t)
+{
+    unsigned long long us = t->duration_us;
+    void *params[] = {&us};
+    switch (t->api) {
+    case API_KERNEL:
+        return ((PFN_cuLaunchKernel_v4000)t->launch_fn)(t->func, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL);
+    case API_EX: {
+        CUlaunchConfig config = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1,
+                                 .blockDimZ = 1};
+        return ((PFN_cuLaunchKernelEx_v11060)t->launch_fn)(&config, t->func, params, NULL);
+    }
+    case API_COOP:
+        return ((PFN_cuLaunchCooperativeKernel_v9000)t->launch_fn)(t->func, 1, 1, 1, 32, 1, 1, 0, NULL, params);
+    case API_GRAPH:
+        return ((PFN_cuGraphLaunch_v10000)t->launch_fn)(t->exec, NULL);
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* May this thread launch once more? Sleeps through burst off-periods. */
+static int next_launch(struct tenant *t, uint64_t *burst_start)
+{
+    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
+        return 0;
+    if (t->burst_on_ms > 0 && now_ns() - *burst_start >= (uint64_t)(t->burst_on_ms * 1e6)) {
+        sleep_until(now_ns() + (uint64_t)(t->burst_off_ms * 1e6));
+        *burst_start = now_ns();
+    }
+    if (t->seconds > 0 && now_ns() >= t->end_ns)
+        return 0;
+    return t->launches == 0 || __atomic_fetch_add(&t->issued, 1, __ATOMIC_RELAXED) < t->launches;
+}
+
+static void *worker(void *arg)
+{
+    struct tenant *t = arg;
+    if (cuCtxSetCurrent(t->ctx) != CUDA_SUCCESS)
+        return NULL;
+    uint64_t burst_start = now_ns();
+    while (next_launch(t, &burst_start)) {
+        CUresult r = launch_once(t);
+        if (r == CUDA_SUCCESS) {
+            __atomic_fetch_add(&t->ok, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        __atomic_fetch_add(&t->errors, 1, __ATOMIC_RELAXED);
+        int none = 0;
+        __atomic_compare_exchange_n(&t->first_error, &none, (int)r, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        if (!t->keep_going)
+            __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static double run(struct tenant *t)
+{
+    if (t->start_at_ns > now_ns())
+        sleep_until(t->start_at_ns);
+    uint64_t start = now_ns();
+    t->end_ns = start + (uint64_t)(t->seconds * 1e9);
+    pthread_t threads[64];
+    int started = 0;
+    for (; started < t->threads && started < 64; started++)
+        if (pthread_create(&threads[started], NULL, worker, t) != 0)
+            break;
+    for (int i = 0; i < started; i++)
+        pthread_join(threads[i], NULL);
+    return (double)(now_ns() - start) / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    struct tenant t;
+    parse_options(argc, argv, &t);
+    if (setup(&t) != 0)
+        return 1;
+    CUdeviceptr memory = 0;
+    CUresult alloc_error = t.alloc_mb ? cuMemAlloc(&memory, (size_t)t.alloc_mb << 20) : CUDA_SUCCESS;
+    t.launch_fn = resolve(&t);
+    double elapsed = t.launch_fn != NULL ? run(&t) : 0.0;
+    printf("{\"pid\": %d, \"api\": \"%s\", \"path\": \"%s\", \"ptsz\": %s, \"threads\": %d, \"launches\": %ld, "
+           "\"errors\": %ld, \"first_error\": %d, \"first_error_name\": \"%s\", \"alloc_error\": %d, "
+           "\"resolved\": %s, \"elapsed_s\": %.6f}\n",
+           (int)getpid(), apis[t.api].option, paths[t.path], t.ptsz ? "true" : "false", t.threads, t.ok, t.errors,
+           t.first_error, t.first_error ? error_name(t.first_error) : "", (int)alloc_error,
+           t.launch_fn ? "true" : "false", elapsed);
+    fflush(stdout);
+    if (memory != 0)
+        cuMemFree(memory);
+    if (t.launch_fn == NULL)
+        return 3;
+    return t.errors > 0 ? 2 : 0;
+}
