@@ -6,9 +6,12 @@ GPU, and never more than its *limit*, also when it is alone. The rules (DESIGN Â
 FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
 
 - a client's usage is the time its grants overlap ``[now - W, now]``; when it asks again
-  it reports the time it really used of its last grant, and the grant is cut to that;
-- a client is eligible while ``limit*W - usage`` leaves room for a useful token
-  (``min_token``, or the whole limit if that is smaller); a limit of 1 never throttles;
+  it reports the time it really used since its last grant started, and the grant is set to
+  that: idle time is credited back, a kernel that ran past the token's end is charged;
+- a client is eligible while ``limit*W - usage`` is at least half a minimum token; its token
+  is never shorter than ``min_token`` (or the whole limit if that is smaller), so the window's
+  usage swings within half a minimum token around the limit and averages to it; a limit of
+  1 never throttles;
 - eligible clients below their request go first, most starved first (largest unmet
   fraction of the request), then the others by least usage; ties by arrival;
 - several clients hold tokens at once only while their SM partitions sum to <= 100 % and
@@ -16,8 +19,8 @@ FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
 - if a client below its request cannot be granted because the SMs are taken, nobody behind
   it gets a new token: the GPU drains to it within one token length, so bursting clients
   cannot starve it;
-- a token lasts ``max(request*W, min_token)`` but never past the client's remaining limit
-  budget in the window.
+- a token lasts ``max(request*W, min_token)`` but no longer than the client's remaining limit
+  budget in the window (and at least ``min_token``, see above).
 
 Pure: time is an argument (nanoseconds from any monotonic origin); the caller owns clocks,
 sockets and timers. Deterministic for equal inputs.
@@ -80,7 +83,7 @@ class _Client:
         self.history.append((start, end))
         self.history_ns += end - start
 
-    def cut_last_grant(self, end: int) -> None:
+    def set_last_grant_end(self, end: int) -> None:
         start, old_end = self.history[-1]
         self.history[-1] = (start, end)
         self.history_ns -= old_end - end
@@ -151,11 +154,13 @@ class GpuArbiter:
             state.waiting_since = now_ns
 
     def release(self, client: ClientId, now_ns: int, used_ns: int) -> None:
-        """End the client's current token early: it used ``used_ns`` of it (its SMs free up)."""
+        """The client is done with its current token and used ``used_ns`` of GPU time from its
+        start (its SMs free up). Less than the token is credited back; more (a launch that ran
+        past the token's end) is charged, never past ``now``."""
         state = self._client(client)
         if state.history:
-            start, end = state.history[-1]
-            state.cut_last_grant(min(end, start + max(used_ns, 0), max(now_ns, start)))
+            start, _ = state.history[-1]
+            state.set_last_grant_end(max(start, min(start + max(used_ns, 0), now_ns)))
         state.holding_until = None
 
     def is_waiting(self, client: ClientId) -> bool:
@@ -223,8 +228,8 @@ class GpuArbiter:
                 continue
             usage = state.usage(now_ns, self.window_ns)
             limit = self._limit_ns(state.share)
-            need = min(self.min_token_ns, limit)
-            if state.share.limit_permille < keys.TIME_UNITS and limit - usage < need:
+            need = min(self.min_token_ns, limit) // 2
+            if state.share.limit_permille < keys.TIME_UNITS and limit - usage < max(need, 1):
                 wake_candidates.append(_when_usage_at_most(state.history, limit - need, now_ns, self.window_ns))
                 continue
             request = self._request_ns(state.share)
@@ -246,7 +251,8 @@ class GpuArbiter:
         base = max(self._request_ns(share), self.min_token_ns)
         if share.limit_permille >= keys.TIME_UNITS:
             return base  # an uncapped client
-        return max(1, min(base, self._limit_ns(share) - usage))
+        limit = self._limit_ns(share)
+        return max(min(base, limit - usage), min(self.min_token_ns, limit))
 
 
 def _usage(history: deque[tuple[int, int]], now_ns: int, window_ns: int) -> int:

@@ -70,6 +70,7 @@ class _Pod:
     queue: deque[_Connection] = attrs.field(factory=deque)  # connections waiting for the pod's token
     holder: _Connection | None = None
     granted_at: int = 0
+    token_ns: int = 0  # length of the token the holder was given
 
 
 class ArbiterServer:
@@ -201,11 +202,11 @@ class ArbiterServer:
         arbiter = self._arbiters[connection.gpu]
         now = self._clock()
         connection.pending_request = request_id
-        if pod.holder is connection:
-            pod.holder = None
-            arbiter.release(connection.pod, now, used_ns)
         if connection not in pod.queue:
             pod.queue.append(connection)
+        if pod.holder is connection:  # it reports what it used of its token, and asks again
+            pod.holder = None
+            arbiter.request(connection.pod, now, used_ns)
         self._pump(connection.gpu)
 
     def _memory(self, connection: _Connection, frame: Frame) -> None:
@@ -238,9 +239,10 @@ class ArbiterServer:
         pod.memory.release_process(connection)
         if connection in pod.queue:
             pod.queue.remove(connection)
-        if pod.holder is connection:
+        if pod.holder is connection:  # it cannot report its use: charge the time held, at most the token
             pod.holder = None
-            arbiter.release(connection.pod, self._clock(), self._clock() - pod.granted_at)
+            now = self._clock()
+            arbiter.release(connection.pod, now, min(now - pod.granted_at, pod.token_ns))
         if not pod.connections:
             del self._pods[key]
             arbiter.remove_client(connection.pod)
@@ -255,14 +257,16 @@ class ArbiterServer:
         for (pod_gpu, pod_key), pod in self._pods.items():
             if pod_gpu != gpu or not pod.queue or arbiter.is_waiting(pod_key):
                 continue
+            # Another process of the pod waits: the pod asks again once the holder's token is over
+            # (the silent holder is charged its whole token).
             holding = arbiter.holding_until(pod_key)
-            if pod.holder is None or (holding is not None and holding <= now):
-                arbiter.request(pod_key, now, now - pod.granted_at)
+            if pod.holder is None or holding is None or holding <= now:
+                arbiter.request(pod_key, now, pod.token_ns)
         decision = arbiter.schedule(now)
         for grant in decision.grants:
             pod = self._pods[(gpu, str(grant.client))]
             connection = pod.queue.popleft()
-            pod.holder, pod.granted_at = connection, now
+            pod.holder, pod.granted_at, pod.token_ns = connection, now, grant.token_ns
             request_id, connection.pending_request = connection.pending_request or 0, None
             connection.send(MessageType.TOKEN | protocol.REPLY_BIT, request_id, protocol.encode_u64(grant.token_ns))
         self._arm(gpu, decision.wake_at_ns, now)

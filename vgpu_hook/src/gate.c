@@ -98,8 +98,10 @@ static CUresult renew_locked(void)
     char err[320];
     if (g.link == LINK_UNCONNECTED && connect_locked(err, sizeof err) != 0)
         return fail_locked(err);
-    if (g.cfg->sync_at_token_end && fgs_quota_granted(&g.quota))
+    if (g.cfg->sync_at_token_end && fgs_quota_active(&g.quota)) {
         sync_before_return_locked();
+        fgs_quota_note_activity(&g.quota); /* the token's work ran until now */
+    }
     uint64_t used_ns = fgs_quota_used_ns(&g.quota), token_ns;
     if (fgs_client_token(&g.client, used_ns, &token_ns, err, sizeof err) != 0)
         return fail_locked(err);
@@ -125,6 +127,11 @@ CUresult fgs_gate_enter(void)
     if (fgs_quota_valid(&g.quota))
         return CUDA_SUCCESS;
     return renew();
+}
+
+void fgs_gate_leave(void)
+{
+    fgs_quota_note_activity(&g.quota);
 }
 
 void fgs_gate_after_fork_child(void)

@@ -27,6 +27,9 @@ void fgs_gate_configure(const struct fgs_config *cfg);
 /* CUDA_SUCCESS when the caller holds a valid token (getting one if needed), else FGS_GATE_REFUSED. */
 CUresult fgs_gate_enter(void);
 
+/* A launch that passed the gate has returned from the driver: its time counts as used. */
+void fgs_gate_leave(void);
+
 /* fork() child handler: the child gets its own connection and token on its first launch. */
 void fgs_gate_after_fork_child(void);
 

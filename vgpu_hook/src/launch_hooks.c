@@ -1,6 +1,7 @@
 /*
- * launch_hooks.c: the exported launch wrappers. Each passes the time-token gate (gate.h) and
- * forwards to the real driver function of exactly the same ABI; nothing else. Their prototypes
+ * launch_hooks.c: the exported launch wrappers. Each passes the time-token gate (gate.h),
+ * forwards to the real driver function of exactly the same ABI and tells the gate when the call
+ * returned (the token's used time); nothing else. Their prototypes
  * are cuda.h's own (see entry.h), so a wrapper that drifted from its ABI would not compile.
  * Rows of hooked_symbols.def: cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and
  * cuGraphLaunch, each also as the per-thread-default-stream _ptsz variant.
@@ -8,7 +9,8 @@
 #include "entry.h"
 #include "gate.h"
 
-/* Gate, then forward; a driver without this entry point gets CUDA_ERROR_NOT_FOUND. */
+/* Gate, forward, note when the call returned; a driver without this entry point gets
+ * CUDA_ERROR_NOT_FOUND. */
 #define GATE_THEN_FORWARD(symbol, ...)                                                             \
     do {                                                                                           \
         CUresult gate_result = fgs_gate_enter();                                                   \
@@ -16,7 +18,9 @@
             return gate_result;                                                                    \
         if (fgs_real.symbol == NULL)                                                               \
             return CUDA_ERROR_NOT_FOUND;                                                           \
-        return fgs_real.symbol(__VA_ARGS__);                                                       \
+        CUresult launch_result = fgs_real.symbol(__VA_ARGS__);                                     \
+        fgs_gate_leave();                                                                          \
+        return launch_result;                                                                      \
     } while (0)
 
 FGS_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,

@@ -30,13 +30,28 @@ bool fgs_quota_granted(const struct fgs_quota *q)
     return q->granted;
 }
 
+void fgs_quota_note_activity(struct fgs_quota *q)
+{
+    uint64_t now = q->clock(q->clock_ctx);
+    uint64_t seen = __atomic_load_n(&q->active_until_ns, __ATOMIC_RELAXED);
+    while (seen < now &&
+           !__atomic_compare_exchange_n(&q->active_until_ns, &seen, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ; /* another thread noted a time: keep the later one */
+}
+
+bool fgs_quota_active(const struct fgs_quota *q)
+{
+    return q->granted && __atomic_load_n(&q->active_until_ns, __ATOMIC_RELAXED) > q->grant_ns;
+}
+
 uint64_t fgs_quota_used_ns(const struct fgs_quota *q)
 {
-    if (!q->granted)
+    if (!fgs_quota_active(q))
         return 0;
     uint64_t now = q->clock(q->clock_ctx);
-    uint64_t held = now > q->grant_ns ? now - q->grant_ns : 0;
-    return held < q->token_ns ? held : q->token_ns;
+    uint64_t active = __atomic_load_n(&q->active_until_ns, __ATOMIC_RELAXED);
+    uint64_t end = active < now ? active : now;
+    return end - q->grant_ns;
 }
 
 void fgs_quota_grant(struct fgs_quota *q, uint64_t token_ns)
@@ -52,6 +67,7 @@ void fgs_quota_grant(struct fgs_quota *q, uint64_t token_ns)
 void fgs_quota_reset(struct fgs_quota *q)
 {
     __atomic_store_n(&q->deadline_ns, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&q->active_until_ns, 0, __ATOMIC_RELAXED);
     q->grant_ns = 0;
     q->token_ns = 0;
     q->granted = false;

@@ -2,9 +2,12 @@
  * quota.h: the time token a process holds, and what it reports when it gives the token back.
  * Pure bookkeeping: no CUDA, no I/O; the clock is injected (tests/test_quota.c drives it).
  *
- * A token granted at g for t ns is valid while g <= now < g + t. When it is returned the
- * process reports used_ns = min(now - g, t): the GPU time it could have used (on a real GPU
- * the hook cannot see kernel time cheaply, so the whole held span is charged, capped at t).
+ * A token granted at g for t ns is valid while g <= now < g + t. Every gated launch notes
+ * when it returned (fgs_quota_note_activity; after the real call, so a synchronous launch's
+ * end or, with FASTGSHARE_SYNC_AT_TOKEN_END, the sync that drained the token's work). When
+ * the token is returned the process reports used_ns = (last activity - g), at most now - g:
+ * a launch that ran past the token's end is charged in full (the arbiter counts the overrun
+ * against the pod's limit), and a token left idle is credited back.
  *
  * Thread safety: fgs_quota_valid may run on any thread without a lock (one clock read, one
  * atomic acquire load; a grant publishes with release). Every other call must be serialised
@@ -25,6 +28,7 @@ struct fgs_quota {
     uint64_t grant_ns;
     uint64_t token_ns;
     bool granted; /* a token was granted since init/reset (so there is one to return) */
+    uint64_t active_until_ns; /* atomic: when the last gated launch (or sync) returned; 0 = never */
 };
 
 /* CLOCK_MONOTONIC (vDSO, no syscall); ctx is unused. */
@@ -38,7 +42,14 @@ bool fgs_quota_valid(const struct fgs_quota *q);
 /* A token was granted since init or the last reset. */
 bool fgs_quota_granted(const struct fgs_quota *q);
 
-/* What to report when returning the current token: min(now - grant, token); 0 with none. */
+/* A launch (or a sync) under the current token returned now. Lock-free, any thread. */
+void fgs_quota_note_activity(struct fgs_quota *q);
+
+/* Something was launched under the current token. */
+bool fgs_quota_active(const struct fgs_quota *q);
+
+/* What to report when returning the current token: last activity - grant, at most now - grant;
+ * 0 with no token or no activity under it. */
 uint64_t fgs_quota_used_ns(const struct fgs_quota *q);
 
 /* Starts a token of token_ns from now (a 0 ns token is granted but never valid). */

@@ -57,18 +57,39 @@ static void test_token_valid_until_grant_plus_length(void)
     CHECK(!fgs_quota_valid(&q));
 }
 
-static void test_used_is_held_time_capped_at_the_token(void)
+static void test_used_runs_to_the_last_activity_overruns_included(void)
 {
     struct fake_clock clock = {1000};
     struct fgs_quota q;
     fgs_quota_init(&q, fake_now, &clock);
     fgs_quota_grant(&q, 500);
     set_now(&clock, 1200);
-    CHECK(fgs_quota_used_ns(&q) == 200);
-    set_now(&clock, 1500);
-    CHECK(fgs_quota_used_ns(&q) == 500);
-    set_now(&clock, 900000); /* idle long after expiry: still only the token is charged */
-    CHECK(fgs_quota_used_ns(&q) == 500);
+    CHECK(!fgs_quota_active(&q));
+    CHECK(fgs_quota_used_ns(&q) == 0); /* nothing launched yet */
+    fgs_quota_note_activity(&q);
+    CHECK(fgs_quota_active(&q));
+    set_now(&clock, 1400);
+    CHECK(fgs_quota_used_ns(&q) == 200); /* idle since 1200: credited back */
+    set_now(&clock, 1700);
+    fgs_quota_note_activity(&q); /* a launch that ran past the token's end at 1500 */
+    set_now(&clock, 900000);
+    CHECK(fgs_quota_used_ns(&q) == 700); /* the overrun is charged, the idle time after it is not */
+}
+
+static void test_activity_before_a_grant_does_not_count(void)
+{
+    struct fake_clock clock = {1000};
+    struct fgs_quota q;
+    fgs_quota_init(&q, fake_now, &clock);
+    fgs_quota_grant(&q, 100);
+    set_now(&clock, 1050);
+    fgs_quota_note_activity(&q);
+    set_now(&clock, 2000);
+    fgs_quota_grant(&q, 100);
+    CHECK(!fgs_quota_active(&q));
+    CHECK(fgs_quota_used_ns(&q) == 0);
+    fgs_quota_reset(&q);
+    CHECK(!fgs_quota_active(&q));
 }
 
 static void test_regrant_restarts_from_now(void)
@@ -82,6 +103,7 @@ static void test_regrant_restarts_from_now(void)
     fgs_quota_grant(&q, 300);
     CHECK(fgs_quota_valid(&q));
     set_now(&clock, 5100);
+    fgs_quota_note_activity(&q);
     CHECK(fgs_quota_used_ns(&q) == 100);
     set_now(&clock, 5300);
     CHECK(!fgs_quota_valid(&q));
@@ -176,7 +198,8 @@ int main(void)
 {
     test_no_token_before_the_first_grant();
     test_token_valid_until_grant_plus_length();
-    test_used_is_held_time_capped_at_the_token();
+    test_used_runs_to_the_last_activity_overruns_included();
+    test_activity_before_a_grant_does_not_count();
     test_regrant_restarts_from_now();
     test_zero_token_is_granted_but_never_valid();
     test_huge_token_saturates_instead_of_wrapping();

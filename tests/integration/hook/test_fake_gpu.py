@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fastgshare_cli.fake_gpu import ProcRecord, read_state, sample_state
 from tests.integration.hook.fake_arbiter import wait_until
-from tests.integration.hook.fake_gpu_reader import ProcRecord, read_state, sample_state
 from tests.integration.hook.tenants import Build, finish_tenant, run_tenant, start_tenant
 
 MS = 1_000_000

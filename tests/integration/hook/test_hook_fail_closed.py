@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fastgshare.protocol import ErrorCode, ErrorReply
+from fastgshare_cli.fake_gpu import read_state
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
-from tests.integration.hook.fake_gpu_reader import read_state
 from tests.integration.hook.tenants import Build, TenantResult, finish_tenant, run_tenant, start_tenant
 
 StartArbiter = Callable[[Script], FakeArbiter]
