@@ -88,6 +88,7 @@ class Sandbox:
     build: HookBuild
     workdir: Path
     arbiter: subprocess.Popen[str] | None
+    mps: bool = True
     tenants: dict[str, subprocess.Popen[str]] = attrs.field(factory=dict)
     pids: dict[str, int] = attrs.field(factory=dict)
 
@@ -145,11 +146,9 @@ class Sandbox:
     def _tenant_env(self, spec: TenantSpec, hook: bool) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("FASTGSHARE_") and k not in ("LD_PRELOAD", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}
-        env.update({
-            "LD_LIBRARY_PATH": str(self.build.fake_driver_dir),
-            "FASTGSHARE_FAKE_GPU_DIR": str(self.gpu_dir),
-            keys.ENV_MPS_THREAD_PERCENTAGE: str(spec.sm),
-        })
+        env.update({"LD_LIBRARY_PATH": str(self.build.fake_driver_dir), "FASTGSHARE_FAKE_GPU_DIR": str(self.gpu_dir)})
+        if self.mps:  # without MPS a kernel has the whole GPU
+            env[keys.ENV_MPS_THREAD_PERCENTAGE] = str(spec.sm)
         if hook:
             env.update({keys.ENV_LD_PRELOAD: str(self.build.hook), keys.ENV_ARBITER_SOCKET: str(self.socket),
                         keys.ENV_POD: spec.pod, keys.ENV_GPU_UUID: GPU_UUID})
@@ -164,7 +163,7 @@ def sandbox(build: HookBuild, specs: Sequence[TenantSpec], *, mps: bool = True, 
         workdir = Path(directory)
         (workdir / "gpu").mkdir()
         process = _start_arbiter(workdir, specs, mps, window_ms, min_token_ms) if arbiter else None
-        box = Sandbox(build, workdir, process)
+        box = Sandbox(build, workdir, process, mps)
         try:
             yield box
         finally:
