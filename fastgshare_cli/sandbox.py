@@ -114,6 +114,16 @@ class Sandbox:
             self.tenants[spec.name], self.pids[spec.name] = process, process.pid
         return start_at
 
+    def run_tenant(self, spec: TenantSpec, *args: str, hook: bool = True, timeout_s: float = 120) -> dict[str, object]:
+        """Run one tenant with its own arguments to the end; its JSON summary."""
+        result = subprocess.run([str(self.build.tenant), *args], capture_output=True, text=True, timeout=timeout_s,
+                                env=self._tenant_env(spec, hook), check=False)
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines:
+            raise SandboxError(f"tenant {spec.name} failed (exit {result.returncode}): {result.stderr.strip()[-500:]}")
+        summary: dict[str, object] = json.loads(lines[-1])
+        return summary
+
     def sample(self) -> FakeGpuSnapshot | None:
         return sample_state(self.gpu_dir)
 

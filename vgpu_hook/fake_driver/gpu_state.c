@@ -11,8 +11,8 @@
  *
  * Dead processes: a process killed while it holds SM units or memory (SIGKILL mid-kernel) is
  * reaped by the next process that attaches or that waits for SM units (every 50 ms while it
- * waits): a slot whose pid is gone (kill(pid, 0) fails with ESRCH) gives its units and bytes
- * back. All tenants of one fake GPU must therefore share a PID namespace. A process that dies
+ * waits): a slot whose pid is gone (kill(pid, 0) fails with ESRCH, or it is a zombie) gives
+ * its units and bytes back. All tenants of one fake GPU must therefore share a PID namespace. A process that dies
  * holding the lock itself is recovered through the robust mutex (EOWNERDEAD): the totals are
  * recomputed from the live slots.
  *
@@ -72,9 +72,22 @@ static void write_end(struct fake_gpu_state *s)
     __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
 }
 
+/* A process is gone once it has exited, reaped or not: a real driver frees a process's GPU
+ * resources when it exits, not when its parent waits for it. So a zombie counts as gone. */
 static bool pid_gone(pid_t pid)
 {
-    return kill(pid, 0) != 0 && errno == ESRCH;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return true;
+    char path[64], stat[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *file = fopen(path, "r");
+    if (file == NULL)
+        return false; /* no /proc: trust kill() */
+    size_t length = fread(stat, 1, sizeof stat - 1, file);
+    fclose(file);
+    stat[length] = '\0';
+    const char *after_name = strrchr(stat, ')'); /* "pid (comm) S ...": comm may contain spaces */
+    return after_name != NULL && after_name[1] == ' ' && (after_name[2] == 'Z' || after_name[2] == 'X');
 }
 
 /* Gives back everything a slot holds and marks it exited. Lock held, inside a write section. */

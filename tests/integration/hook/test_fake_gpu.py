@@ -129,6 +129,18 @@ def test_a_killed_tenant_gives_back_its_sm_units_and_memory(build: Build, gpu_di
     assert (state.sm_free, state.mem_used, state.running_kernels) == (100, 0, 0)
 
 
+def test_a_killed_tenant_not_yet_reaped_by_its_parent_is_gone_too(build: Build, gpu_dir: Path) -> None:
+    # A real driver frees a process's GPU when it exits, not when its parent waits for it.
+    victim = start_tenant(build, gpu_dir, "--launches", "1", "--duration-us", "5000000", hook=False)
+    assert wait_until(lambda: (state := sample_state(gpu_dir)) is not None and state.running_kernels == 1)
+    os.kill(victim.pid, signal.SIGKILL)
+    try:
+        survivor = run_tenant(build, gpu_dir, "--launches", "2", "--duration-us", "1000", hook=False, timeout_s=5)
+        assert survivor.returncode == 0, survivor.stderr
+    finally:
+        victim.wait(timeout=5)
+
+
 def test_the_mps_percentage_sets_the_sm_units(build: Build, gpu_dir: Path) -> None:
     result = run_tenant(build, gpu_dir, "--launches", "1", hook=False, env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30"})
     assert read_state(gpu_dir).by_pid(result.summary["pid"]).sm_units == 30
