@@ -4,6 +4,7 @@
   files and print it, or every problem found (exit status 1 if any).
 - ``fastgshare pack --gpu MODEL FILE...``: place a workload onto as few GPUs as the ledger
   allows and print the placement.
+- ``fastgshare demo``: tenants sharing one simulated GPU under the real hook and arbiter.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fastgshare.placement import DEFAULT_POLICY, Policy, parse_policy
 from fastgshare.quantity import format_bytes
 from fastgshare.share import ShareSpec, format_fraction
 from fastgshare.workload import ManifestShare, WorkloadItem, manifest_shares, parse_workload_list
+from fastgshare_cli.demo import TENANT_HELP, demo_main
 from fastgshare_cli.documents import DocumentError, load_documents
 
 EXIT_OK, EXIT_INVALID = 0, 1
@@ -59,6 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
                       help="pods one GPU may hold (default: %(default)s)")
     pack.add_argument("-o", "--output", choices=["table", "json"], default="table",
                       help="output format (default: %(default)s)")
+
+    demo = commands.add_parser(
+        "demo", help="three tenants sharing one simulated GPU under the real hook and arbiter",
+        description="Build the C hook and a fake GPU driver, start the arbiter, run tenants under the hook "
+                    "and show configured versus achieved share of GPU time, live. Needs a checkout of "
+                    "the project (it builds vgpu_hook/) and gcc/make.")
+    demo.add_argument("--seconds", type=float, default=15, help="how long the tenants run (default: %(default)s)")
+    demo.add_argument("--tenant", action="append", metavar="SPEC", dest="tenants",
+                      help=f"a tenant {TENANT_HELP}; repeat for more (default: three built-in tenants)")
+    demo.add_argument("--plot", metavar="FILE", help="write a PNG of each tenant's share over time")
     return parser
 
 
@@ -68,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     errors = Console(stderr=True, soft_wrap=True)
     if args.command == "check":
         return run_check(args.files, console, errors)
+    if args.command == "demo":
+        return demo_main(args.tenants, args.seconds, args.plot, console, errors)
     return run_pack(args, console, errors)
 
 

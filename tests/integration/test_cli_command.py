@@ -40,3 +40,27 @@ def test_check_from_stdin_fails_on_an_invalid_share() -> None:
                             timeout=120, check=False)
     assert result.returncode == 1
     assert "fastgshare/gpu_quota_request: is required" in result.stderr
+
+
+def test_demo_runs_three_tenants_and_writes_a_plot(tmp_path: Path) -> None:
+    plot = tmp_path / "demo.png"
+    result = subprocess.run([*_command(), "demo", "--seconds", "3", "--plot", str(plot)], cwd=REPO,
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "achieved share of GPU time (measured by the fake GPU)" in result.stdout
+    for tenant in ("resnet", "bert", "bursty"):
+        assert tenant in result.stdout
+    assert "above its limit" not in result.stdout
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tenant", "x:0.9:0.5:50"], "need a name, 0 <= request <= limit <= 1"),
+    (["--tenant", "x:a:b:c"], "must be numbers"),
+    (["--tenant", "nocolons"], "is malformed; allowed: NAME:REQUEST:LIMIT:SM"),
+    (["--seconds", "1"], "--seconds must be at least 2"),
+])
+def test_demo_rejects_bad_arguments_clearly(args: list[str], message: str) -> None:
+    result = subprocess.run([*_command(), "demo", *args], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1
+    assert message in result.stderr
