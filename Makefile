@@ -41,6 +41,9 @@ unit: install
 
 bench: install
 	$(BIN)/python -m bench.packing
+	$(BIN)/python -m bench.isolation
+	$(BIN)/python -m bench.hook_overhead
+	$(BIN)/python -m bench.arbiter
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
