@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-import yaml
 
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import PodShare, StaticShares
@@ -39,8 +38,10 @@ class SharesFileError(Exception):
 
 def load_shares(path: Path) -> tuple[dict[str, GpuSettings], dict[str, PodShare]]:
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+        text = path.read_text()
+        # JSON needs nothing but the standard library (the GPU benchmark machine has no PyYAML).
+        data = json.loads(text) if path.suffix == ".json" else _load_yaml(text)
+    except (OSError, ValueError) as error:
         raise SharesFileError(f"{path}: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("gpus"), list) or not isinstance(data.get("pods"), list):
         raise SharesFileError(f"{path}: expected a mapping with 'gpus' and 'pods' lists")
@@ -60,6 +61,15 @@ def load_shares(path: Path) -> tuple[dict[str, GpuSettings], dict[str, PodShare]
         pods[entry["pod"]] = PodShare(entry["gpu"], TimeShare(share.request_permille, share.limit_permille,
                                                               share.sm_percent), share.memory_bytes)
     return gpus, pods
+
+
+def _load_yaml(text: str) -> object:
+    import yaml  # noqa: PLC0415 - optional here: JSON shares files need no YAML parser
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(str(error)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
