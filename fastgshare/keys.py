@@ -59,6 +59,13 @@ ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 ENV_ARBITER_SOCKET: Final = "FASTGSHARE_ARBITER_SOCKET"
 ENV_POD: Final = "FASTGSHARE_POD"  # "<namespace>/<name>", for logs and the trusted-env demo mode
 ENV_GPU_UUID: Final = "FASTGSHARE_GPU_UUID"
+# Settings the hook reads (all optional): see vgpu_hook/README.md.
+ENV_HOOK_SYNC_AT_TOKEN_END: Final = "FASTGSHARE_SYNC_AT_TOKEN_END"
+ENV_HOOK_REPLY_TIMEOUT_MS: Final = "FASTGSHARE_HOOK_REPLY_TIMEOUT_MS"
+ENV_HOOK_LOG: Final = "FASTGSHARE_HOOK_LOG"
+# The fake GPU driver of the tests and the demo: its shared device directory and memory size.
+ENV_FAKE_GPU_DIR: Final = "FASTGSHARE_FAKE_GPU_DIR"
+ENV_FAKE_GPU_MEMORY: Final = "FASTGSHARE_FAKE_GPU_MEMORY"
 
 # --- paths inside GPU containers (the node agent mounts host paths there) --------------
 CONTAINER_HOOK_PATH: Final = "/usr/local/fastgshare/lib/libfastgshare-hook.so"

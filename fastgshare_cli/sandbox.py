@@ -156,7 +156,7 @@ class Sandbox:
     def _tenant_env(self, spec: TenantSpec, hook: bool) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("FASTGSHARE_") and k not in ("LD_PRELOAD", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}
-        env.update({"LD_LIBRARY_PATH": str(self.build.fake_driver_dir), "FASTGSHARE_FAKE_GPU_DIR": str(self.gpu_dir)})
+        env.update({"LD_LIBRARY_PATH": str(self.build.fake_driver_dir), keys.ENV_FAKE_GPU_DIR: str(self.gpu_dir)})
         if self.mps:  # without MPS a kernel has the whole GPU
             env[keys.ENV_MPS_THREAD_PERCENTAGE] = str(spec.sm)
         if hook:
