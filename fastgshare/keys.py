@@ -24,6 +24,8 @@ GPU_SM_PARTITION: Final = f"{ANNOTATION_PREFIX}gpu_sm_partition"
 GPU_MEM: Final = f"{ANNOTATION_PREFIX}gpu_mem"
 SHARE_ANNOTATIONS: Final = (GPU_QUOTA_REQUEST, GPU_QUOTA_LIMIT, GPU_SM_PARTITION, GPU_MEM)
 
+# Optional: the containers that use the GPU, comma-separated names (default: all containers).
+GPU_CONTAINERS_ANNOTATION: Final = f"{ANNOTATION_PREFIX}gpu_containers"
 # Optional per-pod override of the extender's placement policy ("binpack" or "spread").
 SCHEDULING_POLICY_ANNOTATION: Final = f"{ANNOTATION_PREFIX}scheduling_policy"
 
@@ -46,6 +48,8 @@ FASTPOD_CRD_NAME: Final = f"{FASTPOD_PLURAL}.{FASTPOD_GROUP}"
 FASTPOD_API_VERSION: Final = f"{FASTPOD_GROUP}/{FASTPOD_VERSION}"
 # Label the controller puts on the pods it owns (value: the FaSTPod's name).
 FASTPOD_NAME_LABEL: Final = f"{API_GROUP}/fastpod"
+# Pod label: a hash of what the controller built the pod from; a changed spec makes it outdated.
+REVISION_LABEL: Final = f"{API_GROUP}/revision"
 
 # --- scheduling and deployment ---------------------------------------------------------
 SCHEDULER_NAME: Final = "fastgshare-scheduler"
@@ -59,6 +63,9 @@ ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 ENV_ARBITER_SOCKET: Final = "FASTGSHARE_ARBITER_SOCKET"
 ENV_POD: Final = "FASTGSHARE_POD"  # "<namespace>/<name>", for logs and the trusted-env demo mode
 ENV_GPU_UUID: Final = "FASTGSHARE_GPU_UUID"
+# Downward-API env the controller gives GPU containers (the pod's own name and namespace).
+ENV_POD_NAME: Final = "FASTGSHARE_POD_NAME"
+ENV_POD_NAMESPACE: Final = "FASTGSHARE_POD_NAMESPACE"
 # Settings the hook reads (all optional): see vgpu_hook/README.md.
 ENV_HOOK_SYNC_AT_TOKEN_END: Final = "FASTGSHARE_SYNC_AT_TOKEN_END"
 ENV_HOOK_REPLY_TIMEOUT_MS: Final = "FASTGSHARE_HOOK_REPLY_TIMEOUT_MS"

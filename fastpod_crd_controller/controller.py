@@ -1,0 +1,253 @@
+"""The FaSTPod controller: event handlers, workers, and ``reconcile(key)``.
+
+Handlers only enqueue keys (a pod's change enqueues its controlling FaSTPod) and settle
+expectations. Workers take keys from the queue and call :meth:`Controller.reconcile`, which is
+level-triggered and idempotent: it reads the FaSTPod and its pods from the cache (never from
+the API), decides with pure functions and converges:
+
+1. gone from the cache: forget it (the garbage collector deletes its pods);
+2. invalid: create and delete nothing, set ``InvalidSpec``, emit one Warning event per new message;
+3. valid: unless earlier creates or deletes are still unobserved, carry out the plan (scale, roll);
+4. write the status through the status subresource if it changed.
+
+A failed reconcile is retried with a per-key exponential backoff; a success resets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from fastpod_crd_controller import names
+from fastpod_crd_controller.builder import PodConfig, make_pod
+from fastpod_crd_controller.cache import FaSTPodStore, PodStore
+from fastpod_crd_controller.errors import INVALID, ApiError, InvalidFaSTPod
+from fastpod_crd_controller.events import NORMAL, WARNING, EventRecorder, rfc3339
+from fastpod_crd_controller.expectations import Expectations
+from fastpod_crd_controller.plan import Plan, plan
+from fastpod_crd_controller.pods import PodInfo
+from fastpod_crd_controller.ports import KubePort
+from fastpod_crd_controller.reflector import ListWatch, Reflector
+from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod
+from fastpod_crd_controller.status import Outcome, compute_status
+from fastpod_crd_controller.workqueue import WorkQueue
+
+log = logging.getLogger(__name__)
+
+REASON_POD_REJECTED = "PodRejected"
+SYNC_TIMEOUT_S = 120.0
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    workers: int = 2
+    resync_s: float = 300.0  # every FaSTPod is reconciled at least this often
+    shutdown_grace_s: float = 30.0  # how long stop() waits for reconciles in flight
+
+
+class Controller:
+    """Keeps every FaSTPod's pods and status converged; see the module docstring."""
+
+    def __init__(self, kube: KubePort, pod_config: PodConfig, recorder: EventRecorder, *,
+                 settings: Settings | None = None, queue: WorkQueue | None = None,
+                 expectations: Expectations | None = None, now: Callable[[], str] | None = None) -> None:
+        self._kube = kube
+        self._pod_config = pod_config
+        self._recorder = recorder
+        self._settings = settings or Settings()
+        self.queue = queue or WorkQueue()
+        self.expectations = expectations or Expectations()
+        self._now = now or (lambda: rfc3339(time.time()))
+        self.fastpods = FaSTPodStore(self.queue.add)
+        self.pods = PodStore(self.pod_changed)
+        self._reflectors: list[Reflector] = []
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+
+    # --- event handlers -----------------------------------------------------------------------
+    def pod_changed(self, old: PodInfo | None, new: PodInfo | None) -> None:
+        """Tick off expectations and enqueue the owning FaSTPod(s)."""
+        if old is None and new is not None and new.owner_key:
+            self.expectations.creation_observed(new.owner_key)
+        if old is not None and old.owner_key and (new is None or (new.deleting and not old.deleting)):
+            self.expectations.deletion_observed(old.owner_key, old.uid)
+        for owner in {pod.owner_key for pod in (old, new) if pod is not None and pod.owner_key}:
+            self.queue.add(owner)
+
+    # --- reconcile ----------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        """Converge one FaSTPod; raises :class:`ApiError` to be retried with backoff."""
+        fastpod = self.fastpods.get(key)
+        if fastpod is None:
+            self.expectations.forget(key)
+            return
+        pods = self.pods.owned_by(str(fastpod["metadata"].get("uid", "")))
+        try:
+            spec = parse_fastpod(fastpod)
+        except InvalidFaSTPod as error:
+            self._invalid(fastpod, pods, error)
+            return
+        step = plan(spec.replicas, pods, spec.revision)
+        outcome = Outcome(progress=step.reason, progress_message=_describe(step, spec))
+        failure: ApiError | None = None
+        if not step.empty and not fastpod["metadata"].get("deletionTimestamp") and self.expectations.satisfied(key):
+            outcome, failure = self._apply(fastpod, spec, step, outcome)
+        self._write_status(fastpod, spec if not outcome.invalid_reason else None, pods, outcome)
+        if failure is not None:
+            raise failure
+
+    def _invalid(self, fastpod: dict[str, Any], pods: Sequence[PodInfo], error: InvalidFaSTPod) -> None:
+        message = str(error)
+        if not _condition_says(fastpod, names.CONDITION_INVALID_SPEC, message):
+            log.info("fastpod=%s invalid: %s", _key(fastpod), message)
+            self._recorder.event(fastpod, WARNING, names.REASON_INVALID_SPEC, message)
+        self._write_status(fastpod, None, pods, Outcome(invalid_reason=error.reason, invalid_message=message))
+
+    def _apply(self, fastpod: dict[str, Any], spec: FaSTPodSpec, step: Plan,
+               outcome: Outcome) -> tuple[Outcome, ApiError | None]:
+        self.expectations.expect(spec.key, creates=step.create, deletes=[pod.uid for pod in step.delete])
+        deleted, failure = self._delete(spec, step.delete)
+        created: list[str] = []
+        creating = failure is None
+        if creating:
+            created, failure = self._create(spec, step.create)
+        else:
+            self._unexpect_creates(spec.key, step.create)
+        log.info("fastpod=%s %s created=%s deleted=%s", spec.key, step.reason, ",".join(created) or "-",
+                 ",".join(deleted) or "-")
+        if deleted:
+            self._recorder.event(fastpod, NORMAL, names.REASON_DELETED, f"Deleted pods: {', '.join(deleted)}")
+        if created:
+            self._recorder.event(fastpod, NORMAL, names.REASON_CREATED, f"Created pods: {', '.join(created)}")
+        if failure is None:
+            return outcome, None
+        return self._failed(fastpod, failure, creating=creating), failure
+
+    def _delete(self, spec: FaSTPodSpec, victims: Sequence[PodInfo]) -> tuple[list[str], ApiError | None]:
+        deleted: list[str] = []
+        for position, pod in enumerate(victims):
+            try:
+                self._kube.delete_pod(spec.namespace, pod.name, pod.uid)
+                deleted.append(pod.name)
+            except ApiError as error:
+                self.expectations.deletion_observed(spec.key, pod.uid)
+                if not error.not_found:
+                    for untried in victims[position + 1:]:  # none of these will be observed
+                        self.expectations.deletion_observed(spec.key, untried.uid)
+                    return deleted, error
+        return deleted, None
+
+    def _create(self, spec: FaSTPodSpec, count: int) -> tuple[list[str], ApiError | None]:
+        created: list[str] = []
+        body = make_pod(spec, self._pod_config)
+        for attempt in range(count):
+            try:
+                created.append(str(self._kube.create_pod(spec.namespace, body)["metadata"]["name"]))
+            except ApiError as error:
+                self._unexpect_creates(spec.key, count - attempt)  # none of these will be observed
+                return created, error
+        return created, None
+
+    def _unexpect_creates(self, key: str, count: int) -> None:
+        for _ in range(count):
+            self.expectations.creation_observed(key)
+
+    def _failed(self, fastpod: dict[str, Any], error: ApiError, *, creating: bool) -> Outcome:
+        verb = "create" if creating else "delete"
+        message = f"cannot {verb} pods: {error.message or error}"
+        if creating and error.status == INVALID:
+            message = f"the API server rejected the pod built from spec.podSpec: {error.message or error}"
+            self._recorder.event(fastpod, WARNING, names.REASON_INVALID_SPEC, message)
+            return Outcome(invalid_reason=REASON_POD_REJECTED, invalid_message=message)
+        reason = names.REASON_FAILED_CREATE if creating else names.REASON_FAILED_DELETE
+        self._recorder.event(fastpod, WARNING, reason, message)
+        return Outcome(failure_reason=reason, failure_message=message)
+
+    def _write_status(self, fastpod: Mapping[str, Any], spec: FaSTPodSpec | None, pods: Sequence[PodInfo],
+                      outcome: Outcome) -> None:
+        status = compute_status(fastpod, spec, pods, outcome, self._now())
+        old = fastpod.get("status") or {}
+        if status == old:
+            return
+        metadata = fastpod["metadata"]
+        patch = {**{key: None for key in old if key not in status}, **status}  # a merge patch: None deletes
+        try:
+            self._kube.patch_fastpod_status(metadata["namespace"], metadata["name"], patch)
+        except ApiError as error:
+            if not error.not_found:  # deleted meanwhile: nothing to report on
+                raise
+
+    # --- running ------------------------------------------------------------------------------
+    def start(self, fastpod_source: ListWatch, pod_source: ListWatch) -> None:
+        """Fill the caches, then start the workers and the periodic resync."""
+        self._reflectors = [Reflector("fastpods", fastpod_source, self.fastpods),
+                            Reflector("pods", pod_source, self.pods)]
+        for reflector in self._reflectors:
+            reflector.start()
+        for reflector in self._reflectors:
+            if not reflector.wait_synced(SYNC_TIMEOUT_S):
+                raise TimeoutError(f"the {reflector.name} cache did not fill within {SYNC_TIMEOUT_S:.0f}s")
+        log.info("caches synced fastpods=%d pods=%d workers=%d", len(self.fastpods.list_keys()), len(self.pods),
+                 self._settings.workers)
+        self._threads = [threading.Thread(target=self._work, name=f"worker-{n}", daemon=True)
+                         for n in range(self._settings.workers)]
+        self._threads.append(threading.Thread(target=self._resync, name="resync", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop taking keys, let reconciles in flight finish, stop the watches."""
+        self._stopping.set()
+        self.queue.shut_down()
+        deadline = time.monotonic() + self._settings.shutdown_grace_s
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for reflector in self._reflectors:
+            reflector.stop()
+
+    @property
+    def healthy(self) -> bool:
+        return all(reflector.alive for reflector in self._reflectors) and all(t.is_alive() for t in self._threads)
+
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            try:
+                self.reconcile(key)
+                self.queue.forget(key)
+            except Exception as error:  # any failure is retried; the worker must live on
+                delay = self.queue.add_rate_limited(key)
+                log.warning("fastpod=%s reconcile failed, retrying in %.2fs: %s", key, delay, error,
+                            exc_info=not isinstance(error, ApiError))
+            finally:
+                self.queue.done(key)
+
+    def _resync(self) -> None:
+        while not self._stopping.wait(self._settings.resync_s):
+            for key in self.fastpods.list_keys():
+                self.queue.add(key)
+
+
+def _key(fastpod: Mapping[str, Any]) -> str:
+    metadata = fastpod.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def _condition_says(fastpod: Mapping[str, Any], kind: str, message: str) -> bool:
+    """Whether the cached status already has condition ``kind`` True with ``message``."""
+    conditions = (fastpod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == kind and c.get("status") == "True" and c.get("message") == message
+               for c in conditions)
+
+
+def _describe(step: Plan, spec: FaSTPodSpec) -> str:
+    if step.empty:
+        return ""
+    parts = [f"creating {step.create}"] if step.create else []
+    if step.delete:
+        parts.append(f"deleting {len(step.delete)}")
+    return f"{' and '.join(parts)} pods toward {spec.replicas} of revision {spec.revision}"

@@ -1,0 +1,183 @@
+"""``fastgshare-controller``: flags, wiring, leader election and signal handling.
+
+Everything is created here and passed in; no module keeps global state. The process waits to
+become leader (unless ``--no-leader-elect``), fills its caches, reconciles until SIGTERM or
+SIGINT, lets the reconciles in flight finish, releases the Lease and exits 0. Losing the Lease
+stops reconciling at once and exits 1, so the Deployment restarts it as a standby.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from fastgshare import keys
+from fastpod_crd_controller import kube, names
+from fastpod_crd_controller.builder import PodConfig
+from fastpod_crd_controller.controller import Controller, Settings
+from fastpod_crd_controller.events import EventRecorder
+from fastpod_crd_controller.health import HealthServer
+from fastpod_crd_controller.leader import LeaderElector
+
+log = logging.getLogger("fastpod_crd_controller")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastgshare-controller",
+        description=f"The FaSTPod controller: keeps spec.replicas pods for every FaSTPod "
+                    f"({keys.FASTPOD_CRD_NAME}), each built from the whole spec.podSpec with the FaSTPod's "
+                    f"GPU share annotations, one {keys.VGPU_RESOURCE} slot per GPU container and the fastgshare "
+                    "scheduler; reports status (replicas, per-pod node and GPU, conditions) through the status "
+                    "subresource and invalid specs as an InvalidSpec condition and a Warning event.")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    parser.add_argument("--namespace", default="",
+                        help="watch FaSTPods and pods of this namespace only (default: all namespaces)")
+    parser.add_argument("--scheduler-name", default=keys.SCHEDULER_NAME,
+                        help="schedulerName of the pods, the kube-scheduler profile with the fastgshare extender; "
+                             "a podSpec that names a scheduler keeps it (default: %(default)s)")
+    parser.add_argument("--host-ipc", action=argparse.BooleanOptionalAction, default=True,
+                        help="give pods hostIPC: true so their CUDA clients reach the node's MPS daemon; "
+                             "--no-host-ipc where the GPUs run without MPS. A podSpec that sets hostIPC keeps "
+                             "it (default: on)")
+    parser.add_argument("--workers", type=int, default=4,
+                        help="FaSTPods reconciled in parallel (default: %(default)s)")
+    parser.add_argument("--resync-seconds", type=float, default=300.0,
+                        help="reconcile every FaSTPod at least this often (default: %(default)s)")
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                        help="run only while holding the Lease, so several replicas can run; "
+                             "--no-leader-elect for a single replica (default: on)")
+    parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or keys.SYSTEM_NAMESPACE,
+                        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else %(default)s)")
+    parser.add_argument("--lease-name", default=names.LEASE_NAME,
+                        help="name of the leader-election Lease (default: %(default)s)")
+    parser.add_argument("--identity", default="",
+                        help="this replica's name in the Lease (default: $POD_NAME or the host name, "
+                             "plus a random suffix)")
+    parser.add_argument("--lease-duration-seconds", type=float, default=15.0,
+                        help="how long a standby waits after the leader's last renewal before taking over "
+                             "(default: %(default)s)")
+    parser.add_argument("--renew-deadline-seconds", type=float, default=10.0,
+                        help="the leader gives up when it could not renew for this long (default: %(default)s)")
+    parser.add_argument("--retry-period-seconds", type=float, default=2.0,
+                        help="how often to try to acquire or renew the Lease (default: %(default)s)")
+    parser.add_argument("--health-address", default="", metavar="HOST:PORT",
+                        help="serve /healthz and /readyz here (default: off)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+class UsageError(Exception):
+    """A flag value that cannot work; the message names it."""
+
+
+def check_args(args: argparse.Namespace) -> None:
+    if args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
+    if args.resync_seconds <= 0:
+        raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
+    if not args.retry_period_seconds < args.renew_deadline_seconds < args.lease_duration_seconds:
+        raise UsageError("need --retry-period-seconds < --renew-deadline-seconds < --lease-duration-seconds, got "
+                         f"{args.retry_period_seconds} < {args.renew_deadline_seconds} < "
+                         f"{args.lease_duration_seconds}")
+    if args.health_address and not _parse_address(args.health_address):
+        raise UsageError(f"--health-address must be HOST:PORT, got {args.health_address!r}")
+
+
+def _parse_address(text: str) -> tuple[str, int] | None:
+    host, _, port = text.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def default_identity() -> str:
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient | None = None) -> int:
+    """Elect, reconcile until ``stopping`` is set or leadership is lost; the exit status.
+
+    ``api`` replaces the client ``--kubeconfig`` describes (tests pass one that impersonates
+    the controller's service account).
+    """
+    identity = args.identity or default_identity()
+    api = api or kube.load_api_client(args.kubeconfig)
+    client = kube.KubeClient(api)
+    elector = None
+    if args.leader_elect:
+        elector = LeaderElector(client, args.lease_namespace, args.lease_name, identity,
+                                lease_duration_s=args.lease_duration_seconds,
+                                renew_deadline_s=args.renew_deadline_seconds,
+                                retry_period_s=args.retry_period_seconds)
+    controller = Controller(client, PodConfig(scheduler_name=args.scheduler_name, host_ipc=args.host_ipc),
+                            EventRecorder(client, instance=identity),
+                            settings=Settings(workers=args.workers, resync_s=args.resync_seconds))
+    health = _start_health(args, lambda: elector is None or not elector.is_leader or controller.healthy)
+    try:
+        return _lead(args, controller, elector, stopping, api)
+    finally:
+        if health is not None:
+            health.stop()
+
+
+def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElector | None,
+          stopping: threading.Event, api: kube.ApiClient) -> int:
+    if elector is not None and not elector.acquire(stopping):
+        return 0
+    namespace = args.namespace or None
+    try:
+        controller.start(kube.fastpod_source(api, namespace), kube.pod_source(api, namespace))
+    except TimeoutError as error:
+        log.error("%s; is the FaSTPod CRD (%s) installed and may this account list FaSTPods and pods?", error,
+                  keys.FASTPOD_CRD_NAME)
+        controller.stop()
+        if elector is not None:
+            elector.release()
+        return 1
+    kept = elector.hold(stopping) if elector is not None else stopping.wait()
+    controller.stop()
+    if elector is not None and kept:
+        elector.release()
+    return 0 if kept else 1
+
+
+def _start_health(args: argparse.Namespace, check: Callable[[], bool]) -> HealthServer | None:
+    address = _parse_address(args.health_address) if args.health_address else None
+    if address is None:
+        return None
+    server = HealthServer(address[0], address[1], check)
+    server.start()
+    return server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        check_args(args)
+    except UsageError as error:
+        log.error("%s", error)
+        return 2
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    status = run(args, stopping)
+    log.info("controller stopped status=%d", status)
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""What to create and delete for one FaSTPod: scaling and rolling replacement, as pure functions.
+
+- Only *active* pods count (not terminating, not finished), as for a ReplicaSet.
+- Too many: delete the surplus in :func:`deletion_order`: outdated pods first, then unscheduled,
+  then not-ready, then the newest.
+- Too few: create the missing ones.
+- Outdated pods (another revision: the share or the podSpec changed) are replaced with at most
+  one replica unavailable and no extra pod: outdated pods that are not ready cost no
+  availability and go at once; a ready one goes only while every desired replica is ready,
+  one at a time, each replaced in the same step. A new pod that never becomes ready stops the
+  roll-out there, with the other old pods still serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from fastpod_crd_controller.pods import PodInfo
+
+SCALING_UP = "ScalingUp"
+SCALING_DOWN = "ScalingDown"
+ROLLING_UPDATE = "RollingUpdate"
+
+
+@attrs.frozen
+class Plan:
+    create: int = 0
+    delete: tuple[PodInfo, ...] = ()
+    reason: str = ""  # ScalingUp, ScalingDown, RollingUpdate, or "" when there is nothing to do
+
+    @property
+    def empty(self) -> bool:
+        return self.create == 0 and not self.delete
+
+
+def deletion_order(pods: Iterable[PodInfo], revision: str) -> list[PodInfo]:
+    """``pods``, the first to delete first."""
+    newest_first = sorted(pods, key=lambda pod: (pod.created, pod.name), reverse=True)
+    return sorted(newest_first, key=lambda pod: (pod.revision == revision, pod.scheduled, pod.ready))
+
+
+def plan(desired: int, pods: Sequence[PodInfo], revision: str) -> Plan:
+    """The creates and deletes that move ``pods`` one safe step toward ``desired`` current pods."""
+    active = [pod for pod in pods if pod.active]
+    if len(active) > desired:
+        return Plan(delete=tuple(deletion_order(active, revision)[:len(active) - desired]), reason=SCALING_DOWN)
+    outdated = [pod for pod in active if pod.revision != revision]
+    doomed = deletion_order((pod for pod in outdated if not pod.ready), revision)
+    all_ready = len(active) == desired and all(pod.ready for pod in active)
+    if not doomed and outdated and all_ready:
+        doomed = deletion_order(outdated, revision)[:1]
+    create = desired - (len(active) - len(doomed))
+    reason = ROLLING_UPDATE if doomed else SCALING_UP if create else ""
+    return Plan(create=create, delete=tuple(doomed), reason=reason)

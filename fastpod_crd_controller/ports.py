@@ -1,0 +1,45 @@
+"""The narrow interfaces the controller writes through; :mod:`.kube` implements them for real.
+
+Bodies are plain dicts as the API serves them. Failures are
+:class:`~fastpod_crd_controller.errors.ApiError`. Tests pass in-memory fakes that record
+the calls, as client-go's fake clientset does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+
+class KubePort(Protocol):
+    """Pod, FaSTPod-status and event writes."""
+
+    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a pod; returns the created object (with the generated name)."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a pod, only if it still has ``uid`` (a precondition)."""
+        ...
+
+    def patch_fastpod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch ``status`` through the FaSTPod's status subresource."""
+        ...
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None: ...
+
+
+class LeasePort(Protocol):
+    """A ``coordination.k8s.io/v1`` Lease, read and written as a dict."""
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The lease, or ``None`` if there is none."""
+        ...
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the lease; 409 Conflict if its resourceVersion is stale."""
+        ...

@@ -1,0 +1,20 @@
+"""``bench/controller.py`` in miniature, so the benchmark keeps working: both controllers, JSON figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import controller as bench
+
+
+def test_the_benchmark_runs_both_controllers_and_reports_the_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--parents", "3", "--replicas", "2", "--no-unthrottled", "--timeout-seconds", "120"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["pods"] == 6
+    for phase in ("fastpod_controller", "replicaset_controller"):
+        assert result[phase]["seconds_to_all_pods"] > 0
+    assert result["ratio_fastpod_to_replicaset"] == pytest.approx(
+        result["fastpod_controller"]["seconds_to_all_pods"] / result["replicaset_controller"]["seconds_to_all_pods"],
+        rel=0.01)

@@ -1,0 +1,45 @@
+"""The command line: every flag documented, impossible values refused with exit status 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from fastpod_crd_controller.main import build_parser, main
+
+FLAGS = ["--kubeconfig", "--namespace", "--scheduler-name", "--host-ipc", "--no-host-ipc", "--workers",
+         "--resync-seconds", "--leader-elect", "--no-leader-elect", "--lease-namespace", "--lease-name", "--identity",
+         "--lease-duration-seconds", "--renew-deadline-seconds", "--retry-period-seconds", "--health-address",
+         "--log-level"]
+
+
+def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: fastgshare-controller")
+    for flag in FLAGS:
+        assert flag in text
+    documented = {option for action in build_parser()._actions for option in action.option_strings}
+    assert documented == {*FLAGS, "-h", "--help"}
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    args = build_parser().parse_args([])
+    assert (args.scheduler_name, args.host_ipc, args.leader_elect, args.workers, args.lease_namespace) == (
+        "fastgshare-scheduler", True, True, 4, "fastgshare-system")
+    monkeypatch.setenv("POD_NAMESPACE", "gpu-platform")
+    assert build_parser().parse_args([]).lease_namespace == "gpu-platform"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--workers", "0"], "--workers must be >= 1, got 0"),
+    (["--renew-deadline-seconds", "20"], "need --retry-period-seconds < --renew-deadline-seconds < "
+                                         "--lease-duration-seconds, got 2.0 < 20.0 < 15.0"),
+    (["--health-address", "8081"], "--health-address must be HOST:PORT, got '8081'"),
+], ids=["workers", "durations", "address"])
+def test_impossible_values_exit_2_and_say_why(argv: list[str], message: str,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    assert main(argv) == 2
+    assert message in caplog.text

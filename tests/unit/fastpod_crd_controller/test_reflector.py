@@ -1,0 +1,71 @@
+"""The list+watch loop: events reach the store, a normal end resumes, 410 Gone and errors relist."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from fastpod_crd_controller.cache import PodStore
+from fastpod_crd_controller.errors import ApiError
+from fastpod_crd_controller.pods import PodInfo
+from fastpod_crd_controller.reflector import Reflector
+from tests.unit.fastpod_crd_controller.fakes import ScriptedListWatch
+from tests.unit.fastpod_crd_controller.objects import pod
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def event(kind: str, obj: dict, version: str) -> dict:
+    obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": version}}
+    return {"type": kind, "object": obj}
+
+
+def run(source: ScriptedListWatch, until: Callable[[], bool]) -> tuple[list[tuple[str | None, str | None]], Reflector]:
+    changes: list[tuple[str | None, str | None]] = []
+
+    def record(old: PodInfo | None, new: PodInfo | None) -> None:
+        changes.append((old.name if old else None, new.name if new else None))
+
+    store = PodStore(record)
+    reflector = Reflector("pods", source, store, retry_delay_s=0.01)
+    reflector.start()
+    try:
+        assert reflector.wait_synced(5)
+        wait_for(until)
+    finally:
+        reflector.stop()
+    return changes, reflector
+
+
+def test_events_are_applied_and_a_watch_that_ends_is_resumed_from_the_last_version() -> None:
+    source = ScriptedListWatch()
+    source.lists = [([pod("a")], "10")]
+    source.watches = [[event("ADDED", pod("b"), "11"), event("BOOKMARK", {"metadata": {}}, "12")],
+                      [event("DELETED", pod("a"), "13")]]
+    changes, _ = run(source, lambda: len(source.watched_from) == 3)
+    assert changes == [(None, "a"), (None, "b"), ("a", None)]
+    assert source.watched_from == ["10", "12", "13"]
+
+
+def test_gone_relists_and_the_store_reports_what_changed_meanwhile() -> None:
+    source = ScriptedListWatch()
+    source.lists = [([pod("a"), pod("b")], "10"), ([pod("b"), pod("c")], "20")]
+    source.watches = [[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired",
+                                                     "message": "too old resource version"}}]]
+    changes, reflector = run(source, lambda: source.watched_from == ["10", "20"])
+    assert sorted(changes[2:], key=str) == [("a", None), (None, "c")]
+    assert reflector.relists == 2
+
+
+def test_a_failed_watch_relists_after_a_delay() -> None:
+    source = ScriptedListWatch()
+    source.lists = [([pod("a")], "10"), ([pod("a")], "30")]
+    source.watches = [[ConnectionResetError("peer reset")], [ApiError(410, "Gone")]]
+    _, reflector = run(source, lambda: len(source.watched_from) == 2)
+    assert source.watched_from == ["10", "30"]
+    assert reflector.relists == 2
