@@ -147,6 +147,15 @@ CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return r;
 }
 
+CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    size_t total = 0;
+    CUresult r = bytes != NULL ? cuDeviceTotalMem_v2(&total, dev) : CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *bytes = total > 0xffffffffu ? 0xffffffffu : (unsigned int)total; /* the v1 ABI's 32 bits */
+    return r;
+}
+
 /* An H100-like device with 100 SMs (the fake's SM units); other attributes are invalid. */
 static int attribute_value(CUdevice_attribute attrib, int *value)
 {

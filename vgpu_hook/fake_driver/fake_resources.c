@@ -1,11 +1,10 @@
 /*
- * fake_resources.c: the fake libcuda.so.1's modules, streams, memory and error strings.
+ * fake_resources.c: the fake libcuda.so.1's modules, streams and error strings (memory is in
+ * fake_memory.c).
  *
  * Deviations from the real driver, on purpose:
  *   - a module image is any NUL-terminated string starting "FAKECUBIN"; cuModuleGetFunction
  *     accepts any name (a fake kernel's run time is its first parameter, see fake_launch.c);
- *   - only the _v2 (64-bit) memory ABIs exist; device pointers are process-local numbers, not
- *     addresses, that count against the pool shared by all processes of the fake GPU;
  *   - launches are synchronous, so stream synchronisation has nothing to wait for.
  */
 #include "fake_internal.h"
@@ -18,8 +17,6 @@
 #include <string.h>
 
 #define FAKE_IMAGE_PREFIX "FAKECUBIN"
-#define FAKE_PTR_BASE UINT64_C(0x7f0000000000)
-#define FAKE_PTR_ALIGN UINT64_C(256)
 
 /* --- modules and functions ---------------------------------------------------------------- */
 
@@ -147,88 +144,6 @@ CUresult cuStreamSynchronize(CUstream hStream)
 CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
     return stream_synchronize(hStream);
-}
-
-/* --- memory: process-local pointer table, shared byte pool --------------------------------- */
-
-struct allocation {
-    CUdeviceptr ptr;
-    size_t size;
-};
-
-static pthread_mutex_t alloc_lock = PTHREAD_MUTEX_INITIALIZER; /* guards the four below */
-static struct allocation *allocations;
-static size_t allocation_count, allocation_capacity;
-static CUdeviceptr next_ptr = FAKE_PTR_BASE;
-
-static int reserve_table_slot_locked(void)
-{
-    if (allocation_count < allocation_capacity)
-        return 0;
-    size_t capacity = allocation_capacity ? allocation_capacity * 2 : 64;
-    struct allocation *grown = realloc(allocations, capacity * sizeof *grown);
-    if (grown == NULL)
-        return -1;
-    allocations = grown;
-    allocation_capacity = capacity;
-    return 0;
-}
-
-CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
-{
-    CUresult r = fake_ready_with_context();
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (dptr == NULL || bytesize == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&alloc_lock);
-    if (reserve_table_slot_locked() != 0) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    } else if (fgpu_mem_reserve(bytesize) != FGPU_OK) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
-        CUdeviceptr ptr = next_ptr;
-        next_ptr += (bytesize + FAKE_PTR_ALIGN - 1) / FAKE_PTR_ALIGN * FAKE_PTR_ALIGN;
-        allocations[allocation_count++] = (struct allocation){ptr, bytesize};
-        *dptr = ptr;
-    }
-    pthread_mutex_unlock(&alloc_lock);
-    return r;
-}
-
-CUresult cuMemFree_v2(CUdeviceptr dptr)
-{
-    CUresult r = fake_ready();
-    if (r != CUDA_SUCCESS)
-        return r;
-    size_t size = 0;
-    pthread_mutex_lock(&alloc_lock);
-    for (size_t i = 0; i < allocation_count; i++) {
-        if (allocations[i].ptr == dptr) {
-            size = allocations[i].size;
-            allocations[i] = allocations[--allocation_count];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&alloc_lock);
-    if (size == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    fgpu_mem_release(size);
-    return CUDA_SUCCESS;
-}
-
-CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
-{
-    CUresult r = fake_ready_with_context();
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (free == NULL || total == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t free_bytes, total_bytes;
-    fgpu_mem_info(&free_bytes, &total_bytes);
-    *free = (size_t)free_bytes;
-    *total = (size_t)total_bytes;
-    return CUDA_SUCCESS;
 }
 
 /* --- error strings ------------------------------------------------------------------------ */

@@ -9,8 +9,9 @@
  * (it is linked with -Bsymbolic), never whatever the global scope binds the names to, so an
  * LD_PRELOAD hook cannot hide here: it must wrap cuGetProcAddress itself.
  *
- * ABIs the fake does not implement (the 32-bit v1 memory calls, ...) have no row: asking with
- * a cudaVersion older than every row yields CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT.
+ * Every ABI the fake implements has a row, the 32-bit v1 memory calls included (cuMemAlloc
+ * @2000 is the v1 ABI, @3020 the _v2 one). Asking with a cudaVersion older than every row of a
+ * base name yields CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT.
  */
 #include "fake_internal.h"
 
@@ -37,6 +38,7 @@ static const struct proc_entry table[] = {
     ROW(cuDeviceGetName, 2000, 0, cuDeviceGetName),
     ROW(cuDeviceGetUuid, 9020, 0, cuDeviceGetUuid),
     ROW(cuDeviceGetUuid, 11040, 0, cuDeviceGetUuid_v2),
+    ROW(cuDeviceTotalMem, 2000, 0, cuDeviceTotalMem),
     ROW(cuDeviceTotalMem, 3020, 0, cuDeviceTotalMem_v2),
     ROW(cuDeviceGetAttribute, 2000, 0, cuDeviceGetAttribute),
     ROW(cuCtxCreate, 3020, 0, cuCtxCreate_v2),
@@ -56,9 +58,42 @@ static const struct proc_entry table[] = {
     ROW(cuStreamDestroy, 4000, 0, cuStreamDestroy_v2),
     ROW(cuStreamSynchronize, 2000, 0, cuStreamSynchronize),
     ROW(cuStreamSynchronize, 7000, 1, cuStreamSynchronize_ptsz),
+    ROW(cuMemAlloc, 2000, 0, cuMemAlloc),
     ROW(cuMemAlloc, 3020, 0, cuMemAlloc_v2),
+    ROW(cuMemAllocPitch, 2000, 0, cuMemAllocPitch),
+    ROW(cuMemAllocPitch, 3020, 0, cuMemAllocPitch_v2),
+    ROW(cuMemAllocManaged, 6000, 0, cuMemAllocManaged),
+    ROW(cuMemFree, 2000, 0, cuMemFree),
     ROW(cuMemFree, 3020, 0, cuMemFree_v2),
+    ROW(cuMemGetInfo, 2000, 0, cuMemGetInfo),
     ROW(cuMemGetInfo, 3020, 0, cuMemGetInfo_v2),
+    ROW(cuMemAllocAsync, 11020, 0, cuMemAllocAsync),
+    ROW(cuMemAllocAsync, 11020, 1, cuMemAllocAsync_ptsz),
+    ROW(cuMemAllocFromPoolAsync, 11020, 0, cuMemAllocFromPoolAsync),
+    ROW(cuMemAllocFromPoolAsync, 11020, 1, cuMemAllocFromPoolAsync_ptsz),
+    ROW(cuMemFreeAsync, 11020, 0, cuMemFreeAsync),
+    ROW(cuMemFreeAsync, 11020, 1, cuMemFreeAsync_ptsz),
+    ROW(cuDeviceGetDefaultMemPool, 11020, 0, cuDeviceGetDefaultMemPool),
+    ROW(cuDeviceGetMemPool, 11020, 0, cuDeviceGetMemPool),
+    ROW(cuDeviceSetMemPool, 11020, 0, cuDeviceSetMemPool),
+    ROW(cuMemPoolCreate, 11020, 0, cuMemPoolCreate),
+    ROW(cuMemPoolDestroy, 11020, 0, cuMemPoolDestroy),
+    ROW(cuMemGetAllocationGranularity, 10020, 0, cuMemGetAllocationGranularity),
+    ROW(cuMemCreate, 10020, 0, cuMemCreate),
+    ROW(cuMemRelease, 10020, 0, cuMemRelease),
+    ROW(cuMemAddressReserve, 10020, 0, cuMemAddressReserve),
+    ROW(cuMemAddressFree, 10020, 0, cuMemAddressFree),
+    ROW(cuMemMap, 10020, 0, cuMemMap),
+    ROW(cuMemUnmap, 10020, 0, cuMemUnmap),
+    ROW(cuMemSetAccess, 10020, 0, cuMemSetAccess),
+    ROW(cuMemRetainAllocationHandle, 11000, 0, cuMemRetainAllocationHandle),
+    ROW(cuArrayCreate, 2000, 0, cuArrayCreate),
+    ROW(cuArrayCreate, 3020, 0, cuArrayCreate_v2),
+    ROW(cuArray3DCreate, 2000, 0, cuArray3DCreate),
+    ROW(cuArray3DCreate, 3020, 0, cuArray3DCreate_v2),
+    ROW(cuArrayDestroy, 2000, 0, cuArrayDestroy),
+    ROW(cuMipmappedArrayCreate, 5000, 0, cuMipmappedArrayCreate),
+    ROW(cuMipmappedArrayDestroy, 5000, 0, cuMipmappedArrayDestroy),
     ROW(cuLaunchKernel, 4000, 0, cuLaunchKernel),
     ROW(cuLaunchKernel, 7000, 1, cuLaunchKernel_ptsz),
     ROW(cuLaunchKernelEx, 11060, 0, cuLaunchKernelEx),

@@ -17,6 +17,7 @@
 
 #define HELLO_REPLY_SIZE 28
 #define U64_SIZE 8
+#define MEM_RESERVE_REPLY_SIZE 20
 
 /* --- little-endian encoding ---------------------------------------------------------------- */
 
@@ -327,6 +328,34 @@ int fgs_client_token(struct fgs_client *c, uint64_t used_ns, uint64_t *token_ns,
     if (request(c, FGS_MSG_TOKEN, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
         return -1;
     *token_ns = get_u64(body);
+    return 0;
+}
+
+int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, uint64_t *pod_used,
+                           uint64_t *pod_limit, char *err, size_t err_len)
+{
+    uint8_t payload[U64_SIZE], body[MEM_RESERVE_REPLY_SIZE];
+    put_u64(payload, bytes);
+    if (request(c, FGS_MSG_MEM_RESERVE, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
+        return -1;
+    uint32_t flag = get_u32(body);
+    if (flag > 1) {
+        snprintf(err, err_len, "the arbiter sent a MEM_RESERVE reply with granted=%u (protocol error)", flag);
+        return -1;
+    }
+    *granted = (int)flag;
+    *pod_used = get_u64(body + 4);
+    *pod_limit = get_u64(body + 12);
+    return 0;
+}
+
+int fgs_client_mem_release(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len)
+{
+    uint8_t payload[U64_SIZE], body[U64_SIZE];
+    put_u64(payload, bytes);
+    if (request(c, FGS_MSG_MEM_RELEASE, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
+        return -1;
+    *pod_used = get_u64(body);
     return 0;
 }
 

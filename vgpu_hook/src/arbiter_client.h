@@ -4,7 +4,8 @@
  * frames, a request id per request, reply type and id checks, ERROR replies turned into text,
  * and a deadline on every reply (partial reads and writes and EINTR are handled).
  *
- * Not thread-safe: the caller serialises (gate.c holds its lock). Every call that fails writes
+ * Not thread-safe: the caller serialises (gate.c and memory.c each own one client and hold
+ * their own lock around it). Every call that fails writes
  * one human-readable reason, without a newline, into err.
  */
 #ifndef FASTGSHARE_HOOK_ARBITER_CLIENT_H
@@ -40,6 +41,15 @@ int fgs_client_hello(struct fgs_client *c, uint32_t pid, const char *pod, const 
 /* TOKEN: returns the previous token (used_ns of it) and blocks until the arbiter grants the next
  * one (up to timeout_ms); 0 with *token_ns set, or -1 with err set. */
 int fgs_client_token(struct fgs_client *c, uint64_t used_ns, uint64_t *token_ns, char *err, size_t err_len);
+
+/* MEM_RESERVE: asks to reserve `bytes` more for this connection within the pod's limit. 0 with
+ * *granted (1 or 0), *pod_used and *pod_limit set (after the decision), or -1 with err set.
+ * 0 bytes reserves nothing: it reads the pod's ledger. */
+int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, uint64_t *pod_used,
+                           uint64_t *pod_limit, char *err, size_t err_len);
+
+/* MEM_RELEASE: gives back up to `bytes` this connection holds. 0 with *pod_used set, or -1. */
+int fgs_client_mem_release(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len);
 
 /* Closes the connection (the arbiter reclaims this process's token at once). */
 void fgs_client_close(struct fgs_client *c);

@@ -2,12 +2,13 @@
  * entry.c: how calls reach the hook, and the hook's init order.
  *
  * Owns:
- *   - the dlsym override. Programs that load the driver themselves (cudart, frameworks) call
- *     dlsym(handle_of_libcuda, ...), a lookup LD_PRELOAD never sees; for the names in
- *     hooked_symbols.def the override returns the hook's wrapper when the handle provides the
- *     name. RTLD_NEXT and RTLD_DEFAULT lookups pass straight through as a tail call, so glibc
- *     still sees the caller's return address and RTLD_NEXT keeps meaning "after the caller"
- *     (pitfall 8). The real dlsym comes from dlvsym(RTLD_NEXT, "dlsym", <glibc version>).
+ *   - the dlsym override. Programs that load the driver (or NVML) themselves (cudart,
+ *     frameworks, pynvml) call dlsym(handle_of_the_library, ...), a lookup LD_PRELOAD never sees;
+ *     for the names in hooked_symbols.def the override returns the hook's wrapper when the
+ *     handle provides the name. RTLD_NEXT and RTLD_DEFAULT lookups pass straight through as a
+ *     tail call, so glibc still sees the caller's return address and RTLD_NEXT keeps meaning
+ *     "after the caller" (pitfall 8). The real dlsym comes from dlvsym(RTLD_NEXT, "dlsym",
+ *     <glibc version>).
  *   - the cuGetProcAddress wrappers, both ABIs (legacy 4-argument and _v2). They ask the real
  *     driver, then swap in the hook's wrapper when the row of hooked_symbols.def that the driver's
  *     own rule selects for (base name, cudaVersion, per-thread flag) is one we wrap; for an older
@@ -15,11 +16,12 @@
  *     "cuGetProcAddress" itself, they return the wrapper of the matching ABI, so re-resolved
  *     resolvers stay hooked. If a caller asks with a cudaVersion newer than the headers the hook
  *     was built with and the driver hands back a function the hook does not know, the lookup is
- *     refused (fail closed) rather than letting launches bypass the hook.
- *   - loading the real functions (fgs_load_real): dlopen("libcuda.so.1") + the real dlsym on
- *     that handle, never our own wrappers (pitfall 7), with a re-entry guard instead of
- *     pthread_once so a driver constructor calling back into us cannot deadlock.
- *   - fgs_init: configuration, log level and the fork handler, once (also from a constructor).
+ *     refused (fail closed) rather than letting launches or allocations bypass the hook.
+ *   - loading the real functions (fgs_load_real from libcuda.so.1, fgs_load_nvml from
+ *     libnvidia-ml.so.1): dlopen + the real dlsym on that handle, never our own wrappers
+ *     (pitfall 7), with a re-entry guard instead of pthread_once so a library constructor
+ *     calling back into us cannot deadlock.
+ *   - fgs_init: configuration, log level and the fork handlers, once (also from a constructor).
  */
 #define _GNU_SOURCE
 #include "entry.h"
@@ -27,6 +29,7 @@
 #include "config.h"
 #include "gate.h"
 #include "log.h"
+#include "memory.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -34,31 +37,38 @@
 #include <string.h>
 
 #define DRIVER_SONAME "libcuda.so.1"
+#define NVML_SONAME "libnvidia-ml.so.1"
+
+enum library { LIB_CUDA, LIB_NVML };
 
 struct fgs_real_fns fgs_real;
 
 struct wrap_row {
     const char *symbol; /* exported name; NULL for FGS_REAL rows */
-    const char *base;
+    const char *base;   /* NULL for FGS_NVML rows (never reached through cuGetProcAddress) */
     int since;
     int per_thread;
 };
 
 static const struct wrap_row wrap_rows[FGS_SYM_COUNT] = {
 #define FGS_WRAP(symbol, base, since, per_thread, pfn_type) [FGS_SYM_##symbol] = {#symbol, #base, since, per_thread},
+#define FGS_NVML(symbol, pfn_type) [FGS_SYM_##symbol] = {#symbol, NULL, 0, 0},
 #define FGS_REAL(symbol, pfn_type)
 #include "hooked_symbols.def"
 };
 
 static const char *const real_names[FGS_SYM_COUNT] = {
 #define FGS_WRAP(symbol, base, since, per_thread, pfn_type) [FGS_SYM_##symbol] = #symbol,
+#define FGS_NVML(symbol, pfn_type) [FGS_SYM_##symbol] = #symbol,
 #define FGS_REAL(symbol, pfn_type) [FGS_SYM_##symbol] = #symbol,
 #include "hooked_symbols.def"
 };
 
-/* The hook's own exported wrappers (the definitions in launch_hooks.c and below). */
+/* The hook's own exported wrappers (the definitions in launch_hooks.c, memory_hooks.c,
+ * nvml_hooks.c and below). */
 static void *const wrappers[FGS_SYM_COUNT] = {
 #define FGS_WRAP(symbol, base, since, per_thread, pfn_type) [FGS_SYM_##symbol] = (void *)symbol,
+#define FGS_NVML(symbol, pfn_type) [FGS_SYM_##symbol] = (void *)symbol,
 #define FGS_REAL(symbol, pfn_type)
 #include "hooked_symbols.def"
 };
@@ -67,6 +77,8 @@ static void *real_pointer(int index)
 {
     switch (index) {
 #define FGS_WRAP(symbol, base, since, per_thread, pfn_type)                                        \
+    case FGS_SYM_##symbol: return (void *)fgs_real.symbol;
+#define FGS_NVML(symbol, pfn_type)                                                                 \
     case FGS_SYM_##symbol: return (void *)fgs_real.symbol;
 #define FGS_REAL(symbol, pfn_type)                                                                 \
     case FGS_SYM_##symbol: return (void *)fgs_real.symbol;
@@ -97,65 +109,91 @@ static dlsym_fn real_dlsym(void)
     return fn;
 }
 
-/* --- loading the real driver -------------------------------------------------------------- */
+/* --- loading the real driver and NVML ----------------------------------------------------- */
 
 enum load_state { LOAD_NOT_YET, LOAD_DONE, LOAD_FAILED };
 
-static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
-static int load_state = LOAD_NOT_YET; /* atomic */
+struct loader {
+    const char *soname;
+    const char *what; /* for the log */
+    enum library library;
+    pthread_mutex_t lock;
+    int state; /* atomic enum load_state */
+};
+
+static struct loader driver_loader = {DRIVER_SONAME, "the CUDA driver", LIB_CUDA, PTHREAD_MUTEX_INITIALIZER,
+                                     LOAD_NOT_YET};
+static struct loader nvml_loader = {NVML_SONAME, "NVML", LIB_NVML, PTHREAD_MUTEX_INITIALIZER, LOAD_NOT_YET};
 static __thread int loading_on_this_thread;
 
-static void *load_one(void *handle, int index)
+static void *load_one(void *handle, int index, const char *soname)
 {
     void *fn = real_dlsym()(handle, real_names[index]);
     if (fn != NULL && fn == wrappers[index]) { /* never record ourselves as the real function */
-        FGS_ERROR("%s of " DRIVER_SONAME " resolved to the hook itself; treating it as missing",
-                  real_names[index]);
+        FGS_ERROR("%s of %s resolved to the hook itself; treating it as missing", real_names[index], soname);
         return NULL;
     }
     if (fn == NULL)
-        FGS_DEBUG("the driver has no %s", real_names[index]);
+        FGS_DEBUG("%s has no %s", soname, real_names[index]);
     return fn;
 }
 
-static int load_driver(void)
+static int load_library(const struct loader *loader)
 {
-    void *handle = dlopen(DRIVER_SONAME, RTLD_LAZY | RTLD_NOLOAD);
+    void *handle = dlopen(loader->soname, RTLD_LAZY | RTLD_NOLOAD);
     if (handle == NULL)
-        handle = dlopen(DRIVER_SONAME, RTLD_LAZY | RTLD_LOCAL);
+        handle = dlopen(loader->soname, RTLD_LAZY | RTLD_LOCAL);
     if (handle == NULL) {
         const char *why = dlerror();
-        FGS_ERROR("cannot load the CUDA driver " DRIVER_SONAME ": %s", why != NULL ? why : "unknown error");
+        FGS_ERROR("cannot load %s %s: %s", loader->what, loader->soname, why != NULL ? why : "unknown error");
         return -1;
     }
+    if (loader->library == LIB_CUDA) {
 #define FGS_WRAP(symbol, base, since, per_thread, pfn_type)                                        \
-    fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol);
-#define FGS_REAL(symbol, pfn_type) fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol);
+        fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol, loader->soname);
+#define FGS_NVML(symbol, pfn_type)
+#define FGS_REAL(symbol, pfn_type) fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol, loader->soname);
 #include "hooked_symbols.def"
+    } else {
+#define FGS_WRAP(symbol, base, since, per_thread, pfn_type)
+#define FGS_NVML(symbol, pfn_type) fgs_real.symbol = (pfn_type)load_one(handle, FGS_SYM_##symbol, loader->soname);
+#define FGS_REAL(symbol, pfn_type)
+#include "hooked_symbols.def"
+    }
     return 0;
+}
+
+static int load(struct loader *loader)
+{
+    int state = __atomic_load_n(&loader->state, __ATOMIC_ACQUIRE);
+    if (state != LOAD_NOT_YET)
+        return state == LOAD_DONE ? 0 : -1;
+    if (loading_on_this_thread)
+        return -1; /* called back from inside our own dlopen of a library */
+    pthread_mutex_lock(&loader->lock);
+    loading_on_this_thread = 1;
+    if (__atomic_load_n(&loader->state, __ATOMIC_ACQUIRE) == LOAD_NOT_YET)
+        __atomic_store_n(&loader->state, load_library(loader) == 0 ? LOAD_DONE : LOAD_FAILED, __ATOMIC_RELEASE);
+    loading_on_this_thread = 0;
+    pthread_mutex_unlock(&loader->lock);
+    return __atomic_load_n(&loader->state, __ATOMIC_ACQUIRE) == LOAD_DONE ? 0 : -1;
 }
 
 int fgs_load_real(void)
 {
-    int state = __atomic_load_n(&load_state, __ATOMIC_ACQUIRE);
-    if (state != LOAD_NOT_YET)
-        return state == LOAD_DONE ? 0 : -1;
-    if (loading_on_this_thread)
-        return -1; /* called back from inside our own dlopen of the driver */
-    pthread_mutex_lock(&load_lock);
-    loading_on_this_thread = 1;
-    if (__atomic_load_n(&load_state, __ATOMIC_ACQUIRE) == LOAD_NOT_YET)
-        __atomic_store_n(&load_state, load_driver() == 0 ? LOAD_DONE : LOAD_FAILED, __ATOMIC_RELEASE);
-    loading_on_this_thread = 0;
-    pthread_mutex_unlock(&load_lock);
-    return __atomic_load_n(&load_state, __ATOMIC_ACQUIRE) == LOAD_DONE ? 0 : -1;
+    return load(&driver_loader);
+}
+
+int fgs_load_nvml(void)
+{
+    return load(&nvml_loader);
 }
 
 /* --- dlsym -------------------------------------------------------------------------------- */
 
 static int wrapped_index(const char *symbol)
 {
-    if (symbol[0] != 'c' || symbol[1] != 'u')
+    if (symbol == NULL || (strncmp(symbol, "cu", 2) != 0 && strncmp(symbol, "nvml", 4) != 0))
         return -1;
     for (int i = 0; i < FGS_SYM_COUNT; i++)
         if (wrap_rows[i].symbol != NULL && strcmp(wrap_rows[i].symbol, symbol) == 0)
@@ -193,7 +231,7 @@ static int select_wrapper(const char *base, int version, int per_thread)
     for (int pass = per_thread ? 1 : 0; pass >= 0 && best < 0; pass--) {
         for (int i = 0; i < FGS_SYM_COUNT; i++) {
             const struct wrap_row *row = &wrap_rows[i];
-            if (row->symbol == NULL || row->per_thread != pass || row->since > version ||
+            if (row->symbol == NULL || row->base == NULL || row->per_thread != pass || row->since > version ||
                 strcmp(row->base, base) != 0)
                 continue;
             if (best < 0 || row->since > wrap_rows[best].since)
@@ -251,6 +289,13 @@ FGS_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVer
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static struct fgs_config config; /* written once in init_routine, read-only afterwards */
 
+static void after_fork_child(void)
+{
+    fgs_gate_after_fork_child();
+    fgs_memory_after_fork_child();
+    fgs_memory_hooks_after_fork_child();
+}
+
 static void init_routine(void)
 {
     fgs_config_from_env(&config);
@@ -258,7 +303,8 @@ static void init_routine(void)
     if (config.warning[0] != '\0')
         FGS_ERROR("%s", config.warning);
     fgs_gate_configure(&config);
-    pthread_atfork(NULL, NULL, fgs_gate_after_fork_child);
+    fgs_memory_configure(&config);
+    pthread_atfork(NULL, NULL, after_fork_child);
 }
 
 void fgs_init(void)

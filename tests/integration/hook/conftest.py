@@ -1,8 +1,9 @@
 """The C hook and the fake GPU driver as real processes: build once, then run tenants against them.
 
-``make -C vgpu_hook`` builds the hook, the fake ``libcuda.so.1``, the ``tenant`` test program and
-the C unit test into ``vgpu_hook/build``. Each test gets a fresh fake GPU directory and, where it
-needs one, a :class:`~tests.integration.hook.fake_arbiter.FakeArbiter` on a unix socket.
+``make -C vgpu_hook`` builds the hook, the fake ``libcuda.so.1`` and ``libnvidia-ml.so.1``, the
+``tenant`` and ``memcheck`` test programs and the C unit tests into ``vgpu_hook/build``. Each test
+gets a fresh fake GPU directory and, where it needs one, a
+:class:`~tests.integration.hook.fake_arbiter.FakeArbiter` on a unix socket.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def build() -> Build:
     if result.returncode != 0:
         pytest.fail(f"make -C vgpu_hook failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return Build(hook=BUILD / "libfastgshare-hook.so", fake_dir=BUILD / "fake", tenant=BUILD / "tenant",
-                 test_quota=BUILD / "test_quota")
+                 test_quota=BUILD / "test_quota", memcheck=BUILD / "memcheck")
 
 
 @pytest.fixture

@@ -2,9 +2,12 @@
 
 It speaks protocol version 1 through :mod:`fastgshare.protocol` on a unix socket, one thread per
 connection. It grants every TOKEN request at once with ``token_ns`` and records what it saw, so a
-test can assert on the requests the hook made. Faults for the fail-closed tests: close the
-connection after N TOKEN requests, never answer TOKEN, or answer HELLO with an ERROR. The real
-arbiter (``device_plugin/arbiter``) is tested against the hook separately.
+test can assert on the requests the hook made. Memory: one pod-wide ledger for all connections
+(the limit is ``Script.memory_limit``), per connection inside it, a connection's holdings dropped
+when it closes, exactly like the real arbiter; every reservation, release and drop is kept as a
+:class:`MemEvent` with the pod's usage after it. Faults for the fail-closed tests: close the
+connection after N TOKEN (or memory) requests, never answer TOKEN, or answer HELLO with an
+ERROR. The real arbiter (``device_plugin/arbiter``) is tested against the hook separately.
 """
 
 from __future__ import annotations
@@ -30,12 +33,23 @@ class Request:
     used_ns: int | None = None  # TOKEN only
 
 
+@attrs.frozen
+class MemEvent:
+    connection: int
+    kind: str  # "reserve", "release", or "drop" (the connection closed holding `bytes`)
+    bytes: int
+    granted: bool  # reserve: the ledger said yes; release/drop: always True
+    used_after: int  # the pod's usage after this event
+
+
 @attrs.define
 class Script:
     token_ns: int = 10_000_000
     close_after_tokens: int | None = None  # close the connection instead of answering this TOKEN
     silent_tokens: bool = False  # read TOKEN requests but never answer them
+    close_after_memory: int | None = None  # close instead of answering this memory request
     hello_error: protocol.ErrorReply | None = None
+    memory_limit: int = 8 << 30  # the pod's limit: sent in HELLO and enforced on MEM_RESERVE
     hello_reply: protocol.HelloReply = attrs.field(factory=lambda: protocol.HelloReply(
         window_us=100_000, request_permille=500, limit_permille=1000, sm_percent=100,
         memory_limit_bytes=8 << 30, min_token_us=1000))
@@ -46,6 +60,8 @@ class FakeArbiter:
         self.path = path
         self.script = script or Script()
         self._requests: list[Request] = []
+        self._memory_events: list[MemEvent] = []
+        self._held: dict[int, int] = {}  # connection -> bytes it holds in the pod's ledger
         self._changed = threading.Condition()
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(path))
@@ -67,6 +83,16 @@ class FakeArbiter:
 
     def token_requests(self) -> list[Request]:
         return [r for r in self.requests if r.type == MessageType.TOKEN]
+
+    @property
+    def memory_events(self) -> list[MemEvent]:
+        with self._changed:
+            return list(self._memory_events)
+
+    @property
+    def memory_used(self) -> int:
+        with self._changed:
+            return sum(self._held.values())
 
     def wait_for(self, predicate: Callable[[list[Request]], bool], timeout_s: float = 5.0) -> bool:
         with self._changed:
@@ -107,8 +133,14 @@ class FakeArbiter:
             self._changed.notify_all()
 
     def _serve(self, conn: socket.socket, number: int) -> None:
+        try:
+            self._serve_frames(conn, number)
+        finally:
+            self._drop(number)
+
+    def _serve_frames(self, conn: socket.socket, number: int) -> None:
         reader = protocol.FrameReader()
-        tokens = 0
+        tokens = memory_requests = 0
         while True:
             try:
                 data = conn.recv(4096)
@@ -130,15 +162,50 @@ class FakeArbiter:
                     if not self.script.silent_tokens:
                         conn.sendall(protocol.encode_frame(frame.type | protocol.REPLY_BIT, frame.request_id,
                                                            protocol.encode_u64(self.script.token_ns)))
+                elif frame.type in (MessageType.MEM_RESERVE, MessageType.MEM_RELEASE):
+                    memory_requests += 1
+                    self._record(Request(number, MessageType(frame.type)))
+                    if self.script.close_after_memory is not None and memory_requests > self.script.close_after_memory:
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
+                    conn.sendall(protocol.encode_frame(frame.type | protocol.REPLY_BIT, frame.request_id,
+                                                       self._memory(number, frame)))
                 else:
                     self._record(Request(number, MessageType(frame.type)))
+
+    def _memory(self, number: int, frame: protocol.Frame) -> bytes:
+        size = protocol.decode_u64(frame.payload)
+        with self._changed:
+            used = sum(self._held.values())
+            if frame.type == MessageType.MEM_RESERVE:
+                granted = used + size <= self.script.memory_limit
+                if granted:
+                    self._held[number] = self._held.get(number, 0) + size
+                    used += size
+                if size:  # a 0-byte reservation only reads the ledger
+                    self._memory_events.append(MemEvent(number, "reserve", size, granted, used))
+                self._changed.notify_all()
+                return protocol.MemReserveReply(granted, used, self.script.memory_limit).encode()
+            released = min(size, self._held.get(number, 0))
+            self._held[number] = self._held.get(number, 0) - released
+            used -= released
+            self._memory_events.append(MemEvent(number, "release", size, True, used))
+            self._changed.notify_all()
+            return protocol.encode_u64(used)
+
+    def _drop(self, number: int) -> None:
+        with self._changed:
+            held = self._held.pop(number, 0)
+            if held:
+                self._memory_events.append(MemEvent(number, "drop", held, True, sum(self._held.values())))
+            self._changed.notify_all()
 
     def _answer_hello(self, conn: socket.socket, frame: protocol.Frame) -> None:
         if self.script.hello_error is not None:
             conn.sendall(protocol.encode_frame(MessageType.ERROR, frame.request_id, self.script.hello_error.encode()))
         else:
-            conn.sendall(protocol.encode_frame(frame.type | protocol.REPLY_BIT, frame.request_id,
-                                               self.script.hello_reply.encode()))
+            reply = attrs.evolve(self.script.hello_reply, memory_limit_bytes=self.script.memory_limit)
+            conn.sendall(protocol.encode_frame(frame.type | protocol.REPLY_BIT, frame.request_id, reply.encode()))
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0, interval_s: float = 0.01) -> bool:

@@ -28,6 +28,7 @@ class Build:
     fake_dir: Path
     tenant: Path
     test_quota: Path
+    memcheck: Path = BUILD / "memcheck"
 
 
 @attrs.frozen
@@ -75,3 +76,18 @@ def finish_tenant(process: subprocess.Popen[str], timeout_s: float = 20.0) -> Te
 def run_tenant(build: Build, gpu_dir: Path, *args: str, hook: bool = True, arbiter: FakeArbiter | None = None,
                env: dict[str, str] | None = None, timeout_s: float = 20.0) -> TenantResult:
     return finish_tenant(start_tenant(build, gpu_dir, *args, hook=hook, arbiter=arbiter, env=env), timeout_s)
+
+
+def run_memcheck(build: Build, gpu_dir: Path, *args: str, hook: bool = True, arbiter: FakeArbiter | None = None,
+                 env: dict[str, str] | None = None, stdin: str | None = None,
+                 timeout_s: float = 20.0) -> TenantResult:
+    """Runs ``memcheck`` (vgpu_hook/tests/memcheck.c) to the end; its last JSON line is the summary."""
+    try:
+        result = subprocess.run([str(build.memcheck), *args], input=stdin, capture_output=True, text=True,
+                                timeout=timeout_s, env=tenant_env(build, gpu_dir, hook=hook, arbiter=arbiter,
+                                                                  extra=env), check=False)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"memcheck {' '.join(args)} did not finish within {timeout_s} s (hung?): {error.stderr!r}")
+    lines = result.stdout.strip().splitlines()
+    summary = json.loads(lines[-1]) if lines else {}
+    return TenantResult(result.returncode, summary, result.stderr)

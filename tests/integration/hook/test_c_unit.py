@@ -1,4 +1,4 @@
-"""The hook's C unit tests (``make -C vgpu_hook test``) pass."""
+"""The hook's C unit tests (``make -C vgpu_hook test``: quota, allocation table, charged sizes) pass."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import sys
 from tests.integration.hook.tenants import HOOK_DIR, Build
 
 
-def test_make_test_runs_the_quota_unit_test(build: Build) -> None:
+def test_make_test_runs_the_c_unit_tests(build: Build) -> None:
     result = subprocess.run(["make", "-C", str(HOOK_DIR), f"PYTHON={sys.executable}", "test"], capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "test_quota:" in result.stdout
-    assert ", 0 failed" in result.stdout
+    assert "test_memory:" in result.stdout
+    assert result.stdout.count(", 0 failed") == 2

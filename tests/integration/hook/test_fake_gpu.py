@@ -13,7 +13,8 @@ import pytest
 
 from fastgshare_cli.fake_gpu import ProcRecord, read_state, sample_state
 from tests.integration.hook.fake_arbiter import wait_until
-from tests.integration.hook.tenants import Build, finish_tenant, run_tenant, start_tenant
+from tests.integration.hook.memory_matrix import ROWS, STANDARD_STEPS, VMM_STEPS
+from tests.integration.hook.tenants import Build, finish_tenant, run_memcheck, run_tenant, start_tenant
 
 MS = 1_000_000
 
@@ -112,6 +113,18 @@ def test_the_memory_pool_is_shared_across_processes(build: Build, gpu_dir: Path)
     state = read_state(gpu_dir)
     assert state.mem_total == 1 << 30
     assert state.mem_used == 0
+
+
+@pytest.mark.parametrize("case", [row.case for row in ROWS if row.kind in ("alloc", "vmm")])
+def test_every_allocation_path_counts_in_the_shared_pool(build: Build, gpu_dir: Path, case: str) -> None:
+    # A 64 MiB fake GPU, no hook: the driver itself refuses the second ~40 MiB object and frees
+    # the first. For VMM the memory lives until its handle is released AND it is unmapped.
+    result = run_memcheck(build, gpu_dir, "run", "--case", case, "--way", "gpa-v2", "--size", str(40 << 20),
+                          hook=False, env={"FASTGSHARE_FAKE_GPU_MEMORY": "64M"})
+    assert result.returncode == 0, result.stderr
+    steps = [(s["op"], s["result"]) for s in result.summary["steps"]]
+    assert steps == (VMM_STEPS if case == "vmm" else STANDARD_STEPS)
+    assert read_state(gpu_dir).mem_used == 0
 
 
 def test_a_killed_tenant_gives_back_its_sm_units_and_memory(build: Build, gpu_dir: Path) -> None:

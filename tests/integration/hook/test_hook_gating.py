@@ -13,6 +13,7 @@ import pytest
 from fastgshare.protocol import MessageType
 from fastgshare_cli.fake_gpu import read_state
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
+from tests.integration.hook.symbols import exported_names
 from tests.integration.hook.tenants import Build, run_tenant, tenant_env
 
 StartArbiter = Callable[[Script], FakeArbiter]
@@ -20,11 +21,6 @@ MS = 1_000_000
 
 PATHS = ["linked", "dlsym", "rtld-default", "rtld-next", "procaddr-legacy", "procaddr-v2"]
 APIS = ["kernel", "ex", "coop", "graph"]
-EXPORTED = {
-    "dlsym", "cuGetProcAddress", "cuGetProcAddress_v2",
-    "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
-    "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz",
-}
 
 
 def test_the_hook_exports_only_what_it_intercepts(build: Build) -> None:
@@ -32,7 +28,7 @@ def test_the_hook_exports_only_what_it_intercepts(build: Build) -> None:
         pytest.skip("nm (binutils) is not installed")
     listing = subprocess.run(["nm", "-D", "--defined-only", str(build.hook)], capture_output=True, text=True,
                              check=True).stdout
-    assert {line.split()[-1] for line in listing.splitlines() if line.strip()} == EXPORTED
+    assert {line.split()[-1] for line in listing.splitlines() if line.strip()} == exported_names()
 
 
 @pytest.mark.parametrize("ptsz", [False, True], ids=["legacy-stream", "per-thread"])
