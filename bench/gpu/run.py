@@ -5,7 +5,8 @@ Builds the hook (``make -C vgpu_hook``; at run time it loads the real ``libcuda.
 cudart's dlopen + cuGetProcAddress, the path the hook must catch), starts the arbiter, and runs
 the isolation scenarios with real kernels, enforced (hook + arbiter, sync at token end) and
 uncontrolled. Each tenant measures its own kernels with CUDA events (GPU timestamps). Then the
-launch overhead: tiny kernels with and without the hook.
+launch overhead (tiny kernels with and without the hook) and the memory coverage matrix against
+the real driver and NVML.
 
 Needs only the standard library and attrs besides the project (no Flask, kubernetes, PyYAML).
 Run from the repository root: ``python3 bench/gpu/run.py [--seconds S]``; prints one JSON object.
@@ -86,6 +87,18 @@ def launch_ns(tenant: Path, hook: Path | None, workdir: Path) -> float:
     return round(3e9 / max(int(result["kernels"]), 1), 1)
 
 
+def memory_matrix() -> object:
+    """The memory coverage matrix against the real driver and NVML (every allocation path x every
+    way of reaching the driver), as the CI runs it on the fake GPU."""
+    result = subprocess.run([sys.executable, "-m", "tests.integration.hook.memory_matrix", "--real", "--json"],
+                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                            timeout=300, check=False)
+    try:
+        return json.loads(result.stdout)
+    except ValueError:
+        return {"error": f"exit {result.returncode}: {result.stderr[-2000:]}"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=6.0)
@@ -118,6 +131,7 @@ def main() -> None:
         finally:
             arbiter.terminate()
             arbiter.wait(10)
+    report["memory_matrix"] = memory_matrix()
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(report, indent=2))
 
