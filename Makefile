@@ -44,6 +44,9 @@ bench: install
 	$(BIN)/python -m bench.isolation
 	$(BIN)/python -m bench.hook_overhead
 	$(BIN)/python -m bench.arbiter
+	$(BIN)/python -m bench.extender_latency
+	$(BIN)/python -m bench.scheduling_throughput
+	$(BIN)/python -m bench.controller
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,5 +1,13 @@
-"""The kube-scheduler extender (``fastgshare-extender``): filter, prioritize and bind.
+"""The kube-scheduler extender (``fastgshare-extender``): filter, prioritize and bind for GPU shares.
 
-Built in issue 7 on the core's ledger and placement policies; only the package boundary
-exists now.
+A kube-scheduler profile named ``fastgshare-scheduler`` calls it over HTTP for every pod that
+requests ``fastgshare.caps.in.tum/vgpu``. It keeps a watch-fed cache of the nodes' GPU
+inventories and the pods' GPU assignments, judges nodes with the core's ledgers and placement
+policies, and binds a pod by writing its GPU assignment and then the Binding.
+
+Modules: ``main`` (flags, wiring), ``app`` (factory, composition), ``routes`` (the HTTP edge),
+``wire`` (the extender JSON), ``records`` (what is read from Pod/Node JSON), ``decisions``
+(filter, prioritize), ``binder`` (bind), ``state``, ``nodes`` and ``placements`` (the cache),
+``kube`` (the only module that imports ``kubernetes``), ``ports`` (what bind needs from the
+API), ``metrics``, ``inspection`` (the ``/inspect`` view), ``server`` (HTTP serving), ``config``.
 """

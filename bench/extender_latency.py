@@ -1,0 +1,154 @@
+"""Extender filter and prioritize latency over real HTTP (prints one JSON object).
+
+For 100, 1,000 and 5,000 nodes of 8 GPUs (V100, 16 GiB, MPS), every GPU half full (two pods of
+0.5 of the time x 50 % SM and 4 GiB each), the extender's cache is fed directly, through the
+same calls its watch makes; no API server is needed. The app runs on the production HTTP
+server on loopback; one client sends the requests a node-cache-capable kube-scheduler sends
+(``NodeNames`` with every node) on one kept-alive connection.
+
+Pods ask for one of four shares, as the replicas of a few FaSTPods would. The extender
+remembers each node's verdict per share until that node changes, so the figures are given
+twice: ``warm`` (a share seen before on unchanged nodes, the steady state: each bind changes
+only its own node) and ``cold`` (the first request of each share, every node judged anew).
+
+Run: ``python -m bench.extender_latency [--sizes 100,1000,5000] [--requests N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import time
+from collections.abc import Sequence
+
+from fastgshare import keys
+from fastgshare.codec import PodAssignment, encode_assignment, encode_node_inventory
+from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.share import ShareSpec, share_annotations
+from scheduler_extender.app import build_services, create_app
+from scheduler_extender.config import ExtenderConfig
+from scheduler_extender.records import NodeRecord, PodRecord
+from scheduler_extender.server import HttpServer
+from scheduler_extender.state import ClusterState
+
+GiB = 2**30
+GPUS_PER_NODE = 8
+RESIDENT = ShareSpec(request_permille=500, limit_permille=500, sm_percent=50, memory_bytes=4 * GiB)
+ASKED = (  # what the measured pods ask for; each fits a half-full GPU
+    ShareSpec(request_permille=200, limit_permille=400, sm_percent=40, memory_bytes=2 * GiB),
+    ShareSpec(request_permille=300, limit_permille=300, sm_percent=30, memory_bytes=1 * GiB),
+    ShareSpec(request_permille=100, limit_permille=500, sm_percent=20, memory_bytes=1 * GiB),
+    ShareSpec(request_permille=250, limit_permille=500, sm_percent=50, memory_bytes=2 * GiB),
+)
+
+
+def half_full_cluster(nodes: int) -> ClusterState:
+    """``nodes`` nodes of 8 GPUs, each GPU holding two resident pods (half its area and memory)."""
+    state = ClusterState(bind_wait_s=0)
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    records = []
+    pods = []
+    for name in names:
+        gpus = tuple(GpuDevice(uuid=f"GPU-{name}-{g}", index=g, model="Tesla V100", memory_bytes=16 * GiB,
+                               sm_count=80, mps_enabled=True) for g in range(GPUS_PER_NODE))
+        records.append(NodeRecord(name=name, inventory_text=encode_node_inventory(
+            NodeInventory(node_name=name, gpus=gpus, slots_per_gpu=keys.DEFAULT_SLOTS_PER_GPU))))
+        for gpu in gpus:
+            for slot in range(2):
+                text = encode_assignment(PodAssignment(node_name=name, gpu_uuid=gpu.uuid, gpu_index=gpu.index,
+                                                       share=RESIDENT, assigned_at_ms=1 + slot))
+                pods.append(PodRecord(uid=f"{gpu.uuid}-{slot}", namespace="resident", name=f"{gpu.uuid}-{slot}",
+                                      node_name=name, phase="Running",
+                                      annotations={keys.POD_ASSIGNMENT_ANNOTATION: text,
+                                                   keys.POD_ALLOCATED_ANNOTATION: "yes"}))
+    state.replace_nodes(records)
+    state.replace_pods(pods, state.begin_relist())
+    return state
+
+
+def request_body(names: list[str], share: ShareSpec, serial: int) -> bytes:
+    pod = {"metadata": {"name": f"bench-{serial}", "namespace": "bench", "uid": f"uid-{serial}",
+                        "annotations": share_annotations(share)},
+           "spec": {"schedulerName": keys.SCHEDULER_NAME,
+                    "containers": [{"name": "main", "resources": {"limits": {keys.VGPU_RESOURCE: "1"}}}]},
+           "status": {"phase": "Pending"}}
+    return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
+
+
+def timed_post(connection: http.client.HTTPConnection, verb: str, body: bytes) -> float:
+    started = time.perf_counter()
+    connection.request("POST", f"/{verb}", body=body, headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    payload = response.read()
+    elapsed = time.perf_counter() - started
+    if response.status != 200:
+        raise RuntimeError(f"{verb} answered {response.status}: {payload[:200]!r}")
+    return elapsed
+
+
+def summary(seconds: list[float]) -> dict[str, float | int]:
+    ordered = sorted(seconds)
+    return {"n": len(ordered), "p50_ms": round(statistics.median(ordered) * 1000, 3),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000, 3),
+            "max_ms": round(ordered[-1] * 1000, 3)}
+
+
+def measure(nodes: int, requests: int) -> dict[str, object]:
+    started = time.perf_counter()
+    state = half_full_cluster(nodes)
+    build_s = time.perf_counter() - started
+    names = [f"node-{i:05d}" for i in range(nodes)]
+    services = build_services(ExtenderConfig(bind_wait_s=0, max_body_bytes=64 * 2**20), state, _NoApi())
+    server = HttpServer(create_app(services), "127.0.0.1", 0)
+    server.start()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+    times: dict[str, list[float]] = {"filter": [], "prioritize": [], "filter_cold": [], "prioritize_cold": []}
+    try:
+        for serial in range(len(ASKED) + requests):
+            share = ASKED[serial % len(ASKED)]
+            body = request_body(names, share, serial)
+            cold = serial < len(ASKED)
+            for verb in ("filter", "prioritize"):
+                times[f"{verb}_cold" if cold else verb].append(timed_post(connection, verb, body))
+    finally:
+        connection.close()
+        server.stop()
+    return {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "request_bytes": len(request_body(names, ASKED[0], 0)),
+            "cache_build_s": round(build_s, 2),
+            "warm": {"filter": summary(times["filter"]), "prioritize": summary(times["prioritize"])},
+            "cold": {"filter": summary(times["filter_cold"]), "prioritize": summary(times["prioritize_cold"])}}
+
+
+class _NoApi:
+    """Filter and prioritize never call the API server; bind is not measured here."""
+
+    def read_pod(self, namespace: str, name: str) -> PodRecord | None:
+        raise NotImplementedError
+
+    def patch_pod_annotation(self, pod: PodRecord, key: str, value: str | None) -> PodRecord:
+        raise NotImplementedError
+
+    def create_binding(self, pod: PodRecord, node: str) -> None:
+        raise NotImplementedError
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100,1000,5000", help="node counts (default: %(default)s)")
+    parser.add_argument("--requests", type=int, default=0,
+                        help="warm requests per verb and size (default: 400, 200, 60 by size)")
+    args = parser.parse_args(argv)
+    results = []
+    for nodes in (int(size) for size in args.sizes.split(",")):
+        requests = args.requests or (400 if nodes <= 100 else 200 if nodes <= 1000 else 60)
+        results.append(measure(nodes, requests))
+    print(json.dumps({"benchmark": "extender_latency", "gpus_per_node": GPUS_PER_NODE,
+                      "fill": "every GPU half full (area and memory)",
+                      "transport": "HTTP/1.1 keep-alive on loopback, NodeNames payloads",
+                      "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Bind: pick the pod's GPU, write the assignment, then create the Binding.
+
+The steps, and why in this order:
+
+1. Read the pod from the API server (its share and resourceVersion now, not as the scheduler
+   saw it). A pod already bound to this node with our assignment is a retried bind: success.
+2. Reserve a GPU in the cache (policy choice against the ledgers including binds in flight).
+   Reserving happens before any waiting or writing, so the pods the scheduler places next see
+   the share as taken; the cache's lock makes choice and reservation one step, so concurrent
+   binds never over-commit a GPU.
+3. Wait for the node's turn: binds to one node write one at a time, each after the node
+   agent has marked the previous pod allocated (bounded by ``bind_wait_s``; then it proceeds
+   and says so in the log). This is how the agent's Allocate knows which pod it serves.
+4. Patch the assignment onto the pod, guarded by the resourceVersion read in step 1. On 409
+   re-read: a pod that was replaced, bound meanwhile or whose share changed is refused.
+5. Create the Binding. It names the pod's uid, which API servers check from 1.23 on (kubernetes
+   PR 105913); older ones, like the v1.20 test tier, ignore it, so step 4's guard is what keeps
+   a pod that was replaced meanwhile from being bound to a GPU chosen for another.
+
+Any failure releases the reservation; if the assignment was written but the binding failed,
+the annotation is removed again (or, if that fails too, kept and still counted). A binding
+answered with an error is checked first: one that took effect anyway (a timeout after the
+write) counts as done, so a bound pod never loses its assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from fastgshare import keys
+from fastgshare.codec import PodAssignment, encode_assignment
+from fastgshare.placement import Policy
+from scheduler_extender.decisions import InvalidRequest, pod_request
+from scheduler_extender.metrics import Metrics
+from scheduler_extender.placements import pod_assignment
+from scheduler_extender.ports import ApiConflict, ApiFailure, KubePort, PodNotFound
+from scheduler_extender.records import PodRecord
+from scheduler_extender.state import BindOutcome, ClusterState, Reservation, ReservationRefused
+from scheduler_extender.wire import BindingArgs
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 5
+
+
+class BindRefused(Exception):
+    """The pod cannot be bound; ``label`` is the metrics reason, the message the user's."""
+
+    def __init__(self, label: str, message: str) -> None:
+        super().__init__(message)
+        self.label = label
+
+
+class Binder:
+    """Carries out the scheduler's bind requests."""
+
+    def __init__(self, state: ClusterState, kube: KubePort, *, default_policy: Policy, bind_wait_s: float,
+                 metrics: Metrics) -> None:
+        self._state = state
+        self._kube = kube
+        self._default_policy = default_policy
+        self._bind_wait_s = bind_wait_s
+        self._metrics = metrics
+
+    def bind(self, args: BindingArgs) -> str:
+        """Empty if the pod is bound to ``args.node``, else why it is not (for ``Error``)."""
+        try:
+            pod = self._pod_to_bind(args)
+            if pod is None:
+                return ""
+            reservation = self._reserve(pod, args.node)
+            self._write(reservation, pod)
+        except BindRefused as error:
+            log.warning("bind pod=%s node=%s refused: %s", args.pod_key, args.node, error)
+            self._metrics.count("bind", {"refused": 1})
+            self._metrics.fail("bind", {error.label: 1})
+            return f"fastgshare: {error}"
+        self._metrics.count("bind", {"bound": 1})
+        return ""
+
+    def _pod_to_bind(self, args: BindingArgs) -> PodRecord | None:
+        """The pod to bind, or None if it is already bound there by us."""
+        try:
+            pod = self._kube.read_pod(args.pod_namespace, args.pod_name)
+        except ApiFailure as error:
+            raise BindRefused("api-error", f"reading pod {args.pod_key} failed: {error}") from None
+        if pod is None:
+            raise BindRefused("pod-gone", f"pod {args.pod_key} no longer exists")
+        if args.pod_uid and pod.uid != args.pod_uid:
+            raise BindRefused("pod-replaced", f"pod {args.pod_key} was replaced (uid {pod.uid}, not {args.pod_uid})")
+        if pod.node_name:
+            if pod.node_name == args.node and _assigned_node(pod) == args.node:
+                log.info("bind pod=%s node=%s already bound, nothing to do", pod.key, args.node)
+                return None
+            raise BindRefused("already-bound", f"pod {pod.key} is already bound to node {pod.node_name}")
+        return pod
+
+    def _reserve(self, pod: PodRecord, node: str) -> Reservation:
+        try:
+            request = pod_request(pod, self._default_policy)
+            return self._state.reserve(uid=pod.uid, pod_key=pod.key, node=node, share=request.share,
+                                       policy=request.policy)
+        except InvalidRequest as error:
+            raise BindRefused("invalid-request", str(error)) from None
+        except ReservationRefused as error:
+            raise BindRefused("no-room", f"node {node}: {error}") from None
+
+    def _write(self, reservation: Reservation, pod: PodRecord) -> None:
+        """Take the node's turn, write the assignment, bind; always end the reservation."""
+        outcome = BindOutcome.RELEASED
+        try:
+            self._take_turn(reservation)
+            pod = self._write_assignment(reservation, pod)
+            outcome = BindOutcome.ASSIGNED
+            self._create_binding(pod, reservation.node)
+            outcome = BindOutcome.BOUND
+        except BindRefused:
+            if outcome is BindOutcome.ASSIGNED:
+                outcome = self._remove_assignment(pod)
+            raise
+        finally:
+            self._state.finish_bind(reservation.uid, reservation.node, outcome)
+        log.info("bound pod=%s node=%s gpu=%s index=%d share=%s", reservation.pod_key, reservation.node,
+                 reservation.gpu_uuid, reservation.gpu_index, reservation.share.describe())
+
+    def _take_turn(self, reservation: Reservation) -> None:
+        started = time.monotonic()
+        if not self._state.wait_turn(reservation.uid, reservation.node, self._bind_wait_s):
+            log.warning("bind pod=%s node=%s proceeding without its turn: the previous pod on the node was not "
+                        "marked allocated within %.1fs (is the node agent running?)", reservation.pod_key,
+                        reservation.node, self._bind_wait_s)
+        self._metrics.bind_turn_wait.observe(time.monotonic() - started)
+
+    def _write_assignment(self, reservation: Reservation, pod: PodRecord) -> PodRecord:
+        assigned_at_ms = self._state.now_ms()  # the cache's clock: turns compare against it
+        self._state.stamp(reservation.uid, assigned_at_ms)
+        payload = encode_assignment(PodAssignment(
+            node_name=reservation.node, gpu_uuid=reservation.gpu_uuid, gpu_index=reservation.gpu_index,
+            share=reservation.share, assigned_at_ms=assigned_at_ms))
+        for _ in range(CONFLICT_RETRIES):
+            try:
+                return self._kube.patch_pod_annotation(pod, keys.POD_ASSIGNMENT_ANNOTATION, payload)
+            except ApiConflict:
+                pod = self._reread(pod, reservation)
+            except PodNotFound:
+                raise BindRefused("pod-gone", f"pod {pod.key} was deleted during the bind") from None
+            except ApiFailure as error:
+                raise BindRefused("api-error", f"writing the assignment of pod {pod.key} failed: {error}") from None
+        raise BindRefused("conflict", f"pod {pod.key} kept changing; gave up after {CONFLICT_RETRIES} conflicts")
+
+    def _reread(self, pod: PodRecord, reservation: Reservation) -> PodRecord:
+        """The pod again after a conflict, if it is still the one we reserved for."""
+        try:
+            current = self._kube.read_pod(pod.namespace, pod.name)
+        except ApiFailure as error:
+            raise BindRefused("api-error", f"re-reading pod {pod.key} failed: {error}") from None
+        if current is None or current.uid != pod.uid:
+            raise BindRefused("pod-gone", f"pod {pod.key} was deleted or replaced during the bind")
+        if current.node_name:
+            raise BindRefused("already-bound", f"pod {pod.key} was bound to node {current.node_name} meanwhile")
+        try:
+            share = pod_request(current, self._default_policy).share
+        except InvalidRequest as error:
+            raise BindRefused("invalid-request", str(error)) from None
+        if share != reservation.share:
+            raise BindRefused("conflict", f"the share of pod {pod.key} changed during the bind")
+        log.info("pod=%s conflict writing the assignment, retrying", pod.key)
+        return current
+
+    def _create_binding(self, pod: PodRecord, node: str) -> None:
+        try:
+            self._kube.create_binding(pod, node)
+        except (ApiConflict, PodNotFound, ApiFailure) as error:
+            if self._binding_landed(pod, node):
+                log.info("pod=%s binding to node=%s reported %s but took effect", pod.key, node, error)
+                return
+            raise BindRefused("api-error", f"binding pod {pod.key} to node {node} failed: {error}") from None
+
+    def _binding_landed(self, pod: PodRecord, node: str) -> bool:
+        """Whether a binding whose answer was an error (a timeout, say) was carried out anyway."""
+        try:
+            current = self._kube.read_pod(pod.namespace, pod.name)
+        except ApiFailure:
+            return False
+        return current is not None and current.uid == pod.uid and current.node_name == node
+
+    def _remove_assignment(self, pod: PodRecord) -> BindOutcome:
+        """Undo the assignment of a pod whose binding failed; ASSIGNED if it stays."""
+        try:
+            self._kube.patch_pod_annotation(pod, keys.POD_ASSIGNMENT_ANNOTATION, None)
+        except PodNotFound:
+            return BindOutcome.RELEASED
+        except (ApiConflict, ApiFailure) as error:
+            log.warning("pod=%s could not remove the assignment after a failed binding (%s); it stays counted "
+                        "until the pod is bound again or deleted", pod.key, error)
+            return BindOutcome.ASSIGNED
+        return BindOutcome.RELEASED
+
+
+def _assigned_node(pod: PodRecord) -> str | None:
+    assignment = pod_assignment(pod)
+    return assignment.node_name if assignment is not None else None

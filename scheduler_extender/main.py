@@ -1,0 +1,121 @@
+"""``fastgshare-extender``: flags, wiring and signal handling (the composition root).
+
+Everything is created here and passed in; no module keeps global state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from fastgshare import keys
+from fastgshare.placement import DEFAULT_POLICY, Policy
+from scheduler_extender.app import build_services, create_app
+from scheduler_extender.config import (
+    DEFAULT_BIND_WAIT_S,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_BODY_BYTES,
+    ConfigError,
+    ExtenderConfig,
+    parse_listen,
+)
+from scheduler_extender.kube import ClusterConfigError, ClusterWatch, KubeApi, load_api_client
+from scheduler_extender.server import HttpServer
+from scheduler_extender.state import ClusterState
+
+log = logging.getLogger("scheduler_extender")
+
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastgshare-extender",
+        description=f"The fastgshare kube-scheduler extender. The scheduler profile {keys.SCHEDULER_NAME} calls it "
+                    f"(POST /filter, /prioritize, /bind) for pods requesting {keys.VGPU_RESOURCE}; it places each pod "
+                    "on a GPU by its time, SM and memory share. Also serves /healthz, /readyz (ready once its cache "
+                    "has synced), /metrics (Prometheus) and /inspect (JSON: every GPU's pods and free share; "
+                    "?node=NAME for one node).")
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                        help="address to serve on; an empty HOST means all addresses (default: %(default)s)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    parser.add_argument("--policy", default=DEFAULT_POLICY.value, choices=[p.value for p in Policy],
+                        help=f"placement policy; a pod may override it with the annotation "
+                             f"{keys.SCHEDULING_POLICY_ANNOTATION} (default: %(default)s)")
+    parser.add_argument("--bind-wait-seconds", type=float, default=DEFAULT_BIND_WAIT_S, metavar="SECONDS",
+                        help="binds to one node wait up to this long for the node agent to mark the previously "
+                             "bound pod allocated, then proceed; keep it well below the scheduler's httpTimeout "
+                             "(default: %(default)s)")
+    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+                        help="larger request bodies are refused with 413 (default: %(default)s)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[ExtenderConfig, str, int]:
+    try:
+        config = ExtenderConfig(policy=Policy(args.policy), bind_wait_s=args.bind_wait_seconds,
+                                max_body_bytes=args.max_body_bytes)
+        host, port = parse_listen(args.listen)
+    except ConfigError as error:
+        parser.error(str(error))
+    return config, host, port
+
+
+def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop the server and the watches."""
+    api = load_api_client(kubeconfig)
+    state = ClusterState(bind_wait_s=config.bind_wait_s)
+    server = HttpServer(create_app(build_services(config, state, KubeApi(api))), host, port)
+    watch = ClusterWatch(api, state)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("received %s, stopping", signal.Signals(signum).name)
+        stopping.set()
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    switch_interval = sys.getswitchinterval()
+    # Filter and prioritize are latency-bound and the scheduler calls them one pod at a time,
+    # while binds and the watches keep other threads busy: with Python's default 5 ms switch
+    # interval a request can wait that long for the GIL several times over.
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    try:
+        watch.start()
+        server.start()
+        log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s", server.host, server.port,
+                 config.policy.value, config.bind_wait_s)
+        stopping.wait()
+    finally:
+        server.stop()
+        watch.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        sys.setswitchinterval(switch_interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config, host, port = _settings(parser, args)
+    try:
+        run(config, host, port, args.kubeconfig)
+    except ClusterConfigError as error:
+        log.error("%s", error)
+        return 1
+    except OSError as error:
+        log.error("cannot serve on %s: %s", args.listen, error)
+        return 1
+    log.info("extender stopped")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""The HTTP edge: one blueprint of thin routes, and JSON answers for every error.
+
+Each extender route reads a size-capped JSON body, decodes it with :mod:`~scheduler_extender.wire`,
+asks the decisions or the binder, and encodes the answer. Bad requests (not JSON, wrong
+content type, too large, wrong shape, unknown path or method) get a 4xx JSON body
+``{"Error": ...}`` and a log line; an unexpected failure gets a 500 JSON body without a
+traceback (that goes to the log).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, cast
+
+from flask import Blueprint, Response, current_app, g, jsonify, request
+from werkzeug.exceptions import BadRequest, HTTPException, UnsupportedMediaType
+
+from scheduler_extender import inspection, wire
+
+if TYPE_CHECKING:
+    from scheduler_extender.app import Services
+
+log = logging.getLogger(__name__)
+
+blueprint = Blueprint("extender", __name__)
+
+
+def _services() -> Services:
+    return cast("Services", current_app.extensions["fastgshare_extender"])
+
+
+@blueprint.post("/filter")
+def filter_nodes() -> Response:
+    args = wire.decode_extender_args(_json_body())
+    return jsonify(wire.encode_filter_result(args, _services().decisions.filter(args)))
+
+
+@blueprint.post("/prioritize")
+def prioritize() -> Response:
+    args = wire.decode_extender_args(_json_body())
+    return jsonify(wire.encode_priorities(_services().decisions.prioritize(args)))
+
+
+@blueprint.post("/bind")
+def bind() -> Response:
+    args = wire.decode_binding_args(_json_body())
+    return jsonify(wire.encode_binding_result(_services().binder.bind(args)))
+
+
+@blueprint.get("/healthz")
+def healthz() -> Response:
+    return jsonify({"status": "ok"})
+
+
+@blueprint.get("/readyz")
+def readyz() -> tuple[Response, int]:
+    if _services().state.synced:
+        return jsonify({"status": "ready"}), 200
+    return jsonify({"status": "not ready: the cache has not synced with the API server yet"}), 503
+
+
+@blueprint.get("/metrics")
+def metrics() -> Response:
+    body, content_type = _services().metrics.exposition()
+    return Response(body, content_type=content_type)
+
+
+@blueprint.get("/inspect")
+def inspect() -> Response:
+    services = _services()
+    view = inspection.describe(services.state.snapshot(), only_node=request.args.get("node"))
+    return jsonify({"policy": services.config.policy.value, "bindWaitSeconds": services.config.bind_wait_s, **view})
+
+
+def _json_body() -> object:
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType(f'Content-Type must be application/json, got "{request.mimetype or "none"}"')
+    data = request.get_data(cache=False)  # over MAX_CONTENT_LENGTH: 413
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as error:
+        raise BadRequest(f"the body is not valid JSON: {error}") from None
+
+
+# --- timing and errors (app-wide, so unknown paths are answered and timed too) ------------
+@blueprint.before_app_request
+def _start_timer() -> None:
+    g.started = time.perf_counter()
+
+
+@blueprint.after_app_request
+def _observe(response: Response) -> Response:
+    started = g.get("started")
+    if started is not None:
+        _services().metrics.request_seconds.labels(_verb()).observe(time.perf_counter() - started)
+    return response
+
+
+@blueprint.app_errorhandler(wire.WireError)
+def _bad_shape(error: wire.WireError) -> tuple[Response, int]:
+    return _rejected(400, f"malformed extender request: {error}")
+
+
+@blueprint.app_errorhandler(HTTPException)
+def _http_error(error: HTTPException) -> tuple[Response, int]:
+    return _rejected(error.code or 400, error.description or error.name)
+
+
+@blueprint.app_errorhandler(Exception)
+def _unexpected(error: Exception) -> tuple[Response, int]:
+    log.exception("internal error method=%s path=%s", request.method, request.path)
+    _services().metrics.fail(_verb(), {"internal-error": 1})
+    return jsonify({"Error": f"fastgshare extender internal error ({type(error).__name__}); see its log"}), 500
+
+
+def _rejected(status: int, message: str) -> tuple[Response, int]:
+    log.warning("rejected request method=%s path=%s status=%d reason=%s", request.method, request.path, status,
+                message)
+    _services().metrics.fail(_verb(), {f"http-{status}": 1})
+    return jsonify({"Error": message}), status
+
+
+def _verb() -> str:
+    return request.url_rule.rule.lstrip("/") if request.url_rule is not None else "unknown"

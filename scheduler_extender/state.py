@@ -1,0 +1,361 @@
+"""The extender's picture of the cluster: nodes and their GPU ledgers, pod placements, binds in flight.
+
+Two sides feed it. The kube adapter reports what the API server says (lists and watch events
+of nodes and pods, as records); binds reserve a GPU before they write anything and report
+how they ended. The rules that make a restart lose nothing and double-book nothing:
+
+- A pod counts on its GPU while the API shows its assignment annotation and the pod has not
+  finished (Succeeded or Failed) or gone, bound or not: an assigned pod that is not bound yet
+  is a bind in flight, perhaps of an extender that has since restarted.
+- A bind of ours counts from its reservation until it ends. Events that do not show its
+  assignment until then are older than its write and change nothing. After it bound the pod,
+  the placement stays until the API has shown the assignment (``seen``) or the pod is gone;
+  a relist that started after the bind ended is the truth.
+- Binds to one node take turns in arrival order: one writes at a time, and the next waits
+  until the node agent has marked the previously bound pod allocated, for at most
+  ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
+
+One condition variable guards everything here, and waiting binds sleep on it. Node entries
+are replaced, never modified, so readers may use them after the lock is released.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from fastgshare.placement import Policy
+from fastgshare.share import ShareSpec
+from scheduler_extender.nodes import NodeEntry
+from scheduler_extender.placements import (
+    Placement,
+    placement_from_api,
+    placement_of,
+    pod_assignment,
+    same_assignment,
+)
+from scheduler_extender.records import NodeRecord, PodRecord
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.frozen(kw_only=True)
+class Reservation:
+    """The GPU a bind reserved for a pod."""
+
+    uid: str
+    pod_key: str
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    share: ShareSpec
+
+
+class ReservationRefused(Exception):
+    """The node cannot take the pod now; the message says why."""
+
+
+class BindOutcome(enum.Enum):
+    BOUND = "bound"
+    RELEASED = "released"  # nothing of the bind is left in the API
+    ASSIGNED = "assigned"  # the assignment stayed on the pod, which is not bound
+
+
+@attrs.frozen
+class Snapshot:
+    """A consistent copy of the cache for the inspection view."""
+
+    synced: bool
+    nodes: dict[str, NodeEntry]
+    placements: list[Placement]
+    waiting: dict[str, list[str]]  # node -> pod keys whose binds wait for their turn
+
+
+class ClusterState:
+    """Nodes, placements and bind turns; every method is safe to call from any thread."""
+
+    def __init__(self, *, bind_wait_s: float, now_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self._changed = threading.Condition()
+        self._nodes: dict[str, NodeEntry] = {}
+        self._placements: dict[str, Placement] = {}  # by pod uid
+        self._on_node: defaultdict[str, set[str]] = defaultdict(set)  # node -> uids placed there
+        self._queues: defaultdict[str, deque[str]] = defaultdict(deque)  # node -> uids waiting to write
+        self._writing: defaultdict[str, set[str]] = defaultdict(set)  # node -> uids writing now
+        self._nodes_synced = False
+        self._pods_synced = False
+        self._seq = 0
+        self._bind_wait_ms = int(bind_wait_s * 1000)
+        self._now_ms = now_ms
+
+    def now_ms(self) -> int:
+        """Wall-clock ms on the cache's clock (what assignments are stamped with)."""
+        return self._now_ms()
+
+    # --- sync ------------------------------------------------------------------------------
+    @property
+    def synced(self) -> bool:
+        """Both nodes and pods have been listed at least once."""
+        with self._changed:
+            return self._nodes_synced and self._pods_synced
+
+    def wait_synced(self, timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self._nodes_synced and self._pods_synced, timeout=timeout_s)
+
+    def sizes(self) -> tuple[int, int]:
+        """(nodes, placements) held now."""
+        with self._changed:
+            return len(self._nodes), len(self._placements)
+
+    # --- nodes (from the API) --------------------------------------------------------------
+    def replace_nodes(self, records: Iterable[NodeRecord]) -> None:
+        """A fresh list of all nodes."""
+        with self._changed:
+            self._nodes = {record.name: self._node_entry(record) for record in records}
+            self._nodes_synced = True
+            self._changed.notify_all()
+
+    def upsert_node(self, record: NodeRecord) -> None:
+        """A node was added or changed (most changes, e.g. heartbeats, leave the inventory alone)."""
+        with self._changed:
+            entry = self._node_entry(record)
+            if entry is not self._nodes.get(record.name):
+                self._nodes[record.name] = entry
+                self._changed.notify_all()
+
+    def delete_node(self, name: str) -> None:
+        with self._changed:
+            self._nodes.pop(name, None)
+            self._changed.notify_all()
+
+    def _node_entry(self, record: NodeRecord) -> NodeEntry:
+        current = self._nodes.get(record.name)
+        if current is not None and current.inventory_text == record.inventory_text:
+            return current
+        return NodeEntry.from_inventory(record.name, record.inventory_text).rebuilt(self._pods_on(record.name))
+
+    def _pods_on(self, node: str) -> list[tuple[str, str, ShareSpec]]:
+        placed = sorted((self._placements[uid] for uid in self._on_node.get(node, ())),
+                        key=lambda p: (p.assigned_at_ms, p.uid))
+        return [(p.uid, p.gpu_uuid, p.share) for p in placed]
+
+    # --- pods (from the API) ---------------------------------------------------------------
+    def begin_relist(self) -> int:
+        """Call before listing pods; pass the answer to :meth:`replace_pods`."""
+        with self._changed:
+            return self._seq
+
+    def replace_pods(self, records: Iterable[PodRecord], started_seq: int) -> None:
+        """A fresh list of all pods; keeps binds the list cannot know about yet."""
+        with self._changed:
+            fresh: dict[str, Placement] = {}
+            for record in records:
+                placement = placement_from_api(record)
+                if placement is not None:
+                    fresh[record.uid] = placement
+            for uid, old in self._placements.items():
+                listed = fresh.get(uid)
+                same = listed is not None and same_assignment(listed, old)
+                if old.in_flight:
+                    old.seen = old.seen or same
+                    fresh[uid] = old
+                elif not old.seen and old.done_seq > started_seq and not same:
+                    fresh[uid] = old  # bound after the list began: the list may predate our write
+            self._placements = fresh
+            self._on_node = defaultdict(set)
+            for placement in fresh.values():
+                self._on_node[placement.node].add(placement.uid)
+            self._nodes = {name: entry.rebuilt(self._pods_on(name)) for name, entry in self._nodes.items()}
+            self._pods_synced = True
+            self._changed.notify_all()
+
+    def upsert_pod(self, record: PodRecord) -> None:
+        """A pod was added or changed."""
+        with self._changed:
+            old = self._placements.get(record.uid)
+            if record.finished:
+                if old is not None:
+                    self._drop(old)
+                return
+            assignment = pod_assignment(record)
+            if old is None:
+                if assignment is not None:
+                    self._place(placement_of(record, assignment))
+            elif old.in_flight or not old.seen:
+                if assignment is not None and old.matches(assignment):  # our write came back
+                    self._refresh(old, record)
+            elif assignment is None:
+                self._unplace(old)  # the assignment was removed
+            elif old.matches(assignment):
+                self._refresh(old, record)
+            else:
+                self._unplace(old)
+                self._place(placement_of(record, assignment))
+
+    def delete_pod(self, record: PodRecord) -> None:
+        with self._changed:
+            old = self._placements.get(record.uid)
+            if old is not None:
+                self._drop(old)
+
+    def _refresh(self, placement: Placement, record: PodRecord) -> None:
+        placement.seen = True
+        placement.bound = placement.bound or bool(record.node_name)
+        if record.allocated and not placement.allocated:
+            placement.allocated = True
+            self._changed.notify_all()
+
+    def _drop(self, placement: Placement) -> None:
+        """The pod is gone: free its share now, or when our bind of it ends."""
+        if placement.in_flight:
+            placement.gone = True
+        else:
+            self._unplace(placement)
+
+    def _place(self, placement: Placement) -> None:
+        self._placements[placement.uid] = placement
+        self._on_node[placement.node].add(placement.uid)
+        entry = self._nodes.get(placement.node)
+        if entry is not None:
+            self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, placement.share)
+
+    def _unplace(self, placement: Placement) -> None:
+        self._placements.pop(placement.uid, None)
+        self._on_node[placement.node].discard(placement.uid)
+        entry = self._nodes.get(placement.node)
+        if entry is not None:
+            self._nodes[placement.node] = entry.without_pod(placement.uid)
+        self._changed.notify_all()
+
+    # --- reading for filter and prioritize -------------------------------------------------
+    def entries_for(self, pod_uid: str, names: Sequence[str]) -> list[NodeEntry | None]:
+        """The entries of ``names`` (None if unknown), without the pod's own stale assignment."""
+        with self._changed:
+            entries = [self._nodes.get(name) for name in names]
+            own = self._placements.get(pod_uid)
+            stale_node = own.node if own is not None and not own.in_flight and not own.bound else None
+        if stale_node is not None:
+            entries = [entry.without_pod(pod_uid) if entry is not None and entry.name == stale_node else entry
+                       for entry in entries]
+        return entries
+
+    def snapshot(self) -> Snapshot:
+        with self._changed:
+            return Snapshot(
+                synced=self._nodes_synced and self._pods_synced,
+                nodes=dict(self._nodes),
+                placements=[attrs.evolve(p) for p in self._placements.values()],
+                waiting={node: [self._placements[uid].pod_key for uid in queue if uid in self._placements]
+                         for node, queue in self._queues.items() if queue},
+            )
+
+    # --- binds ------------------------------------------------------------------------------
+    def reserve(self, *, uid: str, pod_key: str, node: str, share: ShareSpec, policy: Policy) -> Reservation:
+        """Choose the GPU of ``node`` that ``policy`` prefers and hold the share there.
+
+        The caller must end every reservation with :meth:`finish_bind`.
+        """
+        with self._changed:
+            if not (self._nodes_synced and self._pods_synced):
+                raise ReservationRefused("the extender's cache has not synced with the API server yet")
+            old = self._placements.get(uid)
+            if old is not None and old.in_flight:
+                raise ReservationRefused(f"a bind of pod {pod_key} is already in progress")
+            if old is not None:
+                self._unplace(old)  # the assignment of an earlier attempt that did not bind
+            choice = self._choose(node, share, policy)
+            placement = Placement(uid=uid, pod_key=pod_key, node=node, gpu_uuid=choice.uuid,
+                                  gpu_index=choice.index, share=share, assigned_at_ms=self._now_ms(),
+                                  in_flight=True, seen=False)
+            self._place(placement)
+            self._queues[node].append(uid)
+            return Reservation(uid=uid, pod_key=pod_key, node=node, gpu_uuid=choice.uuid,
+                               gpu_index=choice.index, share=share)
+
+    def _choose(self, node: str, share: ShareSpec, policy: Policy) -> GpuPick:
+        entry = self._nodes.get(node)
+        if entry is None:
+            raise ReservationRefused(f"node {node} is not in the extender's cache")
+        verdict = entry.verdict(share, policy)
+        if verdict is None:
+            raise ReservationRefused(entry.problem)
+        if verdict.choice is None:
+            raise ReservationRefused(verdict.reason)
+        return GpuPick(verdict.choice.uuid, verdict.choice.index)
+
+    def wait_turn(self, uid: str, node: str, timeout_s: float) -> bool:
+        """Block until this bind may write to ``node``; False if it gave up after ``timeout_s``.
+
+        Either way the bind then counts as writing to the node until :meth:`finish_bind`.
+        """
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            try:
+                while (opens_at_ms := self._gate(node, uid)) is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    if opens_at_ms != math.inf:
+                        remaining = min(remaining, max((opens_at_ms - self._now_ms()) / 1000, 0.001))
+                    self._changed.wait(remaining)
+                return True
+            finally:
+                if uid in self._queues[node]:
+                    self._queues[node].remove(uid)
+                self._writing[node].add(uid)
+                self._changed.notify_all()
+
+    def _gate(self, node: str, uid: str) -> float | None:
+        """None if ``uid`` may write to ``node`` now, else the wall-clock ms when the gate
+        opens by itself (``inf``: only when something changes)."""
+        queue = self._queues[node]
+        if (queue and queue[0] != uid) or self._writing[node] - {uid}:
+            return math.inf
+        latest = 0
+        for other in self._on_node.get(node, ()):
+            placement = self._placements[other]
+            if other != uid and placement.bound and not placement.allocated and not placement.in_flight:
+                latest = max(latest, placement.assigned_at_ms + self._bind_wait_ms)
+        return latest if latest > self._now_ms() else None
+
+    def stamp(self, uid: str, assigned_at_ms: int) -> None:
+        """Record the assignment time a bind is about to write, so its write is recognised."""
+        with self._changed:
+            placement = self._placements.get(uid)
+            if placement is not None:
+                placement.assigned_at_ms = assigned_at_ms
+
+    def finish_bind(self, uid: str, node: str, outcome: BindOutcome) -> None:
+        """End a reservation: keep the share if the pod was bound (or stays assigned), else free it."""
+        with self._changed:
+            self._writing[node].discard(uid)
+            if uid in self._queues[node]:
+                self._queues[node].remove(uid)
+            for turns in (self._writing, self._queues):
+                if not turns[node]:
+                    del turns[node]
+            placement = self._placements.get(uid)
+            if placement is not None:
+                placement.in_flight = False
+                if placement.gone or outcome is BindOutcome.RELEASED:
+                    self._unplace(placement)
+                elif outcome is BindOutcome.BOUND:
+                    self._seq += 1
+                    placement.bound, placement.done_seq = True, self._seq
+                else:
+                    placement.seen = True
+            self._changed.notify_all()
+
+
+@attrs.frozen
+class GpuPick:
+    uuid: str
+    index: int

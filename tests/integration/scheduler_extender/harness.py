@@ -1,0 +1,170 @@
+"""Running the extender for tests and benchmarks: in a thread, as a process, and a stand-in node agent.
+
+- :func:`serving` serves an app on a free loopback port in this process (the production
+  :class:`~scheduler_extender.server.HttpServer`);
+- :class:`ExtenderProcess` runs ``python -m scheduler_extender`` (the real command) and can
+  kill and restart it on the same port;
+- :class:`AllocationMarker` does what the node agents would after kubelet's Allocate: it marks
+  every pod that is bound and carries an assignment as allocated. No kubelet runs in the
+  cluster tier, so without it every bind would wait ``--bind-wait-seconds`` for its turn;
+- :func:`scheduler_config` loads the shipped v1beta1 scheduler configuration and points it
+  at a running extender.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import flask
+import kubernetes.client
+import yaml
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from fastgshare import keys
+from scheduler_extender.server import HttpServer
+
+REPO = Path(__file__).resolve().parents[3]
+V1BETA1_CONFIG = REPO / "deploy" / "scheduler" / "kube-scheduler-config.v1beta1.yaml"
+
+
+@contextlib.contextmanager
+def serving(app: flask.Flask) -> Iterator[str]:
+    """The app on 127.0.0.1 (a free port); yields its base URL."""
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+def get_json(url: str, timeout_s: float = 10) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return json.load(response)
+
+
+def is_ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def raw_core_api(api_client: kubernetes.client.ApiClient) -> Any:
+    """A CoreV1Api used with raw JSON bodies and ``_preload_content=False`` answers, so untyped."""
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+def scheduler_config(extender_url: str, **extender: object) -> dict[str, Any]:
+    """The shipped v1beta1 configuration with its extender at ``extender_url`` (plus overrides)."""
+    document: dict[str, Any] = yaml.safe_load(V1BETA1_CONFIG.read_text())
+    document["extenders"][0].update({"urlPrefix": extender_url, **extender})
+    return document
+
+
+class ExtenderProcess:
+    """``python -m scheduler_extender`` against a kubeconfig, on a fixed loopback port."""
+
+    def __init__(self, kubeconfig: Path, port: int, log_path: Path, *, bind_wait_s: float = 2.0,
+                 policy: str = "binpack") -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self._args = [sys.executable, "-m", "scheduler_extender", "--kubeconfig", str(kubeconfig),
+                      "--listen", f"127.0.0.1:{port}", "--bind-wait-seconds", str(bind_wait_s),
+                      "--policy", policy, "--log-level", "info"]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60) -> None:
+        """Start and wait until ``/readyz`` answers 200 (its cache has synced)."""
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(self._args, stdin=subprocess.DEVNULL, stdout=log,
+                                             stderr=subprocess.STDOUT, cwd=REPO)
+        deadline = time.monotonic() + timeout_s
+        while not is_ready(self.url):
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"extender did not become ready; log {self.log_path}:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """Send ``sig`` (SIGKILL for a crash) and wait; the exit status."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return process.returncode if process else None
+        process.send_signal(sig)
+        try:
+            return process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class AllocationMarker:
+    """A stand-in for the node agents: marks bound, assigned pods allocated, as Allocate would."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient, namespace: str | None = None) -> None:
+        self._core = raw_core_api(api_client)
+        self._namespace = namespace
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="allocation-marker", daemon=True)
+        self.marked = 0
+
+    def __enter__(self) -> AllocationMarker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._watch()
+            except Exception:  # a dropped watch is simply resumed
+                self._stop.wait(0.2)
+
+    def _watch(self) -> None:
+        lister = (self._core.list_pod_for_all_namespaces if self._namespace is None else
+                  lambda **kw: self._core.list_namespaced_pod(self._namespace, **kw))
+        listing = json.loads(lister(_preload_content=False).data)
+        for pod in listing["items"]:
+            self._maybe_mark(pod)
+        response = lister(watch=True, resource_version=listing["metadata"]["resourceVersion"], timeout_seconds=5,
+                          _preload_content=False)
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line)
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self._maybe_mark(event["object"])
+                if self._stop.is_set():
+                    return
+        finally:
+            response.release_conn()
+
+    def _maybe_mark(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        annotations = metadata.get("annotations") or {}
+        if (not pod["spec"].get("nodeName") or keys.POD_ASSIGNMENT_ANNOTATION not in annotations
+                or keys.POD_ALLOCATED_ANNOTATION in annotations):
+            return
+        body = {"metadata": {"resourceVersion": metadata["resourceVersion"],
+                             "annotations": {keys.POD_ALLOCATED_ANNOTATION: "simulated"}}}
+        with contextlib.suppress(ApiException):  # 409: a newer version will come by the watch
+            self._core.patch_namespaced_pod(metadata["name"], metadata["namespace"], body)
+            self.marked += 1

@@ -1,0 +1,193 @@
+"""Bind against an in-memory API: the order of writes, conflicts, undo on failure, no over-commit."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import attrs
+import pytest
+
+from fastgshare import keys
+from fastgshare.codec import decode_assignment
+from fastgshare.ledger import GpuLedger
+from fastgshare.placement import Policy
+from scheduler_extender.binder import Binder
+from scheduler_extender.metrics import Metrics
+from scheduler_extender.ports import ApiConflict, ApiFailure
+from scheduler_extender.records import PodRecord
+from scheduler_extender.state import ClusterState
+from scheduler_extender.wire import BindingArgs
+from tests.builders import make_gpu, share_annotations
+from tests.unit.scheduler_extender.conftest import FakeKube, assignment, node_record, pod_record, synced_state
+
+
+def binder(state: ClusterState, kube: FakeKube, *, bind_wait_s: float = 0.0,
+           policy: Policy = Policy.BINPACK) -> Binder:
+    kube.watch = state.upsert_pod
+    return Binder(state, kube, default_policy=policy, bind_wait_s=bind_wait_s, metrics=Metrics())
+
+
+def bind_args(kube: FakeKube, name: str, node: str = "node-a") -> BindingArgs:
+    pod = kube.pods[f"team-a/{name}"]
+    return BindingArgs(pod_name=pod.name, pod_namespace=pod.namespace, pod_uid=pod.uid, node=node)
+
+
+def test_bind_writes_the_assignment_then_the_binding(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 2), now_ms=lambda: 1_700_000_000_000)
+    kube.add(pod_record("p", uid="u1"))
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert kube.actions == [("get", "team-a/p"), ("patch", "team-a/p", keys.POD_ASSIGNMENT_ANNOTATION, "set"),
+                            ("bind", "team-a/p", "node-a")]
+    pod = kube.pods["team-a/p"]
+    written = decode_assignment(pod.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
+    assert (pod.node_name, written.node_name, written.gpu_uuid, written.gpu_index) == (
+        "node-a", "node-a", "GPU-node-a-0", 0)
+    assert written.assigned_at_ms == 1_700_000_000_000
+    assert (written.share.request_permille, written.share.limit_permille, written.share.sm_percent) == (400, 800, 50)
+    assert [p.status for p in state.snapshot().placements] == ["bound"]
+
+
+def test_binpack_fills_the_busier_gpu_spread_the_emptier(kube: FakeKube) -> None:
+    busy = pod_record("busy", uid="u0", node_name="node-a", assignment=assignment("node-a", 1, request=300))
+    for policy, gpu in ((Policy.BINPACK, "GPU-node-a-1"), (Policy.SPREAD, "GPU-node-a-0")):
+        fake = FakeKube()
+        fake.add(pod_record("p", uid="u1"))
+        state = synced_state(node_record("node-a", 2), pods=(busy,))
+        assert binder(state, fake, policy=policy).bind(bind_args(fake, "p")) == ""
+        assert decode_assignment(fake.pods["team-a/p"].annotations[keys.POD_ASSIGNMENT_ANNOTATION]).gpu_uuid == gpu
+
+
+def test_conflict_rereads_and_retries(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"))
+    kube.add(pod_record("p", uid="u1"))
+    kube.conflicts_before_patch = 2
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert [a[0] for a in kube.actions] == ["get", "patch", "get", "patch", "get", "patch", "bind"]
+
+
+def test_share_changed_during_the_bind_is_refused_and_released(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"))
+    kube.add(pod_record("p", uid="u1"))
+    original = binder(state, kube)
+    stale = kube.pods["team-a/p"]
+    kube.pods["team-a/p"] = attrs.evolve(stale, resource_version="11",
+                                         annotations=share_annotations(request="0.7", limit="0.9"))
+    kube.read_pod = lambda namespace, name: stale if not kube.actions else FakeKube.read_pod(kube, namespace, name)  # type: ignore[method-assign]
+    error = original.bind(bind_args(kube, "p"))
+    assert "share of pod team-a/p changed during the bind" in error
+    assert state.sizes() == (1, 0)
+
+
+def test_failed_binding_removes_the_assignment_and_frees_the_gpu(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"))
+    kube.add(pod_record("p", uid="u1"))
+    kube.binding_error = ApiFailure("HTTP 500: etcd timeout")
+    error = binder(state, kube).bind(bind_args(kube, "p"))
+    assert error == "fastgshare: binding pod team-a/p to node node-a failed: HTTP 500: etcd timeout"
+    assert kube.actions[-1] == ("patch", "team-a/p", keys.POD_ASSIGNMENT_ANNOTATION, "remove")
+    assert keys.POD_ASSIGNMENT_ANNOTATION not in kube.pods["team-a/p"].annotations
+    assert state.sizes() == (1, 0)
+
+
+def test_binding_that_failed_in_transit_but_took_effect_counts_as_bound(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"))
+    kube.add(pod_record("p", uid="u1"))
+    real_bind = kube.create_binding
+
+    def bind_then_time_out(pod: PodRecord, node: str) -> None:
+        real_bind(pod, node)
+        raise ApiFailure("API server unreachable: read timed out")
+
+    kube.create_binding = bind_then_time_out  # type: ignore[method-assign]
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert keys.POD_ASSIGNMENT_ANNOTATION in kube.pods["team-a/p"].annotations
+    assert [p.status for p in state.snapshot().placements] == ["bound"]
+
+
+def test_assignment_that_cannot_be_removed_stays_counted(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"))
+    kube.add(pod_record("p", uid="u1"))
+    kube.binding_error = ApiFailure("HTTP 500: etcd timeout")
+    kube.unpatch_error = ApiConflict("modified")
+    assert binder(state, kube).bind(bind_args(kube, "p"))
+    assert [p.status for p in state.snapshot().placements] == ["assigned"]
+
+
+def test_rebind_after_a_failed_attempt_replaces_the_stale_assignment(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 1))
+    kube.add(pod_record("p", uid="u1", assignment=assignment("node-a", 0, request=1000, sm=100)))
+    state.upsert_pod(kube.pods["team-a/p"])
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert len(state.snapshot().placements) == 1
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        pytest.param(lambda kube: None, "pod team-a/p no longer exists", id="gone"),
+        pytest.param(lambda kube: kube.add(pod_record("p", uid="other")), "was replaced", id="replaced"),
+        pytest.param(lambda kube: kube.add(pod_record("p", uid="u1", node_name="node-b")),
+                     "already bound to node node-b", id="bound-elsewhere"),
+        pytest.param(lambda kube: kube.add(pod_record("p", uid="u1", annotations={})),
+                     "fastgshare/gpu_mem: is required", id="no-share"),
+    ],
+)
+def test_refusals_say_why(kube: FakeKube, setup: object, message: str) -> None:
+    state = synced_state(node_record("node-a"))
+    setup(kube)  # type: ignore[operator]
+    error = binder(state, kube).bind(BindingArgs(pod_name="p", pod_namespace="team-a", pod_uid="u1", node="node-a"))
+    assert message in error
+    assert error.startswith("fastgshare: ")
+    assert state.sizes() == (1, 0)
+
+
+def test_no_room_names_the_node_and_the_reason(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 1), pods=(
+        pod_record("full", uid="u0", node_name="node-a", assignment=assignment("node-a", 0, request=1000, sm=100)),))
+    kube.add(pod_record("p", uid="u1"))
+    assert binder(state, kube).bind(bind_args(kube, "p")) == (
+        "fastgshare: node node-a: no GPU with 50 % SM free for 0.4 of the time")
+
+
+def test_retried_bind_of_a_pod_we_already_bound_succeeds_without_writes(kube: FakeKube) -> None:
+    kube.add(pod_record("p", uid="u1", node_name="node-a", assignment=assignment("node-a")))
+    assert binder(synced_state(node_record("node-a")), kube).bind(bind_args(kube, "p")) == ""
+    assert kube.actions == [("get", "team-a/p")]
+
+
+def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"), bind_wait_s=30)
+    subject = binder(state, kube, bind_wait_s=30)
+    for name in ("first", "second"):
+        kube.add(pod_record(name, uid=f"u-{name}"))
+    assert subject.bind(bind_args(kube, "first")) == ""
+    second = threading.Thread(target=subject.bind, args=(bind_args(kube, "second"),))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()
+    assert not kube.pods["team-a/second"].node_name
+    kube.mark_allocated("team-a/first")
+    second.join(5)
+    assert kube.pods["team-a/second"].node_name == "node-a"
+
+
+def test_concurrent_binds_never_over_commit_a_gpu(kube: FakeKube) -> None:
+    """60 binds of 0.3 x 40 % pods race for 4 GPUs (room for 3 x 2 each by area and SM)."""
+    gpus = [make_gpu(i, uuid=f"GPU-node-a-{i}") for i in range(2)]
+    state = synced_state(node_record("node-a", gpus), node_record("node-b", 2))
+    subject = binder(state, kube)
+    names = [f"p{i}" for i in range(60)]
+    for name in names:
+        kube.add(pod_record(name, annotations=share_annotations(request="0.3", limit="0.3", sm="40", mem="1Gi")))
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        errors = list(pool.map(lambda n: subject.bind(bind_args(kube, n, "node-a" if int(n[1:]) % 2 else "node-b")),
+                               names))
+    bound = [pod for pod in kube.pods.values() if pod.node_name]
+    assert len(bound) == sum(1 for e in errors if not e) == 24  # 4 GPUs x (3 columns x 2 rows)
+    by_gpu: dict[str, GpuLedger] = {}
+    for pod in bound:
+        written = decode_assignment(pod.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
+        ledger = by_gpu.setdefault(written.gpu_uuid, GpuLedger(make_gpu(written.gpu_index, uuid=written.gpu_uuid)))
+        ledger.add(pod.key, written.share)  # raises if the GPU would be over-committed
+    assert all("no GPU with 40 % SM free for 0.3 of the time" in e for e in errors if e)

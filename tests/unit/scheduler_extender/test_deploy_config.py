@@ -1,0 +1,44 @@
+"""The shipped scheduler configurations: the profile and extender stanza our contracts require.
+
+The v1beta1 form is run by the cluster tier's real v1.20 scheduler; the v1 form (>= 1.25) cannot
+be run here, so it is checked to carry the same extender stanza.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from fastgshare import keys
+
+DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "scheduler"
+FILES = {"v1": "kube-scheduler-config.yaml", "v1beta1": "kube-scheduler-config.v1beta1.yaml"}
+
+
+def load(version: str) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((DEPLOY / FILES[version]).read_text())
+    return document
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_profile_and_extender(version: str) -> None:
+    document = load(version)
+    assert document["apiVersion"] == f"kubescheduler.config.k8s.io/{version}"
+    assert document["kind"] == "KubeSchedulerConfiguration"
+    assert [profile["schedulerName"] for profile in document["profiles"]] == [keys.SCHEDULER_NAME]
+    (extender,) = document["extenders"]
+    assert extender["nodeCacheCapable"] is True
+    assert extender["ignorable"] is False
+    assert (extender["filterVerb"], extender["prioritizeVerb"], extender["bindVerb"]) == (
+        "filter", "prioritize", "bind")
+    assert extender["managedResources"] == [{"name": keys.VGPU_RESOURCE, "ignoredByScheduler": False}]
+    assert extender["weight"] > 0
+    assert "preemptVerb" not in extender
+
+
+def test_both_forms_carry_the_same_extender() -> None:
+    assert load("v1")["extenders"] == load("v1beta1")["extenders"]
+    assert load("v1")["leaderElection"] == load("v1beta1")["leaderElection"]

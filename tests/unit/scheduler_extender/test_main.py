@@ -1,0 +1,65 @@
+"""The command line and the settings: documented flags, and errors naming the flag and what is allowed."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from scheduler_extender.config import ConfigError, ExtenderConfig, parse_listen
+from scheduler_extender.main import main
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("127.0.0.1:8888", ("127.0.0.1", 8888), id="ipv4"),
+        pytest.param(":9000", ("0.0.0.0", 9000), id="all-addresses"),
+        pytest.param("[::1]:8888", ("::1", 8888), id="ipv6"),
+        pytest.param("localhost:0", ("localhost", 0), id="any-port"),
+    ],
+)
+def test_listen_address(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8888", "host:", "host:http", "host:70000"])
+def test_bad_listen_address_names_the_flag_and_the_form(text: str) -> None:
+    with pytest.raises(ConfigError, match=f'--listen "{text}" is malformed; allowed: HOST:PORT'):
+        parse_listen(text)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        pytest.param({"bind_wait_s": -1}, "--bind-wait-seconds must be in 0..600, got -1", id="negative-wait"),
+        pytest.param({"max_body_bytes": 10}, "--max-body-bytes must be >= 1024, got 10", id="tiny-body"),
+    ],
+)
+def test_invalid_settings_name_the_flag(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ExtenderConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["--help"])
+    assert caught.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--listen HOST:PORT", "--kubeconfig", "--policy {binpack,spread}", "--bind-wait-seconds",
+                 "--max-body-bytes", "--log-level", "/inspect", "fastgshare/scheduling_policy"):
+        assert flag in text
+
+
+def test_bad_flag_value_exits_2_with_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["--listen", "nowhere"])
+    assert caught.value.code == 2
+    assert '--listen "nowhere" is malformed' in capsys.readouterr().err
+
+
+def test_unreadable_kubeconfig_exits_1_with_a_message(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR):
+        assert main(["--kubeconfig", str(tmp_path / "missing"), "--listen", "127.0.0.1:0"]) == 1
+    assert f"cannot load --kubeconfig {tmp_path / 'missing'}" in caplog.text

@@ -1,0 +1,253 @@
+"""The cache's rules: what counts on a GPU, events older than a bind, relists, restarts, turns."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import attrs
+import pytest
+
+from fastgshare.placement import Policy
+from scheduler_extender.records import NodeRecord
+from scheduler_extender.state import BindOutcome, ClusterState, ReservationRefused
+from tests.builders import make_share
+from tests.unit.scheduler_extender.conftest import assignment, node_record, pod_record, synced_state
+
+SHARE = make_share(request=400, limit=800, sm=50)
+
+
+def pods_on(state: ClusterState, node: str, gpu: int = 0) -> list[str]:
+    entry = state.snapshot().nodes[node]
+    assert entry.state is not None
+    return sorted(entry.state.ledgers[f"GPU-{node}-{gpu}"].pods)
+
+
+def reserve(state: ClusterState, uid: str, node: str = "node-a") -> str:
+    return state.reserve(uid=uid, pod_key=f"team-a/{uid}", node=node, share=SHARE, policy=Policy.BINPACK).gpu_uuid
+
+
+def test_not_synced_until_nodes_and_pods_were_listed() -> None:
+    state = ClusterState(bind_wait_s=0)
+    assert not state.synced
+    state.replace_nodes([node_record("node-a")])
+    assert not state.synced
+    with pytest.raises(ReservationRefused, match="not synced"):
+        reserve(state, "u1")
+    state.replace_pods([], state.begin_relist())
+    assert state.synced
+
+
+def test_assigned_pods_count_whether_bound_or_not() -> None:
+    bound = pod_record("bound", uid="u1", node_name="node-a", assignment=assignment("node-a"))
+    in_flight = pod_record("in-flight", uid="u2", assignment=assignment("node-a"))
+    plain = pod_record("plain", uid="u3", node_name="node-a")
+    state = synced_state(node_record("node-a"), pods=(bound, in_flight, plain))
+    assert pods_on(state, "node-a") == ["u1", "u2"]
+    assert state.sizes() == (1, 2)
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+def test_finished_pods_free_their_share(phase: str) -> None:
+    pod = pod_record("p", uid="u1", node_name="node-a", assignment=assignment("node-a"))
+    state = synced_state(node_record("node-a"), pods=(pod,))
+    state.upsert_pod(attrs.evolve(pod, phase=phase))
+    assert pods_on(state, "node-a") == []
+
+
+def test_deleted_pods_free_their_share_but_terminating_ones_still_count() -> None:
+    pod = pod_record("p", uid="u1", node_name="node-a", assignment=assignment("node-a"))
+    state = synced_state(node_record("node-a"), pods=(pod,))
+    state.upsert_pod(attrs.evolve(pod, deleting=True))
+    assert pods_on(state, "node-a") == ["u1"]
+    state.delete_pod(pod)
+    assert pods_on(state, "node-a") == []
+
+
+def test_removed_or_changed_assignment_moves_the_share() -> None:
+    pod = pod_record("p", uid="u1", assignment=assignment("node-a", 0))
+    state = synced_state(node_record("node-a"), pods=(pod,))
+    state.upsert_pod(pod_record("p", uid="u1", assignment=assignment("node-a", 1, at_ms=2_000)))
+    assert (pods_on(state, "node-a", 0), pods_on(state, "node-a", 1)) == ([], ["u1"])
+    state.upsert_pod(pod_record("p", uid="u1"))
+    assert pods_on(state, "node-a", 1) == []
+
+
+def test_unreadable_assignment_is_not_counted() -> None:
+    pod = pod_record("p", uid="u1", annotations={"fastgshare/assignment": "{not json"})
+    state = synced_state(node_record("node-a"), pods=(pod,))
+    assert state.sizes() == (1, 0)
+
+
+def test_pods_placed_before_their_node_appears_are_counted_when_it_does() -> None:
+    state = synced_state(pods=(pod_record("p", uid="u1", assignment=assignment("node-a")),))
+    state.upsert_node(node_record("node-a"))
+    assert pods_on(state, "node-a") == ["u1"]
+
+
+def test_inventory_change_rebuilds_the_ledgers_with_the_pods() -> None:
+    state = synced_state(node_record("node-a", 1), pods=(pod_record("p", uid="u1", assignment=assignment("node-a")),))
+    state.upsert_node(node_record("node-a", 2))
+    assert pods_on(state, "node-a") == ["u1"]
+    assert len(state.snapshot().nodes["node-a"].state.ledgers) == 2  # type: ignore[union-attr]
+
+
+def test_node_without_or_with_unreadable_inventory_has_a_reason() -> None:
+    state = synced_state(NodeRecord(name="bare"), NodeRecord(name="broken", inventory_text="{}"))
+    nodes = state.snapshot().nodes
+    assert "no GPU inventory (annotation fastgshare/gpu_info)" in nodes["bare"].problem
+    assert "unreadable" in nodes["broken"].problem
+
+
+# --- binds and events --------------------------------------------------------------------
+def test_reservation_counts_at_once_and_is_freed_when_released() -> None:
+    state = synced_state(node_record("node-a", 1))
+    reserve(state, "u1")
+    assert pods_on(state, "node-a") == ["u1"]
+    state.finish_bind("u1", "node-a", BindOutcome.RELEASED)
+    assert pods_on(state, "node-a") == []
+
+
+def test_second_bind_of_the_same_pod_is_refused_while_the_first_runs() -> None:
+    state = synced_state(node_record("node-a"))
+    reserve(state, "u1")
+    with pytest.raises(ReservationRefused, match="already in progress"):
+        reserve(state, "u1")
+
+
+def test_reservation_refused_with_the_core_reason_when_nothing_fits() -> None:
+    state = synced_state(node_record("node-a", 1))
+    for uid in ("u1", "u2", "u3", "u4"):  # 0.4 x 50 %: two by two in the 1 x 100 % bin
+        reserve(state, uid)
+    with pytest.raises(ReservationRefused, match=r"no GPU with 50 % SM free for 0\.4 of the time"):
+        reserve(state, "u5")
+
+
+def test_events_older_than_the_bind_do_not_free_it() -> None:
+    state = synced_state(node_record("node-a"))
+    reserve(state, "u1")
+    state.upsert_pod(pod_record("u1", uid="u1"))  # the pod as created, before our write
+    assert pods_on(state, "node-a") == ["u1"]
+    state.finish_bind("u1", "node-a", BindOutcome.BOUND)
+    state.upsert_pod(pod_record("u1", uid="u1"))  # a late event, still from before our write
+    assert pods_on(state, "node-a") == ["u1"]
+
+
+def test_bound_pod_whose_write_came_back_is_freed_when_the_assignment_goes() -> None:
+    state = synced_state(node_record("node-a"))
+    reserve(state, "u1")
+    state.stamp("u1", 5_000)
+    state.upsert_pod(pod_record("u1", uid="u1", assignment=assignment("node-a", at_ms=5_000)))
+    state.finish_bind("u1", "node-a", BindOutcome.BOUND)
+    state.upsert_pod(pod_record("u1", uid="u1"))
+    assert pods_on(state, "node-a") == []
+
+
+def test_pod_deleted_during_its_bind_is_freed_when_the_bind_ends() -> None:
+    state = synced_state(node_record("node-a"))
+    reserve(state, "u1")
+    state.delete_pod(pod_record("u1", uid="u1"))
+    assert pods_on(state, "node-a") == ["u1"]
+    state.finish_bind("u1", "node-a", BindOutcome.BOUND)
+    assert pods_on(state, "node-a") == []
+
+
+def test_relist_keeps_binds_in_flight_and_binds_it_cannot_know_yet() -> None:
+    state = synced_state(node_record("node-a"))
+    reserve(state, "u1")
+    reserve(state, "u2")
+    token = state.begin_relist()
+    state.finish_bind("u2", "node-a", BindOutcome.BOUND)  # ended after the list began
+    state.replace_pods([], token)
+    assert pods_on(state, "node-a") == ["u1", "u2"]
+
+
+def test_relist_that_began_after_a_bind_ended_is_the_truth() -> None:
+    state = synced_state(node_record("node-a"))
+    reserve(state, "u1")
+    state.finish_bind("u1", "node-a", BindOutcome.BOUND)
+    state.replace_pods([], state.begin_relist())  # the pod was deleted; its DELETED event was missed
+    assert pods_on(state, "node-a") == []
+
+
+def test_restart_rebuilds_everything_from_the_api() -> None:
+    pods = tuple(pod_record(f"p{i}", uid=f"u{i}", node_name="node-a", assignment=assignment("node-a", i % 2))
+                 for i in range(4))
+    state = synced_state(node_record("node-a"), pods=pods)
+    assert pods_on(state, "node-a", 0) == ["u0", "u2"]
+    assert pods_on(state, "node-a", 1) == ["u1", "u3"]
+
+
+# --- turns ---------------------------------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def bound_unallocated(state: ClusterState, uid: str, at_ms: int) -> None:
+    state.upsert_pod(pod_record(uid, uid=uid, node_name="node-a", assignment=assignment("node-a", at_ms=at_ms)))
+
+
+def test_turn_waits_for_the_previous_pod_to_be_allocated() -> None:
+    clock = Clock()
+    state = synced_state(node_record("node-a"), bind_wait_s=30, now_ms=clock)
+    bound_unallocated(state, "u0", clock.ms)
+    reserve(state, "u1")
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(state.wait_turn("u1", "node-a", 30)))
+    waiter.start()
+    time.sleep(0.05)
+    assert not got
+    state.upsert_pod(pod_record("u0", uid="u0", node_name="node-a", assignment=assignment("node-a", at_ms=clock.ms),
+                                allocated=True))
+    waiter.join(5)
+    assert got == [True]
+
+
+def test_turn_does_not_wait_for_pods_assigned_longer_ago_than_the_bind_wait() -> None:
+    clock = Clock()
+    state = synced_state(node_record("node-a"), bind_wait_s=5, now_ms=clock)
+    bound_unallocated(state, "u0", clock.ms - 6_000)  # e.g. left by an extender before a restart
+    reserve(state, "u1")
+    assert state.wait_turn("u1", "node-a", 0.01)
+
+
+def test_turn_gives_up_after_its_timeout() -> None:
+    clock = Clock()
+    state = synced_state(node_record("node-a"), bind_wait_s=30, now_ms=clock)
+    bound_unallocated(state, "u0", clock.ms)
+    reserve(state, "u1")
+    assert not state.wait_turn("u1", "node-a", 0.05)
+
+
+def test_turns_on_one_node_are_taken_in_arrival_order_one_writer_at_a_time() -> None:
+    state = synced_state(node_record("node-a"), bind_wait_s=0)
+    for uid in ("u1", "u2"):
+        reserve(state, uid)
+    order: list[str] = []
+    def take_second_turn() -> None:
+        state.wait_turn("u2", "node-a", 5)
+        order.append("u2")
+
+    second = threading.Thread(target=take_second_turn)
+    second.start()
+    time.sleep(0.05)
+    assert state.wait_turn("u1", "node-a", 5)
+    order.append("u1")
+    time.sleep(0.05)
+    assert order == ["u1"]  # u2 waits while u1 writes
+    state.finish_bind("u1", "node-a", BindOutcome.BOUND)
+    second.join(5)
+    assert order == ["u1", "u2"]
+    assert "node-a" not in state.snapshot().waiting
+
+
+def test_turns_on_different_nodes_do_not_wait_for_each_other() -> None:
+    state = synced_state(node_record("node-a"), node_record("node-b"))
+    reserve(state, "u1", "node-a")
+    reserve(state, "u2", "node-b")
+    assert state.wait_turn("u1", "node-a", 1)
+    assert state.wait_turn("u2", "node-b", 0.01)
