@@ -1,0 +1,59 @@
+"""deploy/ against the real API server: every object passes server-side validation (dry run).
+
+The namespace and the CRD are created for real (the namespaced objects and the example
+FaSTPods need them); everything else is a dry run, so the test leaves no workloads behind.
+The v1.20 server knows every kind we ship.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import kubernetes.utils
+import pytest
+import yaml
+
+from fastgshare import keys
+from tests.cluster.controlplane import wait_until
+from tests.deploy_manifests import DEPLOY, objects
+
+
+def _create(api_client: kubernetes.client.ApiClient, obj: dict[str, Any], **kwargs: Any) -> None:
+    try:
+        kubernetes.utils.create_from_dict(api_client, obj, **kwargs)
+    except kubernetes.utils.FailToCreateError as error:
+        if any(e.status != 409 for e in error.api_exceptions):
+            raise
+
+
+def _established(api_client: kubernetes.client.ApiClient, name: str) -> bool:
+    crd = kubernetes.client.ApiextensionsV1Api(api_client).read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+
+def test_every_deploy_object_passes_server_side_validation(api_client: kubernetes.client.ApiClient) -> None:
+    everything = objects()
+    for obj in everything:
+        if obj["kind"] in ("Namespace", "CustomResourceDefinition"):
+            _create(api_client, obj)
+    crd = next(o for o in everything if o["kind"] == "CustomResourceDefinition")["metadata"]["name"]
+    wait_until(lambda: _established(api_client, crd), what=f"CRD {crd}", timeout_s=30)
+    for obj in everything:
+        if obj["kind"] not in ("Namespace", "CustomResourceDefinition"):
+            _create(api_client, obj, dry_run="All")
+
+
+@pytest.mark.parametrize("path", sorted((DEPLOY / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_examples_are_accepted(api_client: kubernetes.client.ApiClient, namespace: str, path: Path) -> None:
+    test_every_deploy_object_passes_server_side_validation(api_client)
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    for doc in yaml.safe_load_all(path.read_text()):
+        if not doc:
+            continue
+        if doc["kind"] != keys.FASTPOD_KIND:
+            _create(api_client, doc, namespace=namespace, dry_run="All")
+            continue
+        group, version = doc["apiVersion"].split("/")
+        custom.create_namespaced_custom_object(group, version, namespace, keys.FASTPOD_PLURAL, doc, dry_run="All")
