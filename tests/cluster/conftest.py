@@ -166,6 +166,9 @@ def namespace(api_client: kubernetes.client.ApiClient, request: pytest.FixtureRe
     name = unique_name(request.node.name.removeprefix("test_"))
     core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
     yield name
+    # No kubelet finishes a pod's termination here: delete them at once, so that no pod of this
+    # test stays behind (Pending, or bound to a deleted node) for a later test's scheduler to see.
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     core.delete_namespace(name)
 
 
