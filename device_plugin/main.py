@@ -19,7 +19,7 @@ import attrs
 
 from device_plugin.agent import NodeAgent
 from device_plugin.allocation import Allocator, HostPaths
-from device_plugin.arbiter.runner import ArbiterThread
+from device_plugin.arbiter.runner import ArbiterThread, add_timing_arguments, timing_ns
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import AssignmentShares
 from device_plugin.devices import DeviceState
@@ -29,7 +29,6 @@ from device_plugin.kube import KubeWriter, NodePods, load_api_client
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
-from fastgshare.arbitration import DEFAULT_MIN_TOKEN_NS, DEFAULT_WINDOW_NS
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
 
@@ -68,10 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allocate-wait-seconds", type=float, default=10.0,
                         help="how long Allocate waits for the pod it serves to appear in the watch cache "
                              "(default: %(default)s)")
-    parser.add_argument("--window-ms", type=float, default=DEFAULT_WINDOW_NS / 1e6,
-                        help="the arbiter's scheduling window (default: %(default)s)")
-    parser.add_argument("--min-token-ms", type=float, default=DEFAULT_MIN_TOKEN_NS / 1e6,
-                        help="the arbiter's shortest token, so a round trip never dominates (default: %(default)s)")
+    add_timing_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -133,8 +129,7 @@ def build(args: argparse.Namespace) -> Components:
     arbiter = ArbiterThread(
         ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
                       {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
-                      AssignmentShares(pods), window_ns=int(args.window_ms * 1e6),
-                      min_token_ns=int(args.min_token_ms * 1e6)),
+                      AssignmentShares(pods), **timing_ns(args)),
         pods)
     inventory = devices.inventory()
     log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s", args.node_name,

@@ -1,4 +1,5 @@
-"""Running the arbiter inside the node agent: its own asyncio loop on a thread.
+"""Running the arbiter: its timing flags (shared by the node agent and ``fastgshare-arbiter``),
+and inside the node agent its own asyncio loop on a thread.
 
 Shares come from the pod cache; whenever the cache changes, registered pods' shares are
 re-read so quota changes reach running pods without a restart.
@@ -6,15 +7,35 @@ re-read so quota changes reach running pods without a restart.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from device_plugin.arbiter.server import ArbiterServer
+from fastgshare.arbitration import DEFAULT_MIN_TOKEN_NS, DEFAULT_WINDOW_NS
 
 log = logging.getLogger(__name__)
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--window-ms`` and ``--min-token-ms``; read them back with :func:`timing_ns`."""
+    parser.add_argument("--window-ms", type=float, default=DEFAULT_WINDOW_NS / 1e6,
+                        help="the arbiter's scheduling window (default: %(default)s)")
+    parser.add_argument("--min-token-ms", type=float, default=DEFAULT_MIN_TOKEN_NS / 1e6,
+                        help="the arbiter's shortest token, so a round trip never dominates (default: %(default)s)")
+
+
+class Timing(TypedDict):
+    window_ns: int
+    min_token_ns: int
+
+
+def timing_ns(args: argparse.Namespace) -> Timing:
+    """The ``window_ns`` and ``min_token_ns`` keyword arguments of :class:`ArbiterServer`."""
+    return Timing(window_ns=int(args.window_ms * 1e6), min_token_ns=int(args.min_token_ms * 1e6))
 
 
 class ChangeSource(Protocol):

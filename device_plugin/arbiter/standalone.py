@@ -23,9 +23,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from device_plugin.arbiter.runner import add_timing_arguments, timing_ns
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import PodShare, StaticShares
-from fastgshare.arbitration import DEFAULT_MIN_TOKEN_NS, DEFAULT_WINDOW_NS, TimeShare
+from fastgshare.arbitration import TimeShare
 from fastgshare.errors import InvalidShareSpec
 from fastgshare.share import parse_share
 
@@ -78,10 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shares", required=True, type=Path, help="shares file (see the module docs)")
     parser.add_argument("--trusted-env", action="store_true",
                         help="believe the pod name the hook sends (single-user machines only)")
-    parser.add_argument("--window-ms", type=float, default=DEFAULT_WINDOW_NS / 1e6,
-                        help="scheduling window (default: %(default)s)")
-    parser.add_argument("--min-token-ms", type=float, default=DEFAULT_MIN_TOKEN_NS / 1e6,
-                        help="shortest token (default: %(default)s)")
+    add_timing_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -107,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     server = ArbiterServer(args.socket, gpus, StaticShares(pods), trusted_env=args.trusted_env,
-                           window_ns=int(args.window_ms * 1e6), min_token_ns=int(args.min_token_ms * 1e6))
+                           **timing_ns(args))
     asyncio.run(serve(server))
     return 0
 

@@ -7,6 +7,7 @@ to the node with extender-style assignments, as the extender's bind leaves them.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from device_plugin import kube
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.agent import NodeAgent
-from device_plugin.allocation import Allocator, HostPaths
+from device_plugin.allocation import Allocator, HostPaths, PodRecord
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import SimulatedGpus
 from device_plugin.kube import KubeWriter, NodePods
@@ -152,40 +153,40 @@ def test_twenty_pods_in_quick_succession_each_get_their_assigned_gpu(
     assert marked == set(expected)
 
 
-def test_marking_retries_after_a_conflict(api_client: kubernetes.client.ApiClient,
-                                          core: kubernetes.client.CoreV1Api, namespace: str) -> None:
-    node = unique_name("conflict-node")
-    bound_pod(core, namespace, "racy", node, None)
+@contextlib.contextmanager
+def cached_single_pod(api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str,
+                      name: str) -> Iterator[PodRecord]:
+    """A pod bound to a fresh node, and its record as the node agent's synced cache sees it."""
+    node = unique_name(f"{name}-node")
+    bound_pod(core, namespace, name, node, None)
     pods = NodePods(api_client, node)
     pods.start()
     try:
         assert pods.wait_synced(30)
-        [stale] = pods.snapshot()[1]
-        core.patch_namespaced_pod("racy", namespace, {"metadata": {"labels": {"touched": "yes"}}})
-        assert KubeWriter(api_client).mark_allocated(stale, "now")
-        pod = core.read_namespaced_pod("racy", namespace)
-        assert pod.metadata.annotations[keys.POD_ALLOCATED_ANNOTATION] == "now"
-        assert pod.metadata.labels["touched"] == "yes"
+        [record] = pods.snapshot()[1]
+        yield record
     finally:
         pods.stop()
+
+
+def test_marking_retries_after_a_conflict(api_client: kubernetes.client.ApiClient,
+                                          core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    with cached_single_pod(api_client, core, namespace, "racy") as stale:
+        core.patch_namespaced_pod("racy", namespace, {"metadata": {"labels": {"touched": "yes"}}})
+        assert KubeWriter(api_client).mark_allocated(stale, "now")
+    pod = core.read_namespaced_pod("racy", namespace)
+    assert pod.metadata.annotations[keys.POD_ALLOCATED_ANNOTATION] == "now"
+    assert pod.metadata.labels["touched"] == "yes"
 
 
 def test_marking_a_pod_that_was_replaced_is_refused(api_client: kubernetes.client.ApiClient,
                                                     core: kubernetes.client.CoreV1Api, namespace: str) -> None:
-    node = unique_name("replaced-node")
-    bound_pod(core, namespace, "phoenix", node, None)
-    pods = NodePods(api_client, node)
-    pods.start()
-    try:
-        assert pods.wait_synced(30)
-        [old] = pods.snapshot()[1]
+    with cached_single_pod(api_client, core, namespace, "phoenix") as old:
         core.delete_namespaced_pod("phoenix", namespace, grace_period_seconds=0)
-        bound_pod(core, namespace, "phoenix", node, None)
+        bound_pod(core, namespace, "phoenix", old.node_name, None)
         assert not KubeWriter(api_client).mark_allocated(old, "now")
-        assert keys.POD_ALLOCATED_ANNOTATION not in (
-            core.read_namespaced_pod("phoenix", namespace).metadata.annotations or {})
-    finally:
-        pods.stop()
+    assert keys.POD_ALLOCATED_ANNOTATION not in (
+        core.read_namespaced_pod("phoenix", namespace).metadata.annotations or {})
 
 
 class ExpiringOnceWatch(watch.Watch):

@@ -221,28 +221,24 @@ static CUresult add_kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     return CUDA_SUCCESS;
 }
 
+/* The v1 and v2 kernel-node parameter structs name these fields alike. */
+#define ADD_KERNEL_NODE_FROM(p)                                                                    \
+    ((p) == NULL ? CUDA_ERROR_INVALID_VALUE                                                        \
+                 : add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, (p)->func,  \
+                                   SHAPE((p)->gridDimX, (p)->gridDimY, (p)->gridDimZ, (p)->blockDimX,  \
+                                         (p)->blockDimY, (p)->blockDimZ),                          \
+                                   (p)->kernelParams, (p)->extra))
+
 CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                               size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams)
 {
-    if (nodeParams == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    const CUDA_KERNEL_NODE_PARAMS_v1 *p = nodeParams;
-    return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, p->func,
-                           SHAPE(p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                                 p->blockDimZ),
-                           p->kernelParams, p->extra);
+    return ADD_KERNEL_NODE_FROM(nodeParams);
 }
 
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                  size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams)
 {
-    if (nodeParams == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    const CUDA_KERNEL_NODE_PARAMS_v2 *p = nodeParams;
-    return add_kernel_node(phGraphNode, hGraph, dependencies, numDependencies, p->func,
-                           SHAPE(p->gridDimX, p->gridDimY, p->gridDimZ, p->blockDimX, p->blockDimY,
-                                 p->blockDimZ),
-                           p->kernelParams, p->extra);
+    return ADD_KERNEL_NODE_FROM(nodeParams);
 }
 
 static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph)

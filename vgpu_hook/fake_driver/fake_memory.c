@@ -694,17 +694,25 @@ static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f
     return bytes;
 }
 
+/* A zeroed handle object of object_size bytes whose bytes of device memory come from the pool;
+ * NULL (nothing charged) when either the pool or the host allocation runs out. */
+static void *charged_object(size_t object_size, uint64_t bytes)
+{
+    if (bytes != 0 && fgpu_mem_reserve(bytes) != FGPU_OK)
+        return NULL;
+    void *object = calloc(1, object_size);
+    if (object == NULL)
+        fgpu_mem_release(bytes);
+    return object;
+}
+
 static CUresult create_array(CUarray *pHandle, uint64_t bytes)
 {
     if (pHandle == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (bytes != 0 && fgpu_mem_reserve(bytes) != FGPU_OK)
+    CUarray array = charged_object(sizeof *array, bytes);
+    if (array == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUarray array = calloc(1, sizeof *array);
-    if (array == NULL) {
-        fgpu_mem_release(bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     array->magic = FAKE_ARRAY_MAGIC;
     array->bytes = bytes;
     *pHandle = array;
@@ -798,13 +806,9 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DE
                              &r);
     if (r != CUDA_SUCCESS)
         return r;
-    if (bytes != 0 && fgpu_mem_reserve(bytes) != FGPU_OK)
+    CUmipmappedArray mipmap = charged_object(sizeof *mipmap, bytes);
+    if (mipmap == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUmipmappedArray mipmap = calloc(1, sizeof *mipmap);
-    if (mipmap == NULL) {
-        fgpu_mem_release(bytes);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
     mipmap->magic = FAKE_MIPMAP_MAGIC;
     mipmap->bytes = bytes;
     *pHandle = mipmap;

@@ -321,14 +321,21 @@ int fgs_client_hello(struct fgs_client *c, uint32_t pid, const char *pod, const 
     return 0;
 }
 
-int fgs_client_token(struct fgs_client *c, uint64_t used_ns, uint64_t *token_ns, char *err, size_t err_len)
+/* A request whose payload and reply are one u64 each (TOKEN, MEM_RELEASE). */
+static int request_u64(struct fgs_client *c, uint16_t type, uint64_t value, uint64_t *answer, char *err,
+                       size_t err_len)
 {
     uint8_t payload[U64_SIZE], body[U64_SIZE];
-    put_u64(payload, used_ns);
-    if (request(c, FGS_MSG_TOKEN, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
+    put_u64(payload, value);
+    if (request(c, type, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
         return -1;
-    *token_ns = get_u64(body);
+    *answer = get_u64(body);
     return 0;
+}
+
+int fgs_client_token(struct fgs_client *c, uint64_t used_ns, uint64_t *token_ns, char *err, size_t err_len)
+{
+    return request_u64(c, FGS_MSG_TOKEN, used_ns, token_ns, err, err_len);
 }
 
 int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, uint64_t *pod_used,
@@ -351,12 +358,7 @@ int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, u
 
 int fgs_client_mem_release(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len)
 {
-    uint8_t payload[U64_SIZE], body[U64_SIZE];
-    put_u64(payload, bytes);
-    if (request(c, FGS_MSG_MEM_RELEASE, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
-        return -1;
-    *pod_used = get_u64(body);
-    return 0;
+    return request_u64(c, FGS_MSG_MEM_RELEASE, bytes, pod_used, err, err_len);
 }
 
 void fgs_client_close(struct fgs_client *c)

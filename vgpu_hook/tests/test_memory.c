@@ -4,21 +4,12 @@
  * `make -C vgpu_hook test`; exits non-zero and names each failed check.
  */
 #include "alloc_table.h"
+#include "check.h"
 #include "mem_sizes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failures, checks;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);                     \
-        }                                                                                          \
-    } while (0)
 
 #define MIB (UINT64_C(1) << 20)
 
@@ -165,6 +156,5 @@ int main(void)
     test_arithmetic_saturates();
     test_array_sizes();
     test_mipmap_sizes();
-    printf("test_memory: %d checks, %d failed\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return check_report("test_memory");
 }

@@ -3,21 +3,12 @@
  * Host-only: built without any CUDA header. Run by `make -C vgpu_hook test`; exits non-zero
  * and names each failed check.
  */
+#include "check.h"
 #include "quota.h"
 
 #include <pthread.h>
 #include <stdio.h>
 
-static int failures, checks;
-
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        checks++;                                                                                  \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);                     \
-        }                                                                                          \
-    } while (0)
 
 struct fake_clock {
     uint64_t now;
@@ -207,6 +198,5 @@ int main(void)
     test_reset_drops_the_token();
     test_valid_check_is_safe_without_a_lock();
     test_real_clock_is_monotonic();
-    printf("test_quota: %d checks, %d failed\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return check_report("test_quota");
 }
