@@ -6,10 +6,18 @@ The fake ``libcuda.so.1`` (``vgpu_hook/fake_driver``) keeps one state file per f
 The reader takes no lock: it follows the file's seqlock (retry while the sequence number is odd or
 changes during the copy), so it may sample while tenants run. Timestamps are CLOCK_MONOTONIC
 nanoseconds, comparable with :func:`time.monotonic_ns`.
+
+A slot is held by its process through a POSIX record lock on byte ``slot`` of
+``<FASTGSHARE_FAKE_GPU_DIR>/fake_gpu.lock`` (the kernel drops it when the process exits, in any PID
+namespace). :func:`slot_holders` asks the kernel who holds each byte, which names the holder by its
+pid in the *reader's* PID namespace: a host-side tool maps a slot to the host pid and from there to
+``/proc/<pid>/cgroup`` (the pod), while the ``pid`` in the state file is the one the process saw in
+its own namespace.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import struct
 import time
@@ -18,6 +26,8 @@ from pathlib import Path
 import attrs
 
 STATE_FILE = "fake_gpu.state"
+LOCK_FILE = "fake_gpu.lock"
+MAX_PROCS = 256
 MAGIC = b"FGSFAKEG"
 LAYOUT_VERSION = 1
 
@@ -25,6 +35,8 @@ _HEADER = struct.Struct("<8sIIIIQIIQQIIQQ16s")  # magic .. uuid, offsets 0..95
 _PROC = struct.Struct("<iIIIIIQQQQQQQQQQ")  # one slot, offsets 0..103
 _SEQ = struct.Struct("<Q")
 _SEQ_OFFSET = 24
+# struct flock on 64-bit Linux (x86_64, aarch64): l_type, l_whence, (pad), l_start, l_len, l_pid, (pad).
+_FLOCK = struct.Struct("@hhqqi4x")
 STATUS_FREE, STATUS_ALIVE, STATUS_EXITED = 0, 1, 2
 
 
@@ -49,6 +61,7 @@ class ProcRecord:
     mem_used: int
     ctx_syncs: int
     graph_launches: int
+    slot: int = -1  # the slot's index in the state file (and its byte in the lock file)
 
     @property
     def alive(self) -> bool:
@@ -85,10 +98,13 @@ def _parse(data: bytes) -> FakeGpuSnapshot:
                                 f"version {version})")
     procs = []
     for index in range(procs_used):
-        fields = _PROC.unpack_from(data, header_size + index * proc_size)
-        pid, status, sm_units, waiting, running, _reserved, *counters = fields
+        (pid, status, sm_units, waiting, running, _reserved, wait_since_ns, sm_held, kernels, busy_ns, wait_ns,
+         first_start_ns, last_end_ns, mem_used, ctx_syncs, graph_launches) = _PROC.unpack_from(
+            data, header_size + index * proc_size)
         if status != STATUS_FREE:
-            procs.append(ProcRecord(pid, status, sm_units, waiting, running, *counters))
+            procs.append(ProcRecord(pid, status, sm_units, waiting, running, wait_since_ns, sm_held, kernels, busy_ns,
+                                    wait_ns, first_start_ns, last_end_ns, mem_used, ctx_syncs, graph_launches,
+                                    slot=index))
     return FakeGpuSnapshot(sm_total, sm_free, mem_total, mem_used, running_kernels, busy_since_ns,
                            device_busy_ns, uuid, tuple(procs))
 
@@ -122,3 +138,29 @@ def sample_state(device_dir: Path) -> FakeGpuSnapshot | None:
         return read_state(device_dir)
     except FakeGpuStateError:
         return None
+
+
+def slot_holders(device_dir: Path) -> dict[int, int]:
+    """Slot index -> pid of the process holding that slot's lock, for every held slot.
+
+    The pid is in the caller's PID namespace (the kernel translates it; 0 when the holder is not
+    visible from here, e.g. a reader inside a pod looking at another pod). Empty when no process has
+    used the fake GPU yet. The lock file is opened read-only and only queried (``F_GETLK``): this
+    process takes no lock, so closing the file again drops nothing. Do not call it from a process
+    that itself uses the fake GPU (closing any descriptor of the lock file in that process would
+    release its own slot's lock).
+    """
+    try:
+        fd = os.open(device_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    holders = {}
+    try:
+        for slot in range(MAX_PROCS):
+            query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, slot, 1, 0)
+            l_type, _whence, _start, _len, l_pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))
+            if l_type != fcntl.F_UNLCK:
+                holders[slot] = l_pid
+    finally:
+        os.close(fd)
+    return holders

@@ -5,7 +5,18 @@
  * libcuda.so.1 with the same directory maps <dir>/fake_gpu.state (FAKE_GPU_STATE_SIZE bytes,
  * MAP_SHARED) and coordinates through it: SM units, the memory pool, and per-process accounting.
  * The file outlives the processes, so a test or benchmark reads the final numbers after its
- * tenants exit (the lead's Python reader: tests/integration/hook/fake_gpu_reader.py).
+ * tenants exit (the Python reader: fastgshare_cli/fake_gpu.py).
+ *
+ * Liveness: a process holds its slot i through a POSIX record lock (fcntl F_SETLK, F_WRLCK; not an
+ * OFD lock) on byte i of <dir>/fake_gpu.lock (FAKE_GPU_LOCK_FILE; its contents are unused, it may
+ * be empty), taken under the state lock when the slot is marked ALIVE. The kernel releases it when
+ * the process exits (also on SIGKILL, before it is a zombie) in whatever PID namespace it runs, so
+ * a slot that is ALIVE but whose byte nobody holds (F_GETLK answers F_UNLCK) belongs to a dead
+ * process and is reaped. Tenants of one fake GPU may therefore each have their own PID namespace.
+ * F_GETLK also names the holder, translated into the asker's PID namespace (l_pid; 0 when not
+ * visible there): that is how a host-side tool maps a slot to a host pid. A reader must only ask
+ * (F_GETLK), never lock, and must not be a process that holds a slot: closing any descriptor of
+ * the lock file drops all of the closing process's locks on it.
  *
  * Byte order is the host's (little-endian on every platform this runs on); all offsets below are
  * fixed and checked by _Static_assert, so a reader may use them directly.
@@ -34,7 +45,8 @@
  *
  * Process slot i at offset 1024 + 128 * i:
  *   off  size  field
- *   0    4     pid              the process (int32); 0 in a never-used slot
+ *   0    4     pid              the process's pid in its own PID namespace (int32; informational,
+ *                               never used for liveness: see above); 0 in a never-used slot
  *   4    4     status           FAKE_GPU_PROC_FREE / _ALIVE / _EXITED
  *   8    4     sm_units         CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of the process (1..100)
  *   12   4     waiting_threads  threads of the process waiting for SM units now
@@ -65,6 +77,7 @@
 #include <stdint.h>
 
 #define FAKE_GPU_STATE_FILE "fake_gpu.state"
+#define FAKE_GPU_LOCK_FILE "fake_gpu.lock"
 #define FAKE_GPU_MAGIC UINT64_C(0x47454B4146534746) /* "FGSFAKEG" in little-endian bytes */
 #define FAKE_GPU_LAYOUT_VERSION 1u
 #define FAKE_GPU_HEADER_SIZE 1024u

@@ -9,12 +9,24 @@
  * Every change is made inside a seqlock write section (seq odd), so readers that take no lock
  * (tests, benchmarks) can sample a consistent copy while tenants run.
  *
+ * Liveness: a process holds its slot through a POSIX record lock (fcntl F_SETLK, write lock) on
+ * byte <slot index> of <dir>/fake_gpu.lock, taken under the state lock in the same step that marks
+ * the slot ALIVE, so no process ever sees a taken slot without its lock. The kernel drops the lock
+ * when the process exits, however it exits (SIGKILL too), before it becomes a zombie, and in any
+ * PID namespace: the tenants of one fake GPU may each live in their own PID namespace (Kubernetes
+ * pods without hostPID), where pids repeat. A slot is dead when it is ALIVE in the state but
+ * F_GETLK finds no holder of its byte. The pid in the slot is informational only (the process's
+ * pid in its own namespace); F_GETLK names the holder in the reader's namespace. POSIX locks are
+ * per process and not inherited by fork(), so a forked child holds no slot (it stays unattached)
+ * and its exit drops nothing of its parent's. Pitfall: closing ANY descriptor of the lock file in
+ * a process drops all its locks on it, so only this file opens it, once per process (O_CLOEXEC),
+ * and never closes it while attached.
+ *
  * Dead processes: a process killed while it holds SM units or memory (SIGKILL mid-kernel) is
  * reaped by the next process that attaches or that waits for SM units (every 50 ms while it
- * waits): a slot whose pid is gone (kill(pid, 0) fails with ESRCH, or it is a zombie) gives
- * its units and bytes back. All tenants of one fake GPU must therefore share a PID namespace. A process that dies
- * holding the lock itself is recovered through the robust mutex (EOWNERDEAD): the totals are
- * recomputed from the live slots.
+ * waits): its slot gives its units and bytes back. A process that dies holding the state lock
+ * itself is recovered through the robust mutex (EOWNERDEAD): the totals are recomputed from the
+ * live slots.
  *
  * SM queue: FIFO across processes. A launch runs when enough units are free and its process is
  * the one that has waited longest (ties: lower slot); a process with more threads still waiting
@@ -28,7 +40,7 @@
 #include "state_file.h"
 
 #include <errno.h>
-#include <signal.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +55,7 @@ static struct fake_gpu_state *g_state; /* mapped once by fgpu_attach; never unma
 static struct fake_gpu_proc *g_self;   /* this process's slot */
 static uint32_t g_units;               /* SM units each kernel of this process holds */
 static pid_t g_pid;
+static int g_lock_fd = -1;             /* <dir>/fake_gpu.lock; open for the process's life */
 
 uint64_t fgpu_now_ns(void)
 {
@@ -72,22 +85,42 @@ static void write_end(struct fake_gpu_state *s)
     __atomic_store_n(&s->seq, seq + 1, __ATOMIC_RELEASE);
 }
 
-/* A process is gone once it has exited, reaped or not: a real driver frees a process's GPU
- * resources when it exits, not when its parent waits for it. So a zombie counts as gone. */
-static bool pid_gone(pid_t pid)
+/* --- slot locks (<dir>/fake_gpu.lock, one byte per slot) ------------------------------- */
+
+static struct flock slot_lock_of(uint32_t index, short type)
 {
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return true;
-    char path[64], stat[256];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *file = fopen(path, "r");
-    if (file == NULL)
-        return false; /* no /proc: trust kill() */
-    size_t length = fread(stat, 1, sizeof stat - 1, file);
-    fclose(file);
-    stat[length] = '\0';
-    const char *after_name = strrchr(stat, ')'); /* "pid (comm) S ...": comm may contain spaces */
-    return after_name != NULL && after_name[1] == ' ' && (after_name[2] == 'Z' || after_name[2] == 'X');
+    struct flock lock = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)index, .l_len = 1};
+    return lock;
+}
+
+/* 1: this process now holds the slot's byte; 0: another process holds it; -1: error (errno). */
+static int lock_slot(uint32_t index)
+{
+    struct flock lock = slot_lock_of(index, F_WRLCK);
+    while (fcntl(g_lock_fd, F_SETLK, &lock) != 0) {
+        if (errno == EACCES || errno == EAGAIN)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+    return 1;
+}
+
+static void unlock_slot(uint32_t index)
+{
+    struct flock lock = slot_lock_of(index, F_UNLCK);
+    fcntl(g_lock_fd, F_SETLK, &lock);
+}
+
+/* A process is gone once it has exited, reaped by its parent or not (a real driver frees a
+ * process's GPU resources when it exits): then the kernel has dropped its lock. Our own locks
+ * never conflict with our F_GETLK, so this must not be asked about our own slot. */
+static bool slot_holder_gone(uint32_t index)
+{
+    struct flock lock = slot_lock_of(index, F_WRLCK);
+    if (g_lock_fd < 0 || fcntl(g_lock_fd, F_GETLK, &lock) != 0)
+        return false; /* cannot tell: keep the slot */
+    return lock.l_type == F_UNLCK;
 }
 
 /* Gives back everything a slot holds and marks it exited. Lock held, inside a write section. */
@@ -109,8 +142,8 @@ static void release_slot_locked(struct fake_gpu_state *s, struct fake_gpu_proc *
     p->status = FAKE_GPU_PROC_EXITED;
 }
 
-/* A slot is stale when its process is gone, or when it carries our pid but is not ours (pid
- * reuse). Lock held, outside a write section. */
+/* A slot is stale when it is ALIVE but no process holds its lock byte. Lock held, outside a
+ * write section. */
 static void reap_dead_locked(struct fake_gpu_state *s)
 {
     uint64_t now = fgpu_now_ns();
@@ -118,7 +151,7 @@ static void reap_dead_locked(struct fake_gpu_state *s)
         struct fake_gpu_proc *p = &s->procs[i];
         if (p->status != FAKE_GPU_PROC_ALIVE || p == g_self)
             continue;
-        if (p->pid == g_pid || pid_gone(p->pid)) {
+        if (slot_holder_gone(i)) {
             write_begin(s);
             release_slot_locked(s, p, now);
             write_end(s);
@@ -173,19 +206,39 @@ static void state_unlock(struct fake_gpu_state *s)
 
 /* --- attaching ------------------------------------------------------------------------- */
 
-/* A never-used slot, else the exited slot that ended longest ago. Lock held. */
-static struct fake_gpu_proc *take_slot_locked(struct fake_gpu_state *s, pid_t pid, uint32_t units)
+/* The best slot not yet tried: a never-used one, else the exited one that ended longest ago. */
+static struct fake_gpu_proc *candidate_locked(struct fake_gpu_state *s, const bool tried[])
 {
     struct fake_gpu_proc *slot = NULL;
-    for (uint32_t i = 0; i < FAKE_GPU_MAX_PROCS && slot == NULL; i++)
-        if (s->procs[i].status == FAKE_GPU_PROC_FREE)
-            slot = &s->procs[i];
-    if (slot == NULL) {
-        for (uint32_t i = 0; i < FAKE_GPU_MAX_PROCS; i++) {
-            struct fake_gpu_proc *p = &s->procs[i];
-            if (p->status == FAKE_GPU_PROC_EXITED && (slot == NULL || p->last_end_ns < slot->last_end_ns))
-                slot = p;
+    for (uint32_t i = 0; i < FAKE_GPU_MAX_PROCS; i++)
+        if (!tried[i] && s->procs[i].status == FAKE_GPU_PROC_FREE)
+            return &s->procs[i];
+    for (uint32_t i = 0; i < FAKE_GPU_MAX_PROCS; i++) {
+        struct fake_gpu_proc *p = &s->procs[i];
+        if (!tried[i] && p->status == FAKE_GPU_PROC_EXITED && (slot == NULL || p->last_end_ns < slot->last_end_ns))
+            slot = p;
+    }
+    return slot;
+}
+
+/* Takes the best free slot whose lock byte this process can take, and marks it ALIVE: both
+ * under the state lock, so a reaper never sees the slot taken but unlocked. NULL with
+ * *lock_errno 0 when every slot is taken, with the errno of fcntl when locking failed. */
+static struct fake_gpu_proc *take_slot_locked(struct fake_gpu_state *s, pid_t pid, uint32_t units, int *lock_errno)
+{
+    bool tried[FAKE_GPU_MAX_PROCS] = {false};
+    struct fake_gpu_proc *slot;
+    *lock_errno = 0;
+    while ((slot = candidate_locked(s, tried)) != NULL) {
+        uint32_t index = (uint32_t)(slot - s->procs);
+        int locked = lock_slot(index);
+        if (locked < 0) {
+            *lock_errno = errno;
+            return NULL;
         }
+        if (locked > 0)
+            break;
+        tried[index] = true; /* its holder is alive (an exiting process still releasing it) */
     }
     if (slot == NULL)
         return NULL;
@@ -199,6 +252,21 @@ static struct fake_gpu_proc *take_slot_locked(struct fake_gpu_state *s, pid_t pi
         s->procs_used = index + 1;
     write_end(s);
     return slot;
+}
+
+/* Opens <dir>/fake_gpu.lock, which only this file opens (closing any descriptor of it would drop
+ * this process's locks). -1 with err set when it cannot. */
+static int open_lock_file(const char *dir, char *err, size_t err_len)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, FAKE_GPU_LOCK_FILE) >= sizeof path) {
+        snprintf(err, err_len, FGPU_ENV_DIR " is too long");
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        snprintf(err, err_len, "cannot open %s: %s", path, strerror(errno));
+    return fd;
 }
 
 enum fgpu_status fgpu_attach(char *err, size_t err_len)
@@ -222,16 +290,26 @@ enum fgpu_status fgpu_attach(char *err, size_t err_len)
     struct fake_gpu_state *s = fgpu_open_state(dir, mem_total, err, err_len);
     if (s == NULL)
         return FGPU_NO_DEVICE;
+    g_lock_fd = open_lock_file(dir, err, err_len);
+    if (g_lock_fd < 0)
+        return FGPU_NO_DEVICE;
 
     pid_t pid = getpid();
+    int lock_errno;
     state_lock(s);
     g_pid = pid;
     reap_dead_locked(s);
-    struct fake_gpu_proc *slot = take_slot_locked(s, pid, units);
+    struct fake_gpu_proc *slot = take_slot_locked(s, pid, units, &lock_errno);
     state_unlock(s);
     if (slot == NULL) {
-        snprintf(err, err_len, "all %u process slots of the fake GPU are in use", FAKE_GPU_MAX_PROCS);
-        return FGPU_NO_SLOT;
+        if (lock_errno != 0)
+            snprintf(err, err_len, "cannot lock a process slot in %s/" FAKE_GPU_LOCK_FILE ": %s", dir,
+                     strerror(lock_errno));
+        else
+            snprintf(err, err_len, "all %u process slots of the fake GPU are in use", FAKE_GPU_MAX_PROCS);
+        close(g_lock_fd); /* holds no lock of ours */
+        g_lock_fd = -1;
+        return lock_errno != 0 ? FGPU_NO_DEVICE : FGPU_NO_SLOT;
     }
     g_units = units;
     g_self = slot;
@@ -255,10 +333,14 @@ __attribute__((destructor)) static void fgpu_detach(void)
     write_begin(s);
     release_slot_locked(s, g_self, fgpu_now_ns());
     write_end(s);
+    unlock_slot((uint32_t)(g_self - s->procs)); /* EXITED first, so no reaper sees it unlocked */
     pthread_cond_broadcast(&s->cond.cond);
     state_unlock(s);
 }
 
+/* The child is not attached: POSIX locks are not inherited, so it holds no slot, and closing its
+ * copy of the lock file's descriptor (at exec: O_CLOEXEC, or at exit) drops only its own locks,
+ * of which it has none; the parent keeps its slot. */
 void fgpu_forget_after_fork(void)
 {
     g_state = NULL;

@@ -15,13 +15,27 @@
  *                           cuGraphLaunch (a graph of --graph-nodes kernel nodes)
  *
  * A fake kernel runs --duration-us microseconds (its first parameter, see the fake driver).
- * It runs --launches N launches, or for --seconds S, optionally in bursts (--burst-on-ms /
- * --burst-off-ms) from --threads T threads, after allocating --alloc-mb MiB, starting at
- * CLOCK_MONOTONIC --start-at-ns. The first launch error stops it unless --keep-going.
+ * It runs --launches N launches (default 10), or for --seconds S, optionally in bursts
+ * (--burst-on-ms / --burst-off-ms) from --threads T threads, after allocating --alloc SIZE bytes
+ * (plain, or with a suffix k/K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024); or
+ * --alloc-mb MiB), starting at CLOCK_MONOTONIC --start-at-ns. The first launch error stops it
+ * unless --keep-going. A refused allocation never stops it: it prints the error and launches.
+ * With --report-interval-s R > 0 and neither --launches nor --seconds > 0, it runs until SIGTERM.
+ * SIGTERM stops it after the launches in flight (at most 1 s later), prints the final line and
+ * exits 0.
  *
- * Prints one JSON line: pid, api, path, ptsz, threads, launches (successful), errors,
- * first_error (+ _name), alloc_error, elapsed_s. Exit: 0 ok, 1 setup failed, 2 launch errors,
- * 3 the entry point could not be resolved, 64 bad usage.
+ * Output, one JSON object a line, flushed as it goes:
+ *   {"event": "alloc_error", "code", "name", "bytes"}   the allocation was refused
+ *   {"event": "start", "pid", "mem_free", "mem_total", "alloc_bytes", "alloc_error",
+ *    "alloc_error_name", "meminfo_error"}             cuMemGetInfo after the allocation; printed
+ *                                                      when --alloc(-mb) or reports are asked for
+ *   {"event": "report", "t", "launches", "errors", "interval_launches", "alloc_error"}
+ *                                                      every R s (t: s since the launches began;
+ *                                                      launches: successful, cumulative)
+ *   the final line, always last: pid, api, path, ptsz, threads, launches (successful), errors,
+ *   first_error (+ _name), alloc_error, resolved, elapsed_s, terminated (by SIGTERM).
+ * Exit: 0 ok (or stopped by SIGTERM), 1 setup failed, 2 launch errors, 3 the entry point could
+ * not be resolved, 64 bad usage.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -30,6 +44,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +92,8 @@ struct tenant {
     int ptsz, procaddr_version, threads, graph_nodes, keep_going;
     unsigned long long duration_us;
     long launches;
-    double seconds, burst_on_ms, burst_off_ms;
-    unsigned long long alloc_mb, start_at_ns;
+    double seconds, burst_on_ms, burst_off_ms, report_interval_s;
+    unsigned long long alloc_bytes, start_at_ns;
     /* set up */
     CUcontext ctx;
     CUfunction func;
@@ -87,7 +103,22 @@ struct tenant {
     /* results (atomic) */
     long issued, ok, errors;
     int first_error, stop;
+    /* workers still running: under done_lock, signalled on done_cond */
+    int active;
+    pthread_mutex_t done_lock;
+    pthread_cond_t done_cond;
 };
+
+#define TERM_GRACE_NS UINT64_C(1000000000) /* after SIGTERM, wait this long for launches in flight */
+#define POLL_NS UINT64_C(100000000)        /* how often the main thread looks for SIGTERM */
+
+static volatile sig_atomic_t terminated; /* SIGTERM arrived */
+
+static void on_sigterm(int signo)
+{
+    (void)signo;
+    terminated = 1;
+}
 
 static uint64_t now_ns(void)
 {
@@ -109,6 +140,43 @@ static const char *error_name(int code)
     if (cuGetErrorName((CUresult)code, &name) != CUDA_SUCCESS || name == NULL)
         return "unknown";
     return name;
+}
+
+/* --alloc: a whole number of bytes, "1.5Gi", "512Mi", "2G" (decimal suffixes k/K, M, G, T as in
+ * Kubernetes quantities, binary Ki, Mi, Gi, Ti). 0 or -1. */
+static int parse_size(const char *text, unsigned long long *bytes)
+{
+    static const struct { const char *suffix; unsigned long long factor; } suffixes[] = {
+        {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}, {"Ti", 1ULL << 40}, {"k", 1000ULL},
+        {"K", 1000ULL}, {"M", 1000000ULL}, {"G", 1000000000ULL}, {"T", 1000000000000ULL}, {"", 1ULL},
+    };
+    const char *p = text;
+    unsigned __int128 whole = 0, fraction = 0, scale = 1;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++)
+        if ((whole = whole * 10 + (unsigned)(*p - '0')) > UINT64_MAX)
+            return -1;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
+            if (scale >= (unsigned __int128)1000000000000000000ULL)
+                return -1; /* more fraction digits than any byte count needs */
+            fraction = fraction * 10 + (unsigned)(*p - '0');
+            scale *= 10;
+        }
+    }
+    if (digits == 0)
+        return -1;
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        if (strcmp(p, suffixes[i].suffix) != 0)
+            continue;
+        unsigned __int128 part = fraction * suffixes[i].factor;
+        unsigned __int128 value = whole * suffixes[i].factor + part / scale;
+        if (part % scale != 0 || value > UINT64_MAX)
+            return -1; /* not a whole number of bytes, or too large */
+        *bytes = (unsigned long long)value;
+        return 0;
+    }
+    return -1;
 }
 
 /* --- options ------------------------------------------------------------------------------ */
@@ -134,7 +202,8 @@ static void usage(void)
     fprintf(stderr, "usage: tenant [--api kernel|ex|coop|graph] [--path linked|dlsym|rtld-default|rtld-next|"
                     "procaddr-legacy|procaddr-v2] [--ptsz] [--procaddr-version N] [--duration-us N] "
                     "[--launches N] [--seconds S] [--burst-on-ms A --burst-off-ms B] [--threads T] "
-                    "[--graph-nodes K] [--alloc-mb M] [--start-at-ns T] [--keep-going]\n");
+                    "[--graph-nodes K] [--alloc SIZE | --alloc-mb M] [--start-at-ns T] [--keep-going] "
+                    "[--report-interval-s R]\n");
     exit(64);
 }
 
@@ -148,6 +217,7 @@ static void parse_options(int argc, char **argv, struct tenant *t)
         {"burst-off-ms", required_argument, 0, 'f'}, {"threads", required_argument, 0, 't'},
         {"graph-nodes", required_argument, 0, 'g'}, {"alloc-mb", required_argument, 0, 'm'},
         {"start-at-ns", required_argument, 0, 'w'}, {"keep-going", no_argument, 0, 'k'},
+        {"alloc", required_argument, 0, 'A'},       {"report-interval-s", required_argument, 0, 'r'},
         {0, 0, 0, 0},
     };
     *t = (struct tenant){.api = API_KERNEL, .path = PATH_LINKED, .threads = 1, .graph_nodes = 1,
@@ -166,16 +236,19 @@ static void parse_options(int argc, char **argv, struct tenant *t)
         case 'f': t->burst_off_ms = atof(optarg); break;
         case 't': t->threads = atoi(optarg); break;
         case 'g': t->graph_nodes = atoi(optarg); break;
-        case 'm': t->alloc_mb = strtoull(optarg, NULL, 10); break;
+        case 'm': t->alloc_bytes = strtoull(optarg, NULL, 10) << 20; break;
+        case 'A': if (parse_size(optarg, &t->alloc_bytes) != 0) usage(); break;
+        case 'r': t->report_interval_s = atof(optarg); break;
         case 'w': t->start_at_ns = strtoull(optarg, NULL, 10); break;
         case 'k': t->keep_going = 1; break;
         default: usage();
         }
     }
-    if (optind != argc || t->threads < 1 || t->graph_nodes < 1 || (t->burst_on_ms > 0) != (t->burst_off_ms > 0))
+    if (optind != argc || t->threads < 1 || t->graph_nodes < 1 || (t->burst_on_ms > 0) != (t->burst_off_ms > 0) ||
+        t->report_interval_s < 0)
         usage();
-    if (t->launches < 0)
-        t->launches = t->seconds > 0 ? 0 : 10; /* 0: no count limit */
+    if (t->launches < 0) /* 0: no count limit; with reports and no --seconds: until SIGTERM */
+        t->launches = t->seconds > 0 || t->report_interval_s > 0 ? 0 : 10;
 }
 
 /* --- resolving the launch entry point ------------------------------------------------------ */
@@ -308,7 +381,7 @@ static CUresult launch_once(const struct tenant *t)
 /* May this thread launch once more? Sleeps through burst off-periods. */
 static int next_launch(struct tenant *t, uint64_t *burst_start)
 {
-    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE) || terminated)
         return 0;
     if (t->burst_on_ms > 0 && now_ns() - *burst_start >= (uint64_t)(t->burst_on_ms * 1e6)) {
         sleep_until(now_ns() + (uint64_t)(t->burst_off_ms * 1e6));
@@ -319,11 +392,18 @@ static int next_launch(struct tenant *t, uint64_t *burst_start)
     return t->launches == 0 || __atomic_fetch_add(&t->issued, 1, __ATOMIC_RELAXED) < t->launches;
 }
 
-static void *worker(void *arg)
+static void worker_done(struct tenant *t)
 {
-    struct tenant *t = arg;
+    pthread_mutex_lock(&t->done_lock);
+    t->active--;
+    pthread_cond_broadcast(&t->done_cond);
+    pthread_mutex_unlock(&t->done_lock);
+}
+
+static void launch_loop(struct tenant *t)
+{
     if (cuCtxSetCurrent(t->ctx) != CUDA_SUCCESS)
-        return NULL;
+        return;
     uint64_t burst_start = now_ns();
     while (next_launch(t, &burst_start)) {
         CUresult r = launch_once(t);
@@ -337,45 +417,135 @@ static void *worker(void *arg)
         if (!t->keep_going)
             __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
     }
+}
+
+static void *worker(void *arg)
+{
+    struct tenant *t = arg;
+    launch_loop(t);
+    worker_done(t);
     return NULL;
 }
 
-static double run(struct tenant *t)
+static void report(const struct tenant *t, uint64_t since_start_ns, long *reported, int alloc_error)
+{
+    long ok = __atomic_load_n(&t->ok, __ATOMIC_RELAXED);
+    printf("{\"event\": \"report\", \"t\": %.3f, \"launches\": %ld, \"errors\": %ld, \"interval_launches\": %ld, "
+           "\"alloc_error\": %d}\n",
+           (double)since_start_ns / 1e9, ok, __atomic_load_n(&t->errors, __ATOMIC_RELAXED), ok - *reported,
+           alloc_error);
+    fflush(stdout);
+    *reported = ok;
+}
+
+/* Runs the workers; reports every --report-interval-s while they run. Returns the elapsed
+ * seconds; *abandoned is set when SIGTERM came and a launch was still in flight after the grace
+ * period (the caller then exits without waiting for it). */
+static double run(struct tenant *t, int alloc_error, int *abandoned)
 {
     if (t->start_at_ns > now_ns())
         sleep_until(t->start_at_ns);
     uint64_t start = now_ns();
     t->end_ns = start + (uint64_t)(t->seconds * 1e9);
+    uint64_t interval = (uint64_t)(t->report_interval_s * 1e9);
+    uint64_t next_report = interval > 0 ? start + interval : UINT64_MAX, term_seen = 0;
+    long reported = 0;
     pthread_t threads[64];
     int started = 0;
-    for (; started < t->threads && started < 64; started++)
+    pthread_mutex_lock(&t->done_lock);
+    for (; started < t->threads && started < 64; started++) {
         if (pthread_create(&threads[started], NULL, worker, t) != 0)
             break;
-    for (int i = 0; i < started; i++)
-        pthread_join(threads[i], NULL);
-    return (double)(now_ns() - start) / 1e9;
+        t->active++;
+    }
+    while (t->active > 0) {
+        uint64_t now = now_ns();
+        if (now >= next_report) {
+            pthread_mutex_unlock(&t->done_lock);
+            report(t, now - start, &reported, alloc_error);
+            pthread_mutex_lock(&t->done_lock);
+            next_report += interval;
+            if (next_report <= now)
+                next_report = now + interval;
+            continue;
+        }
+        if (terminated && term_seen == 0)
+            term_seen = now;
+        if (term_seen != 0 && now - term_seen >= TERM_GRACE_NS)
+            break;
+        uint64_t wake = now + POLL_NS < next_report ? now + POLL_NS : next_report;
+        struct timespec until = {.tv_sec = (time_t)(wake / 1000000000u), .tv_nsec = (long)(wake % 1000000000u)};
+        pthread_cond_timedwait(&t->done_cond, &t->done_lock, &until);
+    }
+    uint64_t end = now_ns();
+    *abandoned = t->active > 0;
+    pthread_mutex_unlock(&t->done_lock);
+    if (!*abandoned)
+        for (int i = 0; i < started; i++)
+            pthread_join(threads[i], NULL);
+    return (double)(end - start) / 1e9;
+}
+
+static void init_sync(struct tenant *t)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->done_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&t->done_lock, NULL);
+    struct sigaction action = {.sa_handler = on_sigterm};
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, NULL);
+}
+
+/* The allocation (refused: one line naming the error) and the memory the process then sees. */
+static CUresult allocate(const struct tenant *t, CUdeviceptr *memory)
+{
+    CUresult alloc_error = t->alloc_bytes ? cuMemAlloc(memory, (size_t)t->alloc_bytes) : CUDA_SUCCESS;
+    if (alloc_error != CUDA_SUCCESS) {
+        *memory = 0;
+        printf("{\"event\": \"alloc_error\", \"code\": %d, \"name\": \"%s\", \"bytes\": %llu}\n", (int)alloc_error,
+               error_name(alloc_error), t->alloc_bytes);
+    }
+    if (t->alloc_bytes || t->report_interval_s > 0) {
+        size_t mem_free = 0, mem_total = 0;
+        CUresult info = cuMemGetInfo(&mem_free, &mem_total);
+        printf("{\"event\": \"start\", \"pid\": %d, \"mem_free\": %zu, \"mem_total\": %zu, \"alloc_bytes\": %llu, "
+               "\"alloc_error\": %d, \"alloc_error_name\": \"%s\", \"meminfo_error\": %d}\n",
+               (int)getpid(), mem_free, mem_total, t->alloc_bytes, (int)alloc_error,
+               alloc_error ? error_name(alloc_error) : "", (int)info);
+    }
+    fflush(stdout);
+    return alloc_error;
 }
 
 int main(int argc, char **argv)
 {
     struct tenant t;
     parse_options(argc, argv, &t);
+    init_sync(&t);
     if (setup(&t) != 0)
         return 1;
     CUdeviceptr memory = 0;
-    CUresult alloc_error = t.alloc_mb ? cuMemAlloc(&memory, (size_t)t.alloc_mb << 20) : CUDA_SUCCESS;
+    CUresult alloc_error = allocate(&t, &memory);
     t.launch_fn = resolve(&t);
-    double elapsed = t.launch_fn != NULL ? run(&t) : 0.0;
+    int abandoned = 0;
+    double elapsed = t.launch_fn != NULL ? run(&t, (int)alloc_error, &abandoned) : 0.0;
     printf("{\"pid\": %d, \"api\": \"%s\", \"path\": \"%s\", \"ptsz\": %s, \"threads\": %d, \"launches\": %ld, "
            "\"errors\": %ld, \"first_error\": %d, \"first_error_name\": \"%s\", \"alloc_error\": %d, "
-           "\"resolved\": %s, \"elapsed_s\": %.6f}\n",
+           "\"resolved\": %s, \"elapsed_s\": %.6f, \"terminated\": %s}\n",
            (int)getpid(), apis[t.api].option, paths[t.path], t.ptsz ? "true" : "false", t.threads, t.ok, t.errors,
            t.first_error, t.first_error ? error_name(t.first_error) : "", (int)alloc_error,
-           t.launch_fn ? "true" : "false", elapsed);
+           t.launch_fn ? "true" : "false", elapsed, terminated ? "true" : "false");
     fflush(stdout);
+    if (abandoned)
+        _exit(0); /* SIGTERM, and a launch still in flight: the driver frees what it holds */
     if (memory != 0)
         cuMemFree(memory);
     if (t.launch_fn == NULL)
         return 3;
+    if (terminated)
+        return 0;
     return t.errors > 0 ? 2 : 0;
 }
