@@ -64,12 +64,25 @@ class ContainerAllocation:
 
 
 @attrs.frozen(kw_only=True)
+class SimulatedDriver:
+    """With simulated GPUs: the simulated driver's libraries on the host, and each GPU's state
+    directory and memory size. Containers get them as the NVIDIA container toolkit gives the
+    real driver and device."""
+
+    libcuda: str
+    libnvidia_ml: str
+    gpu_dirs: Mapping[str, str]  # GPU uuid -> host directory of its shared state
+    gpu_memory: Mapping[str, int]  # GPU uuid -> bytes
+
+
+@attrs.frozen(kw_only=True)
 class HostPaths:
     """Where the node agent keeps what GPU containers mount."""
 
     hook_library: str  # the installed, versioned hook file on the host
     run_dir: str  # host directory holding the arbiter socket
     mps_pipe_dir: str
+    simulated_driver: SimulatedDriver | None = None
 
 
 _FINISHED_PHASES = ("Succeeded", "Failed")
@@ -129,6 +142,14 @@ def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bo
         envs[keys.ENV_MPS_THREAD_PERCENTAGE] = str(assignment.share.sm_percent)
         envs[keys.ENV_MPS_PIPE_DIRECTORY] = paths.mps_pipe_dir
         mounts.append(Mount(paths.mps_pipe_dir, paths.mps_pipe_dir, read_only=False))
+    driver = paths.simulated_driver
+    if driver is not None and assignment.gpu_uuid in driver.gpu_dirs:
+        library_dir = PurePosixPath(keys.CONTAINER_DRIVER_DIR)
+        mounts += [Mount(str(library_dir / keys.CUDA_DRIVER_LIBRARY), driver.libcuda, read_only=True),
+                   Mount(str(library_dir / keys.NVML_LIBRARY), driver.libnvidia_ml, read_only=True),
+                   Mount(keys.CONTAINER_FAKE_GPU_DIR, driver.gpu_dirs[assignment.gpu_uuid], read_only=False)]
+        envs[keys.ENV_FAKE_GPU_DIR] = keys.CONTAINER_FAKE_GPU_DIR
+        envs[keys.ENV_FAKE_GPU_MEMORY] = str(driver.gpu_memory[assignment.gpu_uuid])
     return ContainerAllocation(envs, tuple(mounts))
 
 

@@ -18,19 +18,19 @@ from types import FrameType
 import attrs
 
 from device_plugin.agent import NodeAgent
-from device_plugin.allocation import Allocator, HostPaths
+from device_plugin.allocation import Allocator, HostPaths, SimulatedDriver
 from device_plugin.arbiter.runner import ArbiterThread, add_timing_arguments, timing_ns
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import AssignmentShares
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
-from device_plugin.hook_install import HookInstallError, install_hook
+from device_plugin.hook_install import HookInstallError, install_hook, install_library
 from device_plugin.kube import KubeWriter, NodePods, load_api_client
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
 from fastgshare.errors import InvalidInventory
-from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
+from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, parse_gpu_spec
 
 log = logging.getLogger("device_plugin")
 
@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--hook-library", type=Path, default=Path(DEFAULT_HOOK),
                         help="the CUDA hook to install into --state-dir and mount into containers "
                              "(default: %(default)s)")
+    parser.add_argument("--fake-driver-dir", type=Path, default=None,
+                        help="with --fake-gpus: directory holding the simulated libcuda.so.1 and libnvidia-ml.so.1 "
+                             "that Allocate mounts into containers, with each simulated GPU's state "
+                             "(default: fake/ next to --hook-library, if it is there)")
     parser.add_argument("--mps-pipe-dir", default=keys.DEFAULT_MPS_PIPE_DIRECTORY,
                         help="the MPS control daemon's pipe directory (default: %(default)s)")
     parser.add_argument("--health-recovery-seconds", type=float, default=0.0,
@@ -76,6 +80,29 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
     if args.fake_gpus:
         return SimulatedGpus(parse_gpu_spec(args.fake_gpus), args.node_name)
     return NvmlGpus(args.mps_pipe_dir)
+
+
+def simulated_driver(args: argparse.Namespace, gpus: tuple[GpuDevice, ...]) -> SimulatedDriver | None:
+    """With --fake-gpus, install the simulated driver next to the hook and make each GPU's state
+    directory; None (with a warning) if the driver is not there."""
+    if not args.fake_gpus:
+        return None
+    source = args.fake_driver_dir or args.hook_library.parent / "fake"
+    if args.fake_driver_dir is None and not (source / keys.CUDA_DRIVER_LIBRARY).exists():
+        log.warning("no simulated driver in %s: GPU containers must bring their own libcuda "
+                    "(pass --fake-driver-dir, the output of make -C vgpu_hook, to mount it)", source)
+        return None
+    lib_dir = args.state_dir / "lib"
+    libcuda = install_library(source / keys.CUDA_DRIVER_LIBRARY, lib_dir, "libcuda-simulated", "simulated driver")
+    nvml = install_library(source / keys.NVML_LIBRARY, lib_dir, "libnvidia-ml-simulated", "simulated NVML")
+    gpu_dirs = {}
+    for gpu in gpus:
+        directory = args.state_dir / "fake-gpus" / gpu.uuid
+        directory.mkdir(parents=True, exist_ok=True)
+        directory.chmod(0o777)  # containers of any user attach to the simulated GPU
+        gpu_dirs[gpu.uuid] = str(directory)
+    return SimulatedDriver(libcuda=str(libcuda), libnvidia_ml=str(nvml), gpu_dirs=gpu_dirs,
+                           gpu_memory={gpu.uuid: gpu.memory_bytes for gpu in gpus})
 
 
 class StartupError(Exception):
@@ -103,6 +130,7 @@ def build(args: argparse.Namespace) -> Components:
     try:
         backend = make_backend(args)
         hook = install_hook(args.hook_library, args.state_dir / "lib")
+        driver = simulated_driver(args, backend.devices())
     except InvalidInventory as error:
         raise StartupError(f"--fake-gpus: {error}", 2) from None
     except NvmlUnavailable as error:
@@ -119,7 +147,7 @@ def build(args: argparse.Namespace) -> Components:
     writer = KubeWriter(api)
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
-                                                    mps_pipe_dir=args.mps_pipe_dir))
+                                                    mps_pipe_dir=args.mps_pipe_dir, simulated_driver=driver))
     agent = NodeAgent(
         devices=devices, backend=backend, publisher=writer, plugin_dir=args.device_plugin_dir, stopping=stopping,
         health_recovery_s=args.health_recovery_seconds,

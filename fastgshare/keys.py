@@ -79,6 +79,12 @@ CONTAINER_HOOK_PATH: Final = "/usr/local/fastgshare/lib/libfastgshare-hook.so"
 CONTAINER_RUN_DIR: Final = "/var/run/fastgshare"
 ARBITER_SOCKET_NAME: Final = "arbiter.sock"
 DEFAULT_MPS_PIPE_DIRECTORY: Final = "/tmp/nvidia-mps"
+# With simulated GPUs, Allocate mounts the simulated driver where the NVIDIA container toolkit
+# mounts the real one, and the simulated GPU's shared state directory.
+CONTAINER_DRIVER_DIR: Final = "/usr/lib/x86_64-linux-gnu"
+CUDA_DRIVER_LIBRARY: Final = "libcuda.so.1"
+NVML_LIBRARY: Final = "libnvidia-ml.so.1"
+CONTAINER_FAKE_GPU_DIR: Final = "/usr/local/fastgshare/fake-gpu"
 
 # --- the kubelet device plugin ----------------------------------------------------------
 DEVICE_PLUGIN_SOCKET: Final = "fastgshare-vgpu.sock"  # file name inside the device-plugin dir

@@ -5,6 +5,7 @@
 - ``fastgshare pack --gpu MODEL FILE...``: place a workload onto as few GPUs as the ledger
   allows and print the placement.
 - ``fastgshare demo``: tenants sharing one simulated GPU under the real hook and arbiter.
+- ``fastgshare cluster up | down | status``: the whole system on this machine.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from fastgshare.placement import DEFAULT_POLICY, Policy, parse_policy
 from fastgshare.quantity import format_bytes
 from fastgshare.share import ShareSpec, format_fraction
 from fastgshare.workload import ManifestShare, WorkloadItem, manifest_shares, parse_workload_list
+from fastgshare_cli.cluster_command import add_parser as add_cluster_parser
+from fastgshare_cli.cluster_command import cluster_main
 from fastgshare_cli.demo import TENANT_HELP, demo_main
 from fastgshare_cli.documents import DocumentError, load_documents
 
@@ -71,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tenant", action="append", metavar="SPEC", dest="tenants",
                       help=f"a tenant {TENANT_HELP}; repeat for more (default: three built-in tenants)")
     demo.add_argument("--plot", metavar="FILE", help="write a PNG of each tenant's share over time")
+    add_cluster_parser(commands)
     return parser
 
 
@@ -82,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_check(args.files, console, errors)
     if args.command == "demo":
         return demo_main(args.tenants, args.seconds, args.plot, console, errors)
+    if args.command == "cluster":
+        return cluster_main(args, console, errors)
     return run_pack(args, console, errors)
 
 

@@ -1,14 +1,16 @@
-"""Fixtures of the cluster tier: a real etcd + kube-apiserver (+ controller-manager, scheduler).
+"""Fixtures of the cluster tier: a real etcd + kube-apiserver (+ controller-manager, scheduler),
+and the real-node tier: a whole one-machine cluster whose kubelet runs real pods.
 
 The control plane starts once per test session, on the first test that needs it. Each test
 gets its own namespace and deletes the nodes it creates, so tests do not see each other's
-objects. Every test in this directory is marked ``cluster``.
+objects. Every test in this directory is marked ``cluster``; the tests that need a real node
+(``fastgshare cluster``: containerd, kubelet, our components, simulated GPUs) are marked
+``realnode`` and run wherever they can (Linux, root).
 
 Environment:
 
 - ``FASTGSHARE_K8S_CACHE``: where build-control-plane.sh put the binaries.
-- ``FASTGSHARE_REQUIRE_CLUSTER=1``: missing binaries fail the tier instead of skipping it (CI).
-- ``FASTGSHARE_KUBELET_TIER=1``: also run the tests marked ``kubelet`` (root, containerd).
+- ``FASTGSHARE_REQUIRE_CLUSTER=1``: a tier that cannot run fails instead of being skipped (CI).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import re
 import secrets
 import shutil
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,10 +30,11 @@ from kubernetes.client.exceptions import ApiException
 
 from fastgshare import keys
 from fastgshare.inventory import GpuDevice
-from tests.cluster import controlplane, kubelet
+from fastgshare_cluster import cluster as local_cluster
+from fastgshare_cluster.cluster import Cluster, ClusterError, Options
+from tests.cluster import controlplane
 from tests.cluster.controlplane import Binaries, ClusterUnavailable, ControlPlane, ProcessSet
 from tests.cluster.gpu_nodes import create_gpu_node
-from tests.cluster.kubelet import KubeletNode
 
 HERE = Path(__file__).parent
 
@@ -43,15 +47,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject.toml; repeated so this directory works on its own.
     config.addinivalue_line("markers", "cluster: needs the real control plane built by "
                             f"{controlplane.BUILD_SCRIPT}")
-    config.addinivalue_line("markers", "kubelet: needs the opt-in kubelet tier (FASTGSHARE_KUBELET_TIER=1)")
+    config.addinivalue_line("markers", "realnode: needs a real node (fastgshare cluster: Linux, root)")
 
 
 _UNAVAILABLE = pytest.StashKey[str]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark this directory's tests ``cluster``; skip them all if the binaries are missing (unless
-    ``FASTGSHARE_REQUIRE_CLUSTER=1``), and the ``kubelet`` ones unless opted in."""
+    """Mark this directory's tests ``cluster``; skip them all if the binaries are missing, and the
+    ``realnode`` ones where no real node can run (unless ``FASTGSHARE_REQUIRE_CLUSTER=1``)."""
     ours = [item for item in items if item.path.is_relative_to(HERE)]  # the hook sees every item
     if not ours:
         return
@@ -64,9 +68,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.cluster)
         if _UNAVAILABLE in config.stash:
             item.add_marker(pytest.mark.skip(reason=config.stash[_UNAVAILABLE]))
-        elif "kubelet" in item.keywords and not _env_flag("FASTGSHARE_KUBELET_TIER"):
-            item.add_marker(pytest.mark.skip(
-                reason="kubelet tier skipped: opt-in, set FASTGSHARE_KUBELET_TIER=1 (needs root and containerd)"))
+        elif ("realnode" in item.keywords and (reason := _real_node_unavailable())
+              and not _env_flag("FASTGSHARE_REQUIRE_CLUSTER")):  # required: its fixture fails saying why
+            item.add_marker(pytest.mark.skip(reason=f"real-node tier skipped: {reason}"))
+
+
+def _real_node_unavailable() -> str | None:
+    if sys.platform != "linux":
+        return "it needs Linux"
+    if os.geteuid() != 0:
+        return "it needs root (the kubelet mounts volumes and creates cgroups)"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
@@ -200,23 +212,20 @@ def _delete_node(api_client: kubernetes.client.ApiClient, name: str) -> None:
             raise
 
 
-@pytest.fixture(scope="session")
-def kubelet_node(cluster_binaries: Binaries, control_plane: ControlPlane, api_client: kubernetes.client.ApiClient,
-                 cluster_dir: Path) -> Iterator[KubeletNode]:
-    """containerd + kubelet registering node ``kn-<random>`` (opt-in: FASTGSHARE_KUBELET_TIER=1)."""
+@pytest.fixture(scope="module")
+def real_cluster(cluster_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A whole cluster on this machine, started by the code ``fastgshare cluster up`` runs, for one
+    test module; its components die with the test process. Stopped (``down``) afterwards."""
+    controlplane.install_emergency_cleanup()
+    state_dir = tmp_path_factory.mktemp("real-cluster")
+    lines: list[str] = []
+    options = Options(state_dir=state_dir, die_with_parent=True, say=lines.append)
     try:
-        containerd = kubelet.check_prerequisites()
-    except ClusterUnavailable as error:
-        pytest.fail(f"kubelet tier enabled (FASTGSHARE_KUBELET_TIER=1) but cannot run: {error}", pytrace=False)
-    workdir = cluster_dir / "kubelet"
-    name = unique_name("kn")
-    processes = ProcessSet()
-    with kubelet.host_paths_restored():
-        try:
-            socket = kubelet.start_containerd(containerd, workdir / "containerd", processes)
-            yield kubelet.start_kubelet(cluster_binaries, control_plane, containerd_socket=socket, node_name=name,
-                                        workdir=workdir, processes=processes)
-        finally:
-            processes.stop_all()
-            kubelet.unmount_below(workdir)
-            _delete_node(api_client, name)
+        running = local_cluster.up(options)
+    except ClusterError as error:
+        pytest.fail(f"fastgshare cluster up failed:\n{error}\n" + "\n".join(lines), pytrace=False)
+    try:
+        yield running
+    finally:
+        problems = local_cluster.down(state_dir, say=lines.append)
+        assert not problems, f"cluster down left: {problems}"

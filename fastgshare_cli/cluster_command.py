@@ -1,0 +1,84 @@
+"""``fastgshare cluster up | down | status``: the user's side of :mod:`fastgshare_cluster`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fastgshare.errors import InvalidInventory
+from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
+from fastgshare_cluster import cluster
+from fastgshare_cluster.cluster import ClusterError, Options
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "cluster", help="a whole fastgshare cluster on this machine (Linux, root)",
+        description="Run Kubernetes (v1.20 control plane, containerd, a real kubelet), the fastgshare "
+                    "scheduler extender, controller and node agent with simulated GPUs on this machine, "
+                    "the way kind does for Kubernetes.")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the cluster and print its kubeconfig")
+    up.add_argument("--gpus", default=cluster.DEFAULT_GPUS,
+                    help=f"the node's simulated GPUs, {GPU_SPEC_HELP} (default: %(default)s)")
+    up.add_argument("--slots-per-gpu", type=int, default=16, help="pods one GPU may hold (default: %(default)s)")
+    up.add_argument("--hook-build", type=Path, default=cluster.Options.hook_build,
+                    help="where make -C vgpu_hook put the hook, the simulated driver and the tenant "
+                         "(default: %(default)s; built if missing)")
+    up.add_argument("--no-install", action="store_true", help="do not apt-get install missing packages")
+    down = actions.add_parser("down", help="stop everything up started and leave the host as it was")
+    down.add_argument("--keep-logs", action="store_true", help="keep <state-dir>/logs")
+    actions.add_parser("status", help="list the components, their state and log file")
+    for sub in (up, down, actions.choices["status"]):
+        sub.add_argument("--state-dir", type=Path, default=cluster.DEFAULT_STATE_DIR,
+                         help="where the cluster keeps its state and logs (default: %(default)s)")
+
+
+def cluster_main(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    try:
+        if args.action == "up":
+            return _up(args, console, errors)
+        if args.action == "down":
+            problems = cluster.down(args.state_dir, say=console.print, keep_logs=args.keep_logs)
+            return 1 if problems else 0
+        return _status(args.state_dir, console)
+    except ClusterError as error:
+        errors.print(f"fastgshare cluster {args.action}: {error}", markup=False, highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        errors.print(f"fastgshare cluster {args.action}: interrupted")
+        return 130
+
+
+def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    try:
+        spec = parse_gpu_spec(args.gpus)
+    except InvalidInventory as error:
+        errors.print(f"--gpus {args.gpus!r}: {error}", markup=False, highlight=False)
+        return 2
+    if args.slots_per_gpu < 1:
+        errors.print(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}")
+        return 2
+    running = cluster.up(Options(state_dir=args.state_dir, gpus=args.gpus, slots_per_gpu=args.slots_per_gpu,
+                                 hook_build=args.hook_build, install_packages=not args.no_install,
+                                 say=lambda text: console.print(text, markup=False, highlight=False)))
+    console.print(f"cluster up: node {running.node_name} with {spec.count} simulated GPU(s) ({args.gpus}), "
+                  f"{args.slots_per_gpu} pods per GPU", markup=False)
+    console.print(f"kubeconfig: {running.kubeconfig}", markup=False, highlight=False)
+    console.print(f"export KUBECONFIG={running.kubeconfig}", markup=False, highlight=False)
+    return 0
+
+
+def _status(state_dir: Path, console: Console) -> int:
+    components = cluster.status(state_dir)
+    table = Table(title=f"fastgshare cluster in {state_dir}")
+    for column in ("component", "state", "pid", "log"):
+        table.add_column(column, overflow="fold")
+    for component in components:
+        table.add_row(component.name, "running" if component.running else "[red]exited[/red]", str(component.pid),
+                      component.log)
+    console.print(table)
+    return 0 if all(c.running for c in components) else 1

@@ -1,0 +1,472 @@
+"""``fastgshare cluster up | down | status``: the whole system on one machine.
+
+``up`` starts, from the cached binaries, etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler (a ``default-scheduler`` profile and the ``fastgshare-scheduler`` profile with
+our extender), our extender and FaSTPod controller, containerd with a CNI bridge, a real kubelet,
+and our node agent with simulated GPUs; it installs the FaSTPod CRD and imports the pause and
+tenant images. Every process logs to ``<state-dir>/logs`` and is recorded with its PID and
+start time in ``<state-dir>/cluster.json``, together with the host state found before ``up``,
+so that ``down`` (another process, later) stops exactly those and puts the host back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import kubernetes.utils
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from fastgshare.inventory import parse_gpu_spec
+from fastgshare_cluster import images, node
+from fastgshare_cluster.controlplane import (
+    Binaries,
+    ClusterUnavailable,
+    ControlPlane,
+    find_binaries,
+    scheduler_config,
+    start_control_plane,
+    start_controller_manager,
+    wait_for_apiserver,
+)
+from fastgshare_cluster.pki import KubeletPki, apiserver_kubelet_flags, make_kubelet_pki
+from fastgshare_cluster.processes import (
+    LOOPBACK,
+    ManagedProcess,
+    ProcessFailed,
+    ProcessSet,
+    free_ports,
+    http_ok,
+    is_running,
+    stop_recorded,
+    wait_until,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_STATE_DIR = Path("/var/lib/fastgshare-cluster")
+DEFAULT_GPUS = "2x16GiB:80sm"
+DEFAULT_SUBNET = "10.244.250.0/24"
+DEFAULT_BRIDGE = "fgs0"
+STATE_FILE = "cluster.json"
+VGPU_RESOURCE = "fastgshare.caps.in.tum/vgpu"
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+# Debian packages the node needs, by the command that shows each is there.
+PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "gcc": "gcc", "openssl": "openssl",
+            "busybox": "busybox-static", "ip": "iproute2", "etcd": "etcd-server"}
+CNI_PACKAGE = "containernetworking-plugins"
+# The order ``down`` stops components in: clients of the API first, the node, then the control plane.
+STOP_ORDER = ("node-agent", "fastgshare-controller", "kube-scheduler", "fastgshare-extender", "kubelet",
+              "containerd", "kube-controller-manager", "kube-apiserver", "etcd")
+
+
+class ClusterError(Exception):
+    """``up``, ``down`` or ``status`` cannot go on; the message names the component and its log."""
+
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Options:
+    state_dir: Path = DEFAULT_STATE_DIR
+    gpus: str = DEFAULT_GPUS
+    slots_per_gpu: int = 16
+    hook_build: Path = REPO / "vgpu_hook" / "build"
+    subnet: str = DEFAULT_SUBNET
+    bridge: str = DEFAULT_BRIDGE
+    install_packages: bool = True
+    die_with_parent: bool = False  # the test tier: components die with the test process
+    say: Say = field(default=print)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running local cluster, as ``up`` leaves it (or :func:`load` finds it)."""
+
+    state_dir: Path
+    kubeconfig: Path
+    node_name: str
+    containerd_socket: Path
+    node_agent_state_dir: Path
+    extender_url: str
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        return kubernetes.config.new_client_from_config(str(self.kubeconfig))
+
+    def fake_gpu_dir(self, gpu_uuid: str) -> Path:
+        """Where the simulated GPU keeps its state (the node agent mounts it into pods)."""
+        return self.node_agent_state_dir / "fake-gpus" / gpu_uuid
+
+
+def _state_path(state_dir: Path) -> Path:
+    return state_dir / STATE_FILE
+
+
+def _read_state(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(_state_path(state_dir).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise ClusterError(f"cannot read {_state_path(state_dir)}: {error}") from None
+    return data
+
+
+def _write_state(state_dir: Path, state: dict[str, Any]) -> None:
+    path = _state_path(state_dir)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(state, indent=2))
+    os.replace(temporary, path)
+
+
+def _running(state: dict[str, Any]) -> list[dict[str, Any]]:
+    return [c for c in state.get("components", []) if is_running(c["pid"], c.get("start_time"))]
+
+
+def _cluster_of(state_dir: Path, state: dict[str, Any]) -> Cluster:
+    return Cluster(state_dir=state_dir, kubeconfig=Path(state["kubeconfig"]), node_name=state["node_name"],
+                   containerd_socket=Path(state["containerd_socket"]),
+                   node_agent_state_dir=Path(state["node_agent_state_dir"]), extender_url=state["extender_url"])
+
+
+def load(state_dir: Path = DEFAULT_STATE_DIR) -> Cluster:
+    """The cluster ``up`` started in ``state_dir``."""
+    state = _read_state(state_dir)
+    if state is None or "kubeconfig" not in state:
+        raise ClusterError(f"no cluster in {state_dir}; start one with: fastgshare cluster up")
+    return _cluster_of(state_dir, state)
+
+
+# --- prerequisites ------------------------------------------------------------------------------
+
+def _check_host() -> None:
+    if sys.platform != "linux":
+        raise ClusterError("fastgshare cluster runs on Linux only (it starts a kubelet and containerd)")
+    if os.geteuid() != 0:
+        raise ClusterError("fastgshare cluster needs root: the kubelet mounts volumes and creates cgroups "
+                           "(run it with sudo)")
+
+
+def _missing_packages() -> list[str]:
+    missing = {package for command, package in PACKAGES.items() if shutil.which(command) is None}
+    if not (node.CNI_BIN_DIR / "bridge").exists():
+        missing.add(CNI_PACKAGE)
+    if not Path("/usr/lib/x86_64-linux-gnu/libc.a").exists() and shutil.which("gcc"):
+        missing.add("libc6-dev")
+    return sorted(missing)
+
+
+def ensure_packages(install: bool, say: Say) -> None:
+    """Install the Debian packages the node needs, saying so; or say which are missing."""
+    missing = _missing_packages()
+    if not missing:
+        return
+    if not install or shutil.which("apt-get") is None:
+        raise ClusterError(f"missing Debian packages: {' '.join(missing)} (apt-get install {' '.join(missing)})")
+    say(f"installing Debian packages: {' '.join(missing)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    result = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+                            check=False, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise ClusterError(f"apt-get install {' '.join(missing)} failed:\n{result.stderr.strip()[-2000:]}")
+
+
+def ensure_hook_build(hook_build: Path, say: Say) -> None:
+    """The hook, the simulated driver and the tenant program, built if missing."""
+    needed = [hook_build / name for name in ("libfastgshare-hook.so", "fake/libcuda.so.1", "fake/libnvidia-ml.so.1",
+                                             "tenant", "memcheck")]
+    if all(path.exists() for path in needed):
+        return
+    makefile_dir = hook_build.parent
+    if not (makefile_dir / "Makefile").exists():
+        raise ClusterError(f"the CUDA hook is not built in {hook_build} and there is no Makefile to build it; "
+                           "pass --hook-build DIR (the output of make -C vgpu_hook)")
+    say(f"building the CUDA hook and the simulated GPU driver (make -C {makefile_dir})")
+    result = subprocess.run(["make", "-C", str(makefile_dir), f"PYTHON={sys.executable}"],
+                            check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ClusterError(f"make -C {makefile_dir} failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
+
+
+def _command(name: str) -> str:
+    path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    if path is None:
+        raise ClusterError(f"{name} is not installed (pip install -e . in this virtualenv)")
+    return path
+
+
+# --- up -----------------------------------------------------------------------------------------
+
+def _scheduler_document(extender_url: str) -> dict[str, Any]:
+    """Our shipped v1beta1 configuration with the extender here, plus a default profile."""
+    document: dict[str, Any] = yaml.safe_load((REPO / "deploy/scheduler/kube-scheduler-config.v1beta1.yaml")
+                                              .read_text())
+    document["extenders"][0]["urlPrefix"] = extender_url
+    document["profiles"].insert(0, {"schedulerName": "default-scheduler"})
+    return document
+
+
+def _install_crd(api: kubernetes.client.ApiClient) -> None:
+    crd = yaml.safe_load((REPO / "deploy/crd/fastpods.yaml").read_text())
+    with contextlib.suppress(kubernetes.utils.FailToCreateError):
+        kubernetes.utils.create_from_dict(api, crd)
+
+
+def _node_ready(core: kubernetes.client.CoreV1Api, name: str) -> bool:
+    try:
+        found = core.read_node(name)
+    except ApiException:
+        return False
+    conditions = found.status.conditions if found.status else None
+    return any(c.type == "Ready" and c.status == "True" for c in conditions or [])
+
+
+def _untaint(core: kubernetes.client.CoreV1Api, name: str) -> bool:
+    """Remove the not-ready taint the API server put on the new node (no node lifecycle
+    controller runs here to do it). True once it is gone."""
+    found = core.read_node(name)
+    taints = (found.spec.taints if found.spec else None) or []
+    kept = [t for t in taints if t.key != NOT_READY_TAINT]
+    if len(kept) != len(taints):
+        core.patch_node(name, {"spec": {"taints": [t.to_dict() for t in kept] or None}})
+    return True
+
+
+def _vgpus(core: kubernetes.client.CoreV1Api, name: str) -> int:
+    try:
+        status = core.read_node(name).status
+        return int(((status.allocatable if status else None) or {}).get(VGPU_RESOURCE, "0"))
+    except (ApiException, ValueError):
+        return 0
+
+
+class _Startup:
+    """One ``up``: the processes it started and the state file it keeps current."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.dir = options.state_dir
+        self.logs = self.dir / "logs"
+        self.processes = ProcessSet(die_with_parent=options.die_with_parent)
+        self.state: dict[str, Any] = {}
+        self.started = time.monotonic()
+
+    def step(self, text: str) -> None:
+        self.options.say(f"==> {text} [{time.monotonic() - self.started:5.1f}s]")
+
+    def start(self, name: str, args: list[str]) -> ManagedProcess:
+        process = self.processes.start(name, args, self.logs / f"{name}.log")
+        self.record(process)
+        return process
+
+    def record(self, process: ManagedProcess) -> None:
+        self.state.setdefault("components", []).append(
+            {"name": process.name, "pid": process.pid, "start_time": process.start_time, "log": str(process.log_path)})
+        _write_state(self.dir, self.state)
+
+    def run(self, binaries: Binaries) -> Cluster:
+        options = self.options
+        network = node.NodeNetwork(bridge=options.bridge, subnet=options.subnet)
+        self.state.update({"version": 1, "host": node.record_host_state(),
+                           "network": {"bridge": network.bridge, "subnet": network.subnet}})
+        _write_state(self.dir, self.state)
+
+        built: dict[str, list[Path] | BaseException] = {}
+
+        def build_images() -> None:
+            try:
+                built["archives"] = [images.build_pause(self.dir / "images"),
+                                     images.build_tenant(self.dir / "images", options.hook_build)]
+            except BaseException as error:  # re-raised in the main thread
+                built["archives"] = error
+
+        builder = threading.Thread(target=build_images, name="images")
+        builder.start()
+        pki = make_kubelet_pki(self.dir / "pki")
+        plane = start_control_plane(binaries, self.dir / "control-plane", self.processes,
+                                    extra_apiserver_flags=apiserver_kubelet_flags(pki), wait=False,
+                                    log_dir=self.logs)
+        for name in ("etcd", "kube-apiserver"):
+            process = self.processes.get(name)
+            assert process is not None
+            self.record(process)
+        shutil.copy(plane.kubeconfig, self.dir / "kubeconfig")
+        kubeconfig = self.dir / "kubeconfig"
+        self.step("etcd healthy, kube-apiserver starting")
+
+        containerd, containerd_socket = node.start_containerd(
+            shutil.which("containerd") or "containerd", self.dir / "containerd", self.processes,
+            pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / "containerd.log")
+        self.record(containerd)
+        builder.join()
+        archives = built["archives"]
+        if isinstance(archives, BaseException):
+            raise archives
+        images.import_images(shutil.which("ctr") or "ctr", containerd_socket, archives)
+        self.step("containerd up, images imported")
+
+        wait_for_apiserver(plane, self.processes.get("kube-apiserver"))
+        self.step("kube-apiserver ready")
+        return self._start_node_and_services(binaries, plane, pki, kubeconfig, containerd_socket)
+
+    def _start_node_and_services(self, binaries: Binaries, plane: ControlPlane, pki: KubeletPki, kubeconfig: Path,
+                                 containerd_socket: Path) -> Cluster:
+        options = self.options
+        kubelet = node.start_kubelet(binaries, plane, pki, containerd_socket=containerd_socket,
+                                     workdir=self.dir / "kubelet", processes=self.processes,
+                                     log_path=self.logs / "kubelet.log", wait=False)
+        self.record(kubelet.process)
+        self.record(start_controller_manager(binaries, plane, self.dir / "controller-manager", self.processes,
+                                             wait=False, log_dir=self.logs))
+        extender_port, scheduler_port, scheduler_health, controller_health = free_ports(4)
+        extender_url = f"http://{LOOPBACK}:{extender_port}"
+        extender = self.start("fastgshare-extender", [
+            _command("fastgshare-extender"), "--kubeconfig", str(kubeconfig), "--listen",
+            f"{LOOPBACK}:{extender_port}"])
+        scheduler_file = self.dir / "kube-scheduler.yaml"
+        scheduler_file.write_text(yaml.safe_dump(scheduler_config(_scheduler_document(extender_url), kubeconfig,
+                                                                  scheduler_health)))
+        scheduler = self.start("kube-scheduler", [
+            str(binaries.kube_scheduler), f"--config={scheduler_file}", f"--bind-address={LOOPBACK}",
+            f"--secure-port={scheduler_port}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", f"--cert-dir={self.dir / 'kube-scheduler-certs'}"])
+        controller = self.start("fastgshare-controller", [
+            _command("fastgshare-controller"), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
+            "--health-address", f"{LOOPBACK}:{controller_health}"])
+        agent_state = self.dir / "node-agent"
+        agent = self.start("node-agent", [
+            _command("fastgshare-node-agent"), "--node-name", node.NODE_NAME, "--kubeconfig", str(kubeconfig),
+            "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
+            "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", str(self.dir / "nvidia-mps"),
+            "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
+            "--fake-driver-dir", str(options.hook_build / "fake")])
+        with plane.api_client() as api:
+            _install_crd(api)
+            self.step("components started, FaSTPod CRD installed")
+            core = kubernetes.client.CoreV1Api(api)
+            wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",
+                       timeout_s=60, watched=extender)
+            wait_until(lambda: http_ok(f"http://{LOOPBACK}:{scheduler_health}/healthz"),
+                       what="kube-scheduler /healthz", timeout_s=60, watched=scheduler)
+            wait_until(lambda: http_ok(f"http://{LOOPBACK}:{controller_health}/healthz"),
+                       what="fastgshare-controller /healthz", timeout_s=60, watched=controller)
+            wait_until(lambda: _node_ready(core, node.NODE_NAME), what=f"node {node.NODE_NAME} Ready",
+                       timeout_s=90, watched=kubelet.process)
+            _untaint(core, node.NODE_NAME)
+            self.step(f"node {node.NODE_NAME} Ready")
+            gpu_count = parse_gpu_spec(options.gpus).count
+            wait_until(lambda: _vgpus(core, node.NODE_NAME) >= gpu_count * options.slots_per_gpu,
+                       what=f"{VGPU_RESOURCE} on node {node.NODE_NAME}", timeout_s=60, watched=agent)
+        self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME,
+                           "containerd_socket": str(containerd_socket), "node_agent_state_dir": str(agent_state),
+                           "extender_url": extender_url, "gpus": options.gpus,
+                           "up_seconds": round(time.monotonic() - self.started, 1)})
+        _write_state(self.dir, self.state)
+        self.processes.release()
+        return _cluster_of(self.dir, self.state)
+
+
+def up(options: Options) -> Cluster:
+    """Start a cluster in ``options.state_dir``; raises :class:`ClusterError` saying what failed."""
+    _check_host()
+    state = _read_state(options.state_dir)
+    if state is not None:
+        if _running(state):
+            raise ClusterError(f"a cluster is already running (state in {options.state_dir}); "
+                               "stop it with: fastgshare cluster down")
+        options.say(f"cleaning up a cluster that did not stop cleanly in {options.state_dir}")
+        down(options.state_dir, say=options.say)
+    if node.socket_answers(node.KUBELET_SOCKET):
+        raise ClusterError(f"another kubelet serves {node.KUBELET_SOCKET}; only one kubelet can run on a machine")
+    ensure_packages(options.install_packages, options.say)
+    try:
+        binaries = find_binaries()
+    except ClusterUnavailable as error:
+        raise ClusterError(f"the Kubernetes binaries are missing: {error} (or: make control-plane)") from None
+    ensure_hook_build(options.hook_build, options.say)
+    options.state_dir.mkdir(parents=True, exist_ok=True)
+    startup = _Startup(options)
+    try:
+        return startup.run(binaries)
+    except BaseException as error:
+        startup.processes.release()
+        logs = startup.logs
+        down(options.state_dir, say=lambda _text: None, keep_logs=True)
+        if isinstance(error, (ProcessFailed, TimeoutError, images.ImageError, subprocess.CalledProcessError)):
+            raise ClusterError(f"cluster up failed: {error}\n(logs kept in {logs})") from None
+        raise
+
+
+# --- down and status ----------------------------------------------------------------------------
+
+def _stop_rank(name: str) -> int:
+    return STOP_ORDER.index(name) if name in STOP_ORDER else -1
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, say: Say = print, keep_logs: bool = False) -> list[str]:
+    """Stop what ``up`` started in ``state_dir`` and put the host back; returns what could not be
+    undone (an empty list on success)."""
+    state = _read_state(state_dir)
+    if state is None:
+        say(f"no cluster in {state_dir}")
+        return []
+    started = time.monotonic()
+    components = sorted(state.get("components", []), key=lambda c: _stop_rank(c["name"]))
+    socket_path = Path(state.get("containerd_socket") or state_dir / "containerd" / "containerd.sock")
+    for component in components:
+        if component["name"] == "containerd":
+            node.kill_pods()
+        stop_recorded(component["pid"], component.get("start_time"))
+    node.kill_pods()
+    node.kill_shims(socket_path)
+    node.unmount_below(state_dir)
+    network = state.get("network")
+    problems = node.restore_host_state(state.get("host", {}), node.NodeNetwork(**network) if network else None)
+    if keep_logs:
+        for entry in state_dir.iterdir():
+            if entry.name != "logs":
+                _remove(entry)
+        with contextlib.suppress(OSError):
+            _state_path(state_dir).unlink()
+    else:
+        _remove(state_dir)
+    say(f"cluster down in {time.monotonic() - started:.1f}s" + (f"; left behind: {'; '.join(problems)}"
+                                                                 if problems else ""))
+    return problems
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False, capture_output=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    running: bool
+    pid: int
+    log: str
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[ComponentStatus]:
+    """Every component ``up`` started, whether it runs, and its log file."""
+    state = _read_state(state_dir)
+    if state is None:
+        raise ClusterError(f"no cluster in {state_dir}; start one with: fastgshare cluster up")
+    return [ComponentStatus(c["name"], is_running(c["pid"], c.get("start_time")), c["pid"], c["log"])
+            for c in state.get("components", [])]

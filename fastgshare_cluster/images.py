@@ -1,0 +1,92 @@
+"""The images a local cluster runs, built from host files and imported into containerd:
+
+- ``registry.k8s.io/pause:3.2-fastgshare``: our static pause (``pause.c``), the sandbox image;
+- ``docker.io/fastgshare/tenant:local``: busybox, the tenant program from ``vgpu_hook/build``
+  and the C library it needs, with ``tenant-entrypoint.sh``. No CUDA driver inside: as the
+  NVIDIA container toolkit does for a real GPU, the node agent's Allocate mounts the
+  (simulated) driver into the container.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from fastgshare_cluster.oci import ImageSpec, write_archive
+
+PAUSE_IMAGE = "registry.k8s.io/pause:3.2-fastgshare"
+TENANT_IMAGE = "docker.io/fastgshare/tenant:local"
+TENANT_IMAGE_SHORT = "fastgshare/tenant:local"
+BUSYBOX = Path("/bin/busybox")
+BUSYBOX_APPLETS = ("sh", "cat", "echo", "env", "grep", "head", "ls", "mkdir", "ps", "sed", "sleep", "tail",
+                   "test", "wc", "id", "kill", "printf", "stat", "true", "false", "date", "awk", "cut", "tr")
+
+
+class ImageError(Exception):
+    """An image could not be built or imported; the message says what is missing."""
+
+
+def _package_file(name: str) -> bytes:
+    return resources.files("fastgshare_cluster").joinpath(name).read_bytes()
+
+
+def build_pause(workdir: Path) -> Path:
+    """Compile ``pause.c`` statically (gcc, libc6-dev) and package it; returns the archive."""
+    source, binary = workdir / "pause.c", workdir / "pause"
+    workdir.mkdir(parents=True, exist_ok=True)
+    source.write_bytes(_package_file("pause.c"))
+    result = subprocess.run(["gcc", "-static", "-O2", "-o", str(binary), str(source)],
+                            check=False, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ImageError(f"cannot build the pause image: gcc -static failed (apt-get install gcc libc6-dev):\n"
+                         f"{result.stderr.strip()}")
+    archive = workdir / "pause.tar"
+    write_archive(ImageSpec(name=PAUSE_IMAGE, files={"/pause": binary}, entrypoint=["/pause"]), archive)
+    return archive
+
+
+def shared_libraries(*binaries: Path) -> dict[str, Path]:
+    """The dynamic loader and the libraries ``ldd`` lists for ``binaries`` (host paths, which
+    are also their paths in the image), except those the pod gets mounted (libcuda, NVML)."""
+    found: dict[str, Path] = {}
+    for binary in binaries:
+        output = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+        for line in output.splitlines():
+            parts = line.split()
+            path = parts[2] if "=>" in parts and len(parts) > 2 else parts[0] if parts else ""
+            if path.startswith("/") and "libcuda" not in path and "libnvidia-ml" not in path:
+                found[path] = Path(path)
+    return found
+
+
+def build_tenant(workdir: Path, hook_build: Path) -> Path:
+    """The tenant image from ``hook_build`` (``make -C vgpu_hook``); returns the archive."""
+    tenant, memcheck = hook_build / "tenant", hook_build / "memcheck"
+    missing = [str(path) for path in (tenant, memcheck, hook_build / "libfastgshare-hook.so", BUSYBOX)
+               if not path.exists()]
+    if missing:
+        raise ImageError(f"cannot build the tenant image: missing {', '.join(missing)} "
+                         "(make -C vgpu_hook PYTHON=.venv/bin/python; apt-get install busybox-static)")
+    spec = ImageSpec(
+        name=TENANT_IMAGE,
+        files={"/bin/busybox": BUSYBOX, "/opt/fastgshare/bin/tenant": tenant,
+               "/opt/fastgshare/bin/memcheck": memcheck,
+               **shared_libraries(tenant, memcheck, hook_build / "libfastgshare-hook.so")},
+        contents={"/usr/local/bin/tenant-entrypoint": (_package_file("tenant-entrypoint.sh"), 0o755)},
+        links={f"/bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS},
+        entrypoint=["/usr/local/bin/tenant-entrypoint"],
+    )
+    archive = workdir / "tenant.tar"
+    write_archive(spec, archive)
+    return archive
+
+
+def import_images(ctr: str, containerd_socket: Path, archives: list[Path]) -> None:
+    """``ctr images import`` into the namespace the CRI plugin uses (``k8s.io``)."""
+    for archive in archives:
+        result = subprocess.run([ctr, "--address", str(containerd_socket), "--namespace", "k8s.io", "images",
+                                 "import", str(archive)],
+                                check=False, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ImageError(f"ctr images import {archive} failed: {result.stderr.strip()}")

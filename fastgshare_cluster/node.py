@@ -1,0 +1,262 @@
+"""The node of a local cluster: containerd (CRI) on a private socket and root, a CNI bridge, and
+a real kubelet v1.20 that runs pods; and the host state they change, recorded before and put
+back after.
+
+Facts this follows (docs/cluster.md has the why): containerd must clamp ``oom_score_adj``
+(these machines lack CAP_SYS_RESOURCE), keeps pod network namespaces under its state
+directory, and uses our static pause image; pods get ``10.x.y.z/24`` on a bridge with no
+gateway, NAT or iptables rule; the kubelet runs with cgroups per QoS class (the arbiter finds a
+process's pod from ``/kubepods/.../pod<uid>/``), named by its IP so ``kubectl logs/exec`` reach
+it, and without its iptables chains. A v1.20 kubelet rewrites three sysctls and hard-codes
+``/var/lib/kubelet/device-plugins``; containerd uses ``/run/containerd`` whatever it is told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastgshare_cluster.controlplane import Binaries, ControlPlane
+from fastgshare_cluster.pki import KubeletPki
+from fastgshare_cluster.processes import LOOPBACK, ManagedProcess, ProcessSet, free_ports, http_ok, wait_until
+
+NODE_NAME = LOOPBACK  # an IP as the name: the kubelet then reports it as InternalIP (logs/exec work)
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # hard-coded in kubelet v1.20
+KUBELET_SOCKET = DEVICE_PLUGIN_DIR / "kubelet.sock"
+CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+KUBEPODS = "kubepods"
+SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
+           "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
+HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd", "/opt/containerd")
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    bridge: str
+    subnet: str
+
+
+def socket_answers(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX) as sock:
+        try:
+            sock.connect(str(path))
+        except OSError:
+            return False
+    return True
+
+
+# --- host state -------------------------------------------------------------------------------
+
+def _sysctl_path(name: str) -> Path:
+    return Path("/proc/sys") / name.replace(".", "/")
+
+
+def _cgroup_hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy (v1 controllers and the v2 unified one)."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        separator = fields.index("-")
+        if fields[separator + 1] in ("cgroup", "cgroup2"):
+            found.append(Path(fields[4]))
+    return found
+
+
+def record_host_state() -> dict[str, object]:
+    """What the node may change on the host: sysctl values, paths and cgroups that do not exist yet."""
+    sysctls = {}
+    for name in SYSCTLS:
+        with contextlib.suppress(OSError):
+            sysctls[name] = _sysctl_path(name).read_text().strip()
+    absent_cgroups = [str(h / KUBEPODS) for h in _cgroup_hierarchies() if not (h / KUBEPODS).exists()]
+    return {"sysctls": sysctls, "absent_paths": [p for p in HOST_PATHS if not os.path.lexists(p)],
+            "absent_cgroups": absent_cgroups}
+
+
+def mount_points_below(paths: Iterable[Path]) -> list[str]:
+    prefixes = [str(path.resolve()) for path in paths]
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        mount_point = line.split()[4].encode().decode("unicode_escape")
+        if any(mount_point == p or mount_point.startswith(p + "/") for p in prefixes):
+            found.append(mount_point)
+    return found
+
+
+def unmount_below(*paths: Path) -> None:
+    """Unmount everything at or below ``paths``, deepest first."""
+    for mount_point in sorted(set(mount_points_below(paths)), key=len, reverse=True):
+        subprocess.run(["umount", "--lazy", mount_point], check=False, capture_output=True)
+
+
+def _kill_cgroup_tree(top: Path) -> None:
+    for procs in top.rglob("cgroup.procs"):
+        with contextlib.suppress(OSError):
+            for pid in procs.read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+
+def _remove_cgroup_tree(top: Path) -> None:
+    if not top.is_dir():
+        return
+    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+    with contextlib.suppress(OSError):
+        top.rmdir()
+
+
+def kill_pods() -> None:
+    """SIGKILL every process in the kubelet's pod cgroups (containers and pause processes)."""
+    for hierarchy in _cgroup_hierarchies():
+        _kill_cgroup_tree(hierarchy / KUBEPODS)
+
+
+def kill_shims(containerd_socket: Path) -> None:
+    """SIGKILL the containerd shims serving ``containerd_socket`` (they outlive containerd)."""
+    address = str(containerd_socket)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"containerd-shim" in argv[0] and address.encode() in argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def restore_host_state(saved: dict[str, object], network: NodeNetwork | None) -> list[str]:
+    """Put back what :func:`record_host_state` saw; returns what could not be undone."""
+    problems = []
+    for name, value in dict(saved.get("sysctls", {})).items():  # type: ignore[call-overload]
+        try:
+            path = _sysctl_path(name)
+            if path.read_text().strip() != value:
+                path.write_text(str(value))
+        except OSError as error:
+            problems.append(f"sysctl {name}={value}: {error}")
+    for top in saved.get("absent_cgroups", []):  # type: ignore[attr-defined]
+        _remove_cgroup_tree(Path(top))
+        if Path(top).exists():
+            problems.append(f"cgroup {top} still has processes or children")
+    if network is not None and Path(f"/sys/class/net/{network.bridge}").exists():
+        subprocess.run(["ip", "link", "delete", network.bridge], check=False, capture_output=True)
+    for path in saved.get("absent_paths", []):  # type: ignore[attr-defined]
+        unmount_below(Path(path))
+        subprocess.run(["rm", "-rf", "--one-file-system", path], check=False, capture_output=True)
+        if os.path.lexists(path):
+            problems.append(f"could not remove {path}")
+    return problems
+
+
+# --- containerd -------------------------------------------------------------------------------
+
+def write_cni_config(conf_dir: Path, ipam_dir: Path, network: NodeNetwork) -> None:
+    """A bridge without gateway, masquerade or iptables rule: pods reach each other and nothing else."""
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "10-fastgshare.conflist").write_text(json.dumps({
+        "cniVersion": "0.4.0", "name": "fastgshare-local",
+        "plugins": [
+            {"type": "bridge", "bridge": network.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": False,
+             "ipam": {"type": "host-local", "ranges": [[{"subnet": network.subnet}]], "dataDir": str(ipam_dir)}},
+            {"type": "loopback"},
+        ],
+    }, indent=2))
+
+
+def containerd_config(workdir: Path, pause_image: str) -> str:
+    return f"""\
+version = 2
+root = "{workdir / 'root'}"
+state = "{workdir / 'state'}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs",
+                    "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "{workdir / 'containerd.sock'}"
+[ttrpc]
+  address = "{workdir / 'containerd.sock.ttrpc'}"
+[debug]
+  address = ""
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{workdir / 'opt'}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause_image}"
+  stream_server_address = "{LOOPBACK}"
+  stream_server_port = "0"
+  enable_selinux = false
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{workdir / 'net.d'}"
+    max_conf_num = 1
+"""
+
+
+def start_containerd(containerd: str, workdir: Path, processes: ProcessSet, *, pause_image: str,
+                     network: NodeNetwork, log_path: Path) -> tuple[ManagedProcess, Path]:
+    """containerd with the CRI plugin set up for the kubelet; returns it and its socket."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_cni_config(workdir / "net.d", workdir / "cni-ipam", network)
+    config = workdir / "config.toml"
+    config.write_text(containerd_config(workdir, pause_image))
+    sock = workdir / "containerd.sock"
+    process = processes.start("containerd", [containerd, f"--config={config}"], log_path)
+    wait_until(lambda: socket_answers(sock), what="containerd socket", timeout_s=60, watched=process)
+    return process, sock
+
+
+# --- kubelet ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Kubelet:
+    process: ManagedProcess
+    root_dir: Path
+    healthz: str
+
+
+def start_kubelet(binaries: Binaries, plane: ControlPlane, pki: KubeletPki, *, containerd_socket: Path,
+                  workdir: Path, processes: ProcessSet, log_path: Path, wait: bool = True) -> Kubelet:
+    """The kubelet registering :data:`NODE_NAME`; with ``wait``, returns once ``/healthz`` answers."""
+    root_dir = workdir / "root"
+    root_dir.mkdir(parents=True, exist_ok=True)
+    port, healthz_port = free_ports(2)
+    process = processes.start("kubelet", [
+        str(binaries.kubelet), f"--kubeconfig={plane.kubeconfig}", f"--root-dir={root_dir}",
+        "--container-runtime=remote", f"--container-runtime-endpoint=unix://{containerd_socket}",
+        f"--volume-plugin-dir={workdir / 'volume-plugins'}", f"--cert-dir={workdir / 'pki'}",
+        "--fail-swap-on=false", "--cgroup-driver=cgroupfs", "--eviction-hard=",
+        "--image-gc-high-threshold=100", "--image-gc-low-threshold=99",  # local images cannot be pulled again
+        "--make-iptables-util-chains=false", "--resolv-conf=",
+        "--node-status-update-frequency=2s", "--sync-frequency=5s",
+        f"--hostname-override={NODE_NAME}",
+        f"--address={LOOPBACK}", f"--port={port}", "--read-only-port=0",
+        f"--healthz-bind-address={LOOPBACK}", f"--healthz-port={healthz_port}",
+        f"--client-ca-file={pki.ca_cert}", "--anonymous-auth=false", "--authorization-mode=AlwaysAllow",
+    ], log_path)
+    healthz = f"http://{LOOPBACK}:{healthz_port}/healthz"
+    if wait:
+        wait_until(lambda: http_ok(healthz), what="kubelet /healthz", timeout_s=120, watched=process)
+    return Kubelet(process=process, root_dir=root_dir, healthz=healthz)

@@ -1,0 +1,142 @@
+"""Helpers of the real-node tier: manifests of tenant pods, ``kubectl`` against the local
+cluster, and the share of GPU time each pod got, measured by the simulated GPU itself.
+
+The simulated GPU's state file counts each process's busy time; its lock file tells which host
+process holds each slot (:func:`fastgshare_cli.fake_gpu.slot_holders`), and that process's
+cgroup names its pod, so a pod's share is measured outside the pod, as NVML would on a real GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+import yaml
+
+from fastgshare import keys
+from fastgshare.codec import PodAssignment, decode_assignment
+from fastgshare_cli.fake_gpu import read_state, slot_holders
+from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.images import TENANT_IMAGE_SHORT
+from tests.cluster.controlplane import wait_until
+
+_POD_UID = re.compile(r"/pod([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(/|$)")
+
+
+def share_annotations(request: float, limit: float, sm: int, memory: str) -> dict[str, str]:
+    return {keys.GPU_QUOTA_REQUEST: str(request), keys.GPU_QUOTA_LIMIT: str(limit),
+            keys.GPU_SM_PARTITION: str(sm), keys.GPU_MEM: memory}
+
+
+def tenant_container(env: Mapping[str, str] | None = None, command: list[str] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "tenant", "image": TENANT_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": name, "value": value} for name, value in (env or {}).items()],
+    }
+    if command:
+        container["command"] = command
+    return container
+
+
+def fastpod(name: str, annotations: Mapping[str, str], env: Mapping[str, str], replicas: int = 1) -> dict[str, Any]:
+    return {"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+            "metadata": {"name": name, "annotations": dict(annotations)},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "podSpec": {"terminationGracePeriodSeconds": 1, "containers": [tenant_container(env)]}}}
+
+
+def gpu_pod(name: str, annotations: Mapping[str, str], container: dict[str, Any]) -> dict[str, Any]:
+    """A plain Pod asking our scheduler for one vGPU with the given share."""
+    container = {**container, "resources": {"limits": {keys.VGPU_RESOURCE: 1}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": dict(annotations)},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "restartPolicy": "Never",
+                     "terminationGracePeriodSeconds": 1, "containers": [container]}}
+
+
+def kubectl(cluster: Cluster, *args: str, stdin: str | None = None) -> str:
+    binary = shutil.which("kubectl")
+    assert binary, "kubectl is not on PATH"
+    result = subprocess.run([binary, f"--kubeconfig={cluster.kubeconfig}", *args], input=stdin, text=True,
+                            capture_output=True, check=False, timeout=120)
+    assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
+    return result.stdout
+
+
+def apply(cluster: Cluster, namespace: str, *documents: Mapping[str, Any]) -> None:
+    kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(list(documents)))
+
+
+def running_pods(core: kubernetes.client.CoreV1Api, namespace: str, count: int,
+                 timeout_s: float = 90) -> list[kubernetes.client.V1Pod]:
+    """Wait until ``count`` pods of the namespace run (every container started); returns them."""
+    def ready() -> bool:
+        pods = core.list_namespaced_pod(namespace).items
+        return len(pods) == count and all(
+            p.status.phase == "Running" and bool(p.status.container_statuses)
+            and all(c.state.running for c in p.status.container_statuses) for p in pods)
+
+    wait_until(ready, what=f"{count} running pods in {namespace}", timeout_s=timeout_s)
+    return list(core.list_namespaced_pod(namespace).items)
+
+
+def assignment_of(pod: kubernetes.client.V1Pod) -> PodAssignment:
+    return decode_assignment(pod.metadata.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
+
+
+def pod_of_pid(pid: int) -> str | None:
+    """The UID of the Kubernetes pod whose cgroup holds the host process ``pid``."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    match = _POD_UID.search(text)
+    return match.group(1) if match else None
+
+
+def busy_by_pod(cluster: Cluster, gpu_uuid: str) -> dict[str, int]:
+    """Pod UID -> busy nanoseconds of its live processes on the simulated GPU."""
+    directory = cluster.fake_gpu_dir(gpu_uuid)
+    holders = slot_holders(directory)
+    snapshot = read_state(directory)
+    busy: dict[str, int] = {}
+    for record in snapshot.procs:
+        uid = pod_of_pid(holders[record.slot]) if record.alive and record.slot in holders else None
+        if uid is not None:
+            busy[uid] = busy.get(uid, 0) + record.busy_ns
+    return busy
+
+
+def live_memory(cluster: Cluster, gpu_uuid: str) -> int:
+    """Bytes the simulated GPU holds for processes that are alive (whose slot lock is held)."""
+    directory = cluster.fake_gpu_dir(gpu_uuid)
+    holders = slot_holders(directory)
+    return sum(r.mem_used for r in read_state(directory).procs if r.alive and r.slot in holders)
+
+
+def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dict[str, float]:
+    """Pod UID -> share of GPU time its processes got over the next ``seconds``, on ``gpus``."""
+    gpus = list(gpus)
+
+    def busy() -> dict[str, int]:
+        return {uid: ns for gpu in gpus for uid, ns in busy_by_pod(cluster, gpu).items()}
+
+    before, started = busy(), time.monotonic()
+    time.sleep(seconds)
+    after, elapsed = busy(), time.monotonic() - started
+    return {uid: (after[uid] - before.get(uid, 0)) / 1e9 / elapsed for uid in after}
+
+
+def log_lines(cluster: Cluster, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """The JSON lines the pod's container printed (``kubectl logs``)."""
+    lines = []
+    for line in kubectl(cluster, "logs", "-n", namespace, pod).splitlines():
+        if line.startswith("{"):
+            lines.append(json.loads(line))
+    return lines

@@ -1,0 +1,140 @@
+"""The real-node tier: pods that really run, on a whole cluster on this machine.
+
+FaSTPods and Pods applied with ``kubectl`` go through the real kube-scheduler and our extender,
+the real kubelet calls our node agent's Allocate, containerd runs the tenant image, and inside
+each container the tenant runs under our hook against the simulated GPU the agent mounted,
+with the arbiter finding each process's pod by its cgroup. The share each pod gets is measured
+by the simulated GPU, outside the pod.
+"""
+
+from __future__ import annotations
+
+import time
+
+import kubernetes.client
+import pytest
+
+from fastgshare_cluster.cluster import Cluster
+from tests.cluster.real_node import (
+    apply,
+    assignment_of,
+    busy_by_pod,
+    fastpod,
+    gpu_pod,
+    live_memory,
+    log_lines,
+    measure_shares,
+    running_pods,
+    share_annotations,
+    tenant_container,
+)
+
+pytestmark = pytest.mark.realnode
+
+TOLERANCE = 0.02  # points of GPU time
+GiB = 1 << 30
+
+
+@pytest.fixture
+def core(real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(real_cluster.api_client())
+
+
+@pytest.fixture
+def namespace(core: kubernetes.client.CoreV1Api, request: pytest.FixtureRequest) -> str:
+    name = request.node.name.removeprefix("test_").replace("_", "-")[:50].rstrip("-")
+    core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    core.delete_namespace(name)
+    # the next test starts on an empty node: every container of this one is gone
+    deadline = time.monotonic() + 30
+    while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def test_fastpods_get_a_share_within_their_request_and_limit(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    shares = {"small": (0.2, 0.3, 30, "2Gi"), "medium": (0.3, 0.5, 30, "3Gi"), "burst": (0.1, 1.0, 30, "1Gi")}
+    apply(real_cluster, namespace, *(fastpod(name, share_annotations(*share), {"TENANT_KERNEL_US": "2000"})
+                                     for name, share in shares.items()))
+    pods = running_pods(core, namespace, 3)
+    by_uid = {pod.metadata.uid: pod for pod in pods}
+    gpus = {assignment_of(pod).gpu_uuid for pod in pods}
+    time.sleep(2)  # every tenant attached and past its first window
+    achieved = measure_shares(real_cluster, gpus, 20)
+    assert set(achieved) == set(by_uid), f"shares measured for pods {achieved}, expected {list(by_uid)}"
+    report = {by_uid[uid].metadata.labels["app"]: round(share, 3) for uid, share in achieved.items()}
+    for uid, share in achieved.items():
+        request, limit, _sm, _memory = shares[by_uid[uid].metadata.labels["app"]]
+        assert request - TOLERANCE <= share <= limit + TOLERANCE, report
+
+
+def test_a_tenant_alone_on_a_gpu_stays_at_its_limit(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    apply(real_cluster, namespace, fastpod("alone", share_annotations(0.2, 0.4, 50, "1Gi"), {}))
+    (pod,) = running_pods(core, namespace, 1)
+    gpu = assignment_of(pod).gpu_uuid
+    time.sleep(2)
+    shares = measure_shares(real_cluster, [gpu], 20)
+    assert abs(shares[pod.metadata.uid] - 0.4) <= TOLERANCE, shares
+
+
+def test_memory_past_the_pods_limit_is_refused_and_the_tenant_keeps_running(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    apply(real_cluster, namespace, gpu_pod("greedy", share_annotations(0.2, 0.5, 50, "1Gi"),
+                                           tenant_container({"TENANT_MEMORY": "2Gi"})))
+    running_pods(core, namespace, 1)
+    time.sleep(3)
+    lines = log_lines(real_cluster, namespace, "greedy")
+    refused = [line for line in lines if line.get("event") == "alloc_error"]
+    assert refused, lines[:3]
+    assert refused[0]["name"] == "CUDA_ERROR_OUT_OF_MEMORY", refused
+    (start,) = [line for line in lines if line.get("event") == "start"]
+    assert start["mem_total"] == GiB, start  # cuMemGetInfo inside the pod shows the pod's slice
+    reports = [line for line in lines if line.get("event") == "report"]
+    assert len(reports) >= 2, lines
+    assert reports[-1]["launches"] > reports[0]["launches"] > 0, reports
+
+
+def test_deleting_a_pod_frees_its_tokens_and_memory_for_the_next_pod_within_2s(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    apply(real_cluster, namespace,
+          gpu_pod("leaving", share_annotations(0.5, 1.0, 60, "4Gi"), tenant_container({"TENANT_MEMORY": "4Gi"})),
+          gpu_pod("staying", share_annotations(0.3, 0.8, 60, "1Gi"), tenant_container({})))
+    pods = {pod.metadata.name: pod for pod in running_pods(core, namespace, 2)}
+    gpu = assignment_of(pods["leaving"]).gpu_uuid
+    assert assignment_of(pods["staying"]).gpu_uuid == gpu, "binpack placed both pods on one GPU"
+    time.sleep(2)
+    shared = measure_shares(real_cluster, [gpu], 5)[pods["staying"].metadata.uid]
+    assert live_memory(real_cluster, gpu) >= 4 * GiB
+
+    core.delete_namespaced_pod("leaving", namespace, grace_period_seconds=0)
+    deleted = time.monotonic()
+    while pods["leaving"].metadata.uid in busy_by_pod(real_cluster, gpu) and time.monotonic() - deleted < 10:
+        time.sleep(0.05)
+    gone_after = time.monotonic() - deleted
+    assert gone_after <= 2.0, f"the deleted pod's process still held the GPU {gone_after:.1f}s later"
+    assert live_memory(real_cluster, gpu) < GiB  # its 4 GiB are free
+    time.sleep(max(0.0, 2.0 - gone_after))
+    alone = measure_shares(real_cluster, [gpu], 5)[pods["staying"].metadata.uid]
+    # while both ran, the leaving pod's request (0.5) was reserved; from 2 s after its deletion the
+    # staying pod runs at its limit (0.8; 3 points: 5 s windows of 2 ms kernels)
+    assert shared <= 0.5 + TOLERANCE, f"while both ran the staying pod got {shared:.3f}"
+    assert alone >= 0.8 - 0.03, f"2 s after the deletion the staying pod got {alone:.3f}, its limit is 0.8"
+
+
+def test_twenty_pods_created_at_once_each_see_their_own_assignment(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    show = ('echo "{\\"visible\\": \\"$NVIDIA_VISIBLE_DEVICES\\", \\"sm\\": \\"$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\\", '
+            '\\"pod\\": \\"$FASTGSHARE_POD\\"}"; exec sleep 3600')
+    documents = [gpu_pod(f"p{index:02d}", share_annotations(0.02, 0.05, 5 + index, "256Mi"),
+                         tenant_container(command=["sh", "-c", show])) for index in range(20)]
+    apply(real_cluster, namespace, *documents)
+    pods = running_pods(core, namespace, 20, timeout_s=180)
+    for pod in pods:
+        assignment = assignment_of(pod)
+        (seen,) = log_lines(real_cluster, namespace, pod.metadata.name)
+        assert seen == {"visible": assignment.gpu_uuid, "sm": str(assignment.share.sm_percent),
+                        "pod": f"{namespace}/{pod.metadata.name}"}, pod.metadata.name
+        assert assignment.share.sm_percent == 5 + int(pod.metadata.name[1:])
