@@ -199,7 +199,7 @@ class GpuLedger:
             return f"GPU {self.gpu.index} is over-committed by pods it already runs"
         if not self.gpu.mps_enabled:
             return f"GPU {self.gpu.index} (no MPS, pods take turns) has less than {time} of the time free"
-        return f"GPU {self.gpu.index} has no {share.sm_percent} % SM free for {time} of the time"
+        return f"GPU {self.gpu.index} has no {share.sm_percent} percent of its SMs free for {time} of the time"
 
     def _place(self, size: tuple[int, int], pod_key: str) -> dict[str, Rect] | None:
         width, height = size

@@ -154,7 +154,7 @@ def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuL
                      f"{format_bytes(largest)}")
     if compute := by_kind.get(Rejection.COMPUTE):
         if all(ledger.gpu.mps_enabled and not ledger.overcommitted for ledger, _ in compute):
-            parts.append(f"no GPU with {share.sm_percent} % SM free for "
+            parts.append(f"no GPU with {share.sm_percent} percent of its SMs free for "
                          f"{format_fraction(share.request_permille)} of the time")
         else:
             parts.extend(fit.message for _, fit in compute)

@@ -119,7 +119,7 @@ def _rejected(status: int, message: str) -> tuple[Response, int]:
     log.warning("rejected request method=%s path=%s status=%d reason=%s", request.method, request.path, status,
                 message)
     _services().metrics.fail(_verb(), {f"http-{status}": 1})
-    return jsonify({"Error": message}), status
+    return jsonify({"Error": wire.scheduler_text(message)}), status
 
 
 def _verb() -> str:

@@ -9,6 +9,8 @@ way, but we always write the exact names.
 A filter answer mirrors the request: a node-cache-capable scheduler sends ``NodeNames`` and
 reads ``NodeNames`` back; otherwise it sends ``Nodes`` (a NodeList) and reads only ``Nodes``
 (answering with names alone would silently filter out every node). Scores are 0..10.
+Every reason and error we send is passed through :func:`scheduler_text`: kube-scheduler uses
+it as a ``printf`` format in its events, so a ``%`` would come out as ``%!S(MISSING)``.
 Nodes that can never take the pod are listed in both ``FailedAndUnresolvableNodes`` and
 ``FailedNodes``, so schedulers older than 1.21, which know only the latter, show the reason.
 """
@@ -104,6 +106,18 @@ def decode_binding_args(payload: object) -> BindingArgs:
 
 
 # --- encoding ------------------------------------------------------------------------------
+FORMAT_SAFE_PERCENT = "\uff05"  # FULLWIDTH PERCENT SIGN: reads as '%', means nothing to printf
+
+
+def scheduler_text(text: str) -> str:
+    """``text`` safe for kube-scheduler, which formats reasons with ``Eventf(..., msg)``: no ``%``."""
+    return text.replace("%", FORMAT_SAFE_PERCENT)
+
+
+def _safe_reasons(reasons: Mapping[str, str]) -> dict[str, str]:
+    return {node: scheduler_text(reason) for node, reason in reasons.items()}
+
+
 def encode_filter_result(args: ExtenderArgs, result: FilterResult) -> dict[str, object]:
     """``ExtenderFilterResult`` in the form the request came in."""
     answer: dict[str, object] = {
@@ -112,9 +126,9 @@ def encode_filter_result(args: ExtenderArgs, result: FilterResult) -> dict[str, 
         # Unresolvable nodes are listed in FailedNodes too: schedulers before 1.21 read only
         # FailedNodes (a node in neither map is dropped without a reason: "0/3 nodes are
         # available: ."), and newer ones let FailedAndUnresolvableNodes take precedence.
-        "FailedNodes": {**result.unresolvable, **result.failed},
-        "FailedAndUnresolvableNodes": dict(result.unresolvable),
-        "Error": result.error,
+        "FailedNodes": _safe_reasons({**result.unresolvable, **result.failed}),
+        "FailedAndUnresolvableNodes": _safe_reasons(result.unresolvable),
+        "Error": scheduler_text(result.error),
     }
     if result.error:
         return answer
@@ -134,7 +148,7 @@ def encode_priorities(scores: Sequence[tuple[str, int]]) -> list[dict[str, objec
 
 def encode_binding_result(error: str = "") -> dict[str, object]:
     """``ExtenderBindingResult``: an empty ``Error`` means bound."""
-    return {"Error": error}
+    return {"Error": scheduler_text(error)}
 
 
 # --- plumbing ------------------------------------------------------------------------------

@@ -258,3 +258,27 @@ def test_restarting_the_extender_mid_stream_double_books_nothing(cluster: Cluste
     held = sorted(pod["pod"] for node in nodes for gpu in view["nodes"][node.metadata.name]["gpus"]
                   for pod in gpu["pods"])
     assert held == sorted(f"{namespace}/{pod.metadata.name}" for pod in placed_pods(core, namespace))
+
+
+def test_scheduling_events_show_our_reasons_ungarbled(cluster: Cluster) -> None:
+    """kube-scheduler passes extender reasons through a format string: a ``%`` in them comes out as
+    ``%!S(MISSING)``. Defect 1 of issue 15: every reason we give must read as we wrote it."""
+    core, namespace = cluster.core, cluster.namespace
+    node = cluster.make_gpu_node(1)
+    gpu0 = f"GPU-{node.metadata.name}-0"
+    resident = gpu_pod("resident", request="0.5", limit="0.5", sm="100", extra={
+        keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(PodAssignment(
+            node_name=node.metadata.name, gpu_uuid=gpu0, gpu_index=0, assigned_at_ms=1,
+            share=parse_share(share_annotations("0.5", "0.5", "100", "1Gi"))))})
+    resident["spec"]["nodeName"] = node.metadata.name  # type: ignore[index]
+    core.create_namespaced_pod(namespace, resident)
+    cluster.start()
+    core.create_namespaced_pod(namespace, gpu_pod("crowded", request="0.6", limit="0.6", sm="90"))
+    core.create_namespaced_pod(namespace, gpu_pod("percent-sign", sm="50%"))
+
+    for name, reason in (("crowded", "no GPU with 90"), ("percent-sign", "fastgshare/gpu_sm_partition")):
+        wait_until(lambda name=name, reason=reason: any(reason in message for message in
+                                                        failed_scheduling_messages(core, namespace, name)),
+                   what=f"a FailedScheduling event for {name} with our reason", timeout_s=120)
+        messages = [message for message in failed_scheduling_messages(core, namespace, name) if reason in message]
+        assert not any("%!" in message for message in messages), messages

@@ -32,9 +32,9 @@ def test_empty_gpu_takes_a_pod_and_accounts_for_it() -> None:
         pytest.param([make_share(mem=10 * GiB)], make_share(mem=7 * GiB), Rejection.MEMORY,
                      "needs 7 GiB, GPU 0 has 6 GiB free", id="memory-left"),
         pytest.param([make_share(request=600, sm=60)], make_share(request=600, sm=60), Rejection.COMPUTE,
-                     "GPU 0 has no 60 % SM free for 0.6 of the time", id="sm-and-time-conflict"),
+                     "GPU 0 has no 60 percent of its SMs free for 0.6 of the time", id="sm-and-time-conflict"),
         pytest.param([make_share(request=1000, sm=100)], make_share(request=1, sm=1), Rejection.COMPUTE,
-                     "no 1 % SM free for 0.001 of the time", id="whole-gpu-taken"),
+                     "no 1 percent of its SMs free for 0.001 of the time", id="whole-gpu-taken"),
     ],
 )
 def test_refusals_say_why(setup: list[ShareSpec], candidate: ShareSpec, rejection: Rejection,

@@ -79,7 +79,7 @@ def test_compute_refusal_names_sm_and_time() -> None:
     for uuid in node.ledgers:
         node.ledger(uuid).add(f"ns/{uuid}", make_share(request=700, sm=80))
     verdict = evaluate_node(node, make_share(request=600, sm=40))
-    assert verdict.reason == "no GPU with 40 % SM free for 0.6 of the time"
+    assert verdict.reason == "no GPU with 40 percent of its SMs free for 0.6 of the time"
 
 
 def test_mixed_refusals_are_all_listed() -> None:

@@ -147,7 +147,7 @@ def test_no_room_names_the_node_and_the_reason(kube: FakeKube) -> None:
         pod_record("full", uid="u0", node_name="node-a", assignment=assignment("node-a", 0, request=1000, sm=100)),))
     kube.add(pod_record("p", uid="u1"))
     assert binder(state, kube).bind(bind_args(kube, "p")) == (
-        "fastgshare: node node-a: no GPU with 50 % SM free for 0.4 of the time")
+        "fastgshare: node node-a: no GPU with 50 percent of its SMs free for 0.4 of the time")
 
 
 def test_retried_bind_of_a_pod_we_already_bound_succeeds_without_writes(kube: FakeKube) -> None:
@@ -190,4 +190,4 @@ def test_concurrent_binds_never_over_commit_a_gpu(kube: FakeKube) -> None:
         written = decode_assignment(pod.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
         ledger = by_gpu.setdefault(written.gpu_uuid, GpuLedger(make_gpu(written.gpu_index, uuid=written.gpu_uuid)))
         ledger.add(pod.key, written.share)  # raises if the GPU would be over-committed
-    assert all("no GPU with 40 % SM free for 0.3 of the time" in e for e in errors if e)
+    assert all("no GPU with 40 percent of its SMs free for 0.3 of the time" in e for e in errors if e)

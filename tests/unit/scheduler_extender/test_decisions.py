@@ -59,7 +59,7 @@ def test_filter_passes_nodes_with_room_and_explains_the_others() -> None:
     result = decisions(state).filter(args(None, "free", "full", "bare", "ghost"))
     assert result.passed == ("free",)
     assert result.failed == {
-        "full": "no GPU with 50 % SM free for 0.4 of the time",
+        "full": "no GPU with 50 percent of its SMs free for 0.4 of the time",
         "ghost": "node ghost is not in the fastgshare extender's cache yet",
     }
     assert set(result.unresolvable) == {"bare"}

@@ -119,7 +119,7 @@ def test_reservation_refused_with_the_core_reason_when_nothing_fits() -> None:
     state = synced_state(node_record("node-a", 1))
     for uid in ("u1", "u2", "u3", "u4"):  # 0.4 x 50 %: two by two in the 1 x 100 % bin
         reserve(state, uid)
-    with pytest.raises(ReservationRefused, match=r"no GPU with 50 % SM free for 0\.4 of the time"):
+    with pytest.raises(ReservationRefused, match=r"no GPU with 50 percent of its SMs free for 0\.4 of the time"):
         reserve(state, "u5")
 
 

@@ -123,3 +123,16 @@ def test_binding_args_need_every_name(missing: str) -> None:
     body[missing] = ""
     with pytest.raises(wire.WireError, match=f"{missing} must be a non-empty string"):
         wire.decode_binding_args(body)
+
+
+def test_no_percent_sign_reaches_the_scheduler() -> None:
+    """kube-scheduler formats our text with printf: a '%' would show as '%!S(MISSING)' (issue 15, defect 1)."""
+    args = wire.decode_extender_args(recorded("cache-filter"))
+    answer = wire.encode_filter_result(args, FilterResult(failed={"node-a": "'50%' is not"},
+                                                          unresolvable={"node-b": "100%"}, error=""))
+    texts = [*answer["FailedNodes"].values(), *answer["FailedAndUnresolvableNodes"].values()]  # type: ignore[attr-defined]
+    texts += [wire.encode_filter_result(args, FilterResult(error="5%"))["Error"],
+              wire.encode_binding_result("at 5%")["Error"]]
+    assert len(texts) == 5
+    assert not any("%" in str(text) for text in texts)
+    assert answer["FailedNodes"]["node-a"] == "'50\uff05' is not"  # type: ignore[index]
