@@ -424,13 +424,12 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, say: Say = print, keep_logs: bool 
         return []
     started = time.monotonic()
     components = sorted(state.get("components", []), key=lambda c: _stop_rank(c["name"]))
-    socket_path = Path(state.get("containerd_socket") or state_dir / "containerd" / "containerd.sock")
     for component in components:
         if component["name"] == "containerd":
             node.kill_pods()
         stop_recorded(component["pid"], component.get("start_time"))
     node.kill_pods()
-    node.kill_shims(socket_path)
+    node.kill_leftovers(state_dir)
     node.unmount_below(state_dir)
     network = state.get("network")
     problems = node.restore_host_state(state.get("host", {}), node.NodeNetwork(**network) if network else None)

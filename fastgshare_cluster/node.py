@@ -121,17 +121,18 @@ def kill_pods() -> None:
         _kill_cgroup_tree(hierarchy / KUBEPODS)
 
 
-def kill_shims(containerd_socket: Path) -> None:
-    """SIGKILL the containerd shims serving ``containerd_socket`` (they outlive containerd)."""
-    address = str(containerd_socket)
+def kill_leftovers(state_dir: Path) -> None:
+    """SIGKILL every process whose command line names ``state_dir``: the containerd shims (they
+    outlive containerd and name its socket), and anything ``up`` started but could not record."""
+    needle = str(state_dir.resolve()).encode()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if argv and b"containerd-shim" in argv[0] and address.encode() in argv:
+        if needle in cmdline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -80,13 +81,22 @@ class ManagedProcess:
             return f"(log {self.log_path} unreadable: {error})"
         return "\n".join(text.splitlines()[-lines:])
 
+    def fatal_lines(self) -> list[str]:
+        """The log's fatal lines (klog's ``F0102 ...``), which a goroutine dump would bury."""
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return []
+        return [line for line in lines if re.match(r"F\d{4} ", line)][:3]
+
     def check_running(self) -> None:
         """Raise :class:`ProcessFailed` with the log tail if the process has exited."""
         code = self.popen.poll()
         if code is not None:
+            fatal = "".join(f"{line}\n" for line in self.fatal_lines())
             raise ProcessFailed(
-                f"{self.name} (pid {self.pid}) exited with code {code}; log {self.log_path}, last lines:\n"
-                f"{self.log_tail()}"
+                f"{self.name} (pid {self.pid}) exited with code {code}; log {self.log_path}\n{fatal}last lines:\n"
+                f"{self.log_tail(20 if fatal else 40)}"
             )
 
     def stop(self) -> None:
