@@ -98,7 +98,7 @@ class Controller:
         if not step.empty and not fastpod["metadata"].get("deletionTimestamp") and self.expectations.satisfied(key):
             outcome, failure = self._apply(fastpod, spec, step, outcome)
         self._write_status(fastpod, spec if not outcome.invalid_reason else None, pods, outcome)
-        if failure is not None:
+        if failure is not None and not outcome.invalid_reason:  # a rejected pod waits for a changed spec
             raise failure
 
     def _invalid(self, fastpod: dict[str, Any], pods: Sequence[PodInfo], error: InvalidFaSTPod) -> None:
@@ -161,8 +161,10 @@ class Controller:
         verb = "create" if creating else "delete"
         message = f"cannot {verb} pods: {error.message or error}"
         if creating and error.status == INVALID:
-            message = f"the API server rejected the pod built from spec.podSpec: {error.message or error}"
-            self._recorder.event(fastpod, WARNING, names.REASON_INVALID_SPEC, message)
+            message = f"the pod built from this FaSTPod is invalid: {rejection_text(error)}"
+            if not _condition_says(fastpod, names.CONDITION_INVALID_SPEC, message):
+                log.info("fastpod=%s pod rejected: %s", _key(fastpod), message)
+                self._recorder.event(fastpod, WARNING, names.REASON_INVALID_SPEC, message)
             return Outcome(invalid_reason=REASON_POD_REJECTED, invalid_message=message)
         reason = names.REASON_FAILED_CREATE if creating else names.REASON_FAILED_DELETE
         self._recorder.event(fastpod, WARNING, reason, message)
@@ -235,6 +237,22 @@ class Controller:
 def _key(fastpod: Mapping[str, Any]) -> str:
     metadata = fastpod.get("metadata") or {}
     return f"{metadata.get('namespace')}/{metadata.get('name')}"
+
+
+def rejection_text(error: ApiError) -> str:
+    """Why a pod was refused, each field named where the user wrote it: the pod's ``spec.X`` is
+    the FaSTPod's ``spec.podSpec.X``; its ``metadata.X`` comes from the FaSTPod's own metadata."""
+    if not error.causes:
+        return error.message or str(error)
+    return "; ".join(f"{_fastpod_field(field)}: {problem}" for field, problem in error.causes)
+
+
+def _fastpod_field(field: str) -> str:
+    if field == "spec" or field.startswith(("spec.", "spec[")):
+        return "spec.podSpec" + field.removeprefix("spec")
+    if field.startswith("metadata"):
+        return f"{field} (of the pod, from the FaSTPod's metadata)"
+    return field or "the pod"
 
 
 def _condition_says(fastpod: Mapping[str, Any], kind: str, message: str) -> bool:

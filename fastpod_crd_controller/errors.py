@@ -19,12 +19,18 @@ INVALID = 422
 
 
 class ApiError(Exception):
-    """An API call failed with HTTP ``status``; ``message`` is the server's explanation."""
+    """An API call failed with HTTP ``status``; ``message`` is the server's explanation.
 
-    def __init__(self, status: int, reason: str = "", message: str = "") -> None:
+    ``causes`` lists ``(field, problem)`` pairs of an invalid body (422), fields as paths in the
+    object sent (``spec.containers[0].image``), whether the API server or the client refused it.
+    """
+
+    def __init__(self, status: int, reason: str = "", message: str = "",
+                 causes: tuple[tuple[str, str], ...] = ()) -> None:
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes
         super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
 
     @property

@@ -8,7 +8,10 @@
 - :class:`KubeClient`: the writes (:class:`~fastpod_crd_controller.ports.KubePort`) and the
   Lease calls (:class:`~fastpod_crd_controller.ports.LeasePort`).
 
-Every ``ApiException`` leaves this module as :class:`~fastpod_crd_controller.errors.ApiError`.
+Every ``ApiException`` leaves this module as :class:`~fastpod_crd_controller.errors.ApiError`,
+and so does a body the client itself refuses before sending it (since release 37 the client
+checks bodies against its models: an unknown field such as ``spec.metadata`` in a pod): a 422
+naming each field, as the API server would.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from fastgshare import keys
-from fastpod_crd_controller.errors import ApiError
+from fastpod_crd_controller.errors import INVALID, ApiError
 
 PAGE_SIZE = 500
 CONNECT_TIMEOUT_S = 10
@@ -48,11 +51,34 @@ def load_api_client(kubeconfig: str | None) -> ApiClient:
 
 
 def api_error(error: ApiException) -> ApiError:
-    """The :class:`ApiError` of a client exception, with the server's ``Status`` message."""
+    """The :class:`ApiError` of a client exception, with the server's ``Status`` message and causes."""
     message = ""
+    causes: tuple[tuple[str, str], ...] = ()
     with contextlib.suppress(ValueError, TypeError, AttributeError):
-        message = str(json.loads(error.body or "").get("message", ""))
-    return ApiError(int(error.status or 0), str(error.reason or ""), message or str(error.body or ""))
+        status = json.loads(error.body or "")
+        message = str(status.get("message", ""))
+        causes = tuple((str(cause.get("field", "")), str(cause.get("message", "")))
+                       for cause in (status.get("details") or {}).get("causes") or [])
+    return ApiError(int(error.status or 0), str(error.reason or ""), message or str(error.body or ""), causes)
+
+
+def client_refusal(error: ValueError) -> ApiError | None:
+    """The 422 :class:`ApiError` of a body the client refused (a pydantic ``ValidationError``:
+    it has ``errors()``), each problem under its field path in the body; ``None`` for other errors."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return None
+    causes = []
+    for item in errors():
+        location = list(item.get("loc") or ())[1:]  # the first step is the argument (the body)
+        field = "".join(f"[{step}]" if isinstance(step, int) else f".{step}" for step in location).lstrip(".")
+        if item.get("type") == "extra_forbidden":
+            problem = "unknown field (not part of the Kubernetes object)"
+        else:
+            problem = f"{item.get('msg', 'invalid')} (got {str(item.get('input'))[:60]!r})"
+        causes.append((field, problem))
+    message = "; ".join(f"{field}: {problem}" for field, problem in causes)
+    return ApiError(INVALID, "Invalid", f"the Kubernetes client refused the body: {message}", tuple(causes))
 
 
 @contextlib.contextmanager
@@ -63,6 +89,10 @@ def _translated() -> Iterator[None]:
         raise api_error(error) from None
     except (urllib3.exceptions.HTTPError, OSError) as error:  # no answer at all
         raise ApiError(0, "Unreachable", str(error)) from None
+    except ValueError as error:
+        if (refusal := client_refusal(error)) is None:
+            raise
+        raise refusal from None
 
 
 def _raw(body: Mapping[str, Any]) -> Any:

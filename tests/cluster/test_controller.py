@@ -337,3 +337,19 @@ def test_the_pod_spec_reaches_the_pod_whole(cluster: Cluster, controller: None) 
     assert server["resources"]["limits"] == {keys.VGPU_RESOURCE: "1"}
     assert server["env"][0] == {"name": "BATCH", "value": "8"}
     assert "resources" not in sidecar or keys.VGPU_RESOURCE not in (sidecar["resources"].get("limits") or {})
+
+
+def test_a_pod_spec_the_client_refuses_is_reported_at_once(cluster: Cluster, controller: None) -> None:
+    """Issue 15, defect 2: ``podSpec.metadata.labels`` (a field a PodSpec has not) stalled the
+    controller silently; it must say which field, as a condition and a Warning event, within seconds."""
+    pod_spec = {"metadata": {"labels": {"app": "x"}},
+                "containers": [{"name": "server", "image": "registry.invalid/s:1"}]}
+    cluster.create_fastpod(fastpod_body("stray", replicas=1, pod_spec=pod_spec))
+    status = cluster.wait_for_status("stray", lambda s: condition(s, "InvalidSpec").get("status") == "True",
+                                     "InvalidSpec", timeout_s=20)
+    assert "spec.podSpec.metadata" in condition(status, "InvalidSpec")["message"]
+    wait_until(lambda: len(cluster.events("stray", "InvalidSpec")) == 1, what="the Warning event", timeout_s=20)
+    [event] = cluster.events("stray", "InvalidSpec")
+    assert event.type == "Warning"
+    assert "spec.podSpec.metadata" in event.message
+    assert cluster.pods("stray") == []

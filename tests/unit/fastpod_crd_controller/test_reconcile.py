@@ -198,10 +198,24 @@ def test_a_failed_delete_releases_all_its_expectations(f: Fixture) -> None:
 def test_a_pod_the_api_server_rejects_makes_the_spec_invalid(f: Fixture) -> None:
     f.given(fastpod(replicas=1))
     f.kube.fail("create/pods", ApiError(422, "Invalid", 'Pod "web-x" is invalid: spec.containers[0].image: Required'))
-    with pytest.raises(ApiError):
-        f.controller.reconcile(KEY)
+    f.controller.reconcile(KEY)  # not retried: only a changed FaSTPod can help
     assert f.condition(names.CONDITION_INVALID_SPEC)["reason"] == "PodRejected"
     assert "spec.containers[0].image: Required" in f.condition(names.CONDITION_INVALID_SPEC)["message"]
+
+
+def test_a_rejected_pod_names_the_fastpod_field_once(f: Fixture) -> None:
+    """Issue 15, defect 2: the refused field is named as the user wrote it, in one Warning event."""
+    obj = fastpod(replicas=1)
+    f.given(obj)
+    refusal = ApiError(422, "Invalid", "refused", (("spec.metadata", "unknown field"),))
+    f.kube.fail("create/pods", refusal, refusal)
+    f.controller.reconcile(KEY)
+    message = f.condition(names.CONDITION_INVALID_SPEC)["message"]
+    assert message == "the pod built from this FaSTPod is invalid: spec.podSpec.metadata: unknown field"
+    f.given({**obj, "status": f.status()})  # the watch brings the status back
+    f.controller.reconcile(KEY)
+    assert [(e["type"], e["reason"], e["message"]) for e in f.kube.events] == [("Warning", "InvalidSpec", message)]
+    assert f.kube.event_patches == []
 
 
 def test_a_fastpod_gone_from_the_cache_needs_nothing(f: Fixture) -> None:
