@@ -1,15 +1,22 @@
-"""``fastgshare cluster up | down | status``: the user's side of :mod:`fastgshare_cluster`."""
+"""``fastgshare cluster up | down | status | shares``: the user's side of :mod:`fastgshare_cluster`."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
+import kubernetes.client
 from rich.console import Console
 from rich.table import Table
 
-from fastgshare.errors import InvalidInventory
+from fastgshare import keys
+from fastgshare.codec import PodAssignment, decode_assignment
+from fastgshare.errors import CodecError, InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
+from fastgshare.quantity import format_bytes
+from fastgshare.share import format_fraction
+from fastgshare_cli.pod_shares import measure_shares, use_by_pod
 from fastgshare_cluster import cluster
 from fastgshare_cluster.cluster import ClusterError, Options
 
@@ -32,7 +39,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = actions.add_parser("down", help="stop everything up started and leave the host as it was")
     down.add_argument("--keep-logs", action="store_true", help="keep <state-dir>/logs")
     actions.add_parser("status", help="list the components, their state and log file")
-    for sub in (up, down, actions.choices["status"]):
+    shares = actions.add_parser(
+        "shares", help="each GPU pod's configured share next to the GPU time it gets, measured by the simulated GPU")
+    shares.add_argument("--seconds", type=float, default=5.0, help="how long to measure (default: %(default)s)")
+    for sub in (up, down, actions.choices["status"], shares):
         sub.add_argument("--state-dir", type=Path, default=cluster.DEFAULT_STATE_DIR,
                          help="where the cluster keeps its state and logs (default: %(default)s)")
 
@@ -44,6 +54,8 @@ def cluster_main(args: argparse.Namespace, console: Console, errors: Console) ->
         if args.action == "down":
             problems = cluster.down(args.state_dir, say=console.print, keep_logs=args.keep_logs)
             return 1 if problems else 0
+        if args.action == "shares":
+            return _shares(args.state_dir, args.seconds, console)
         return _status(args.state_dir, console)
     except ClusterError as error:
         errors.print(f"fastgshare cluster {args.action}: {error}", markup=False, highlight=False)
@@ -82,3 +94,37 @@ def _status(state_dir: Path, console: Console) -> int:
                       component.log)
     console.print(table)
     return 0 if all(c.running for c in components) else 1
+
+
+def _assigned_pods(pods: list[kubernetes.client.V1Pod]) -> list[tuple[str, str, PodAssignment]]:
+    """(uid, namespace/name, assignment) of the running pods that carry an assignment."""
+    found = []
+    for pod in pods:
+        meta, status = pod.metadata, pod.status
+        text = ((meta.annotations or {}) if meta else {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
+        if meta is None or meta.uid is None or text is None or status is None or status.phase != "Running":
+            continue
+        with contextlib.suppress(CodecError):
+            found.append((meta.uid, f"{meta.namespace}/{meta.name}", decode_assignment(text)))
+    return sorted(found, key=lambda entry: (entry[2].gpu_uuid, entry[1]))
+
+
+def _shares(state_dir: Path, seconds: float, console: Console) -> int:
+    running = cluster.load(state_dir)
+    with running.api_client() as api:
+        pods = kubernetes.client.CoreV1Api(api).list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={running.node_name}").items
+    gpu_dirs = sorted((running.node_agent_state_dir / "fake-gpus").glob("*"))
+    achieved = measure_shares(gpu_dirs, seconds)
+    memory = {uid: use.memory_bytes for gpu in gpu_dirs for uid, use in use_by_pod(gpu).items()}
+    table = Table(title=f"GPU time over {seconds:g} s, measured by the simulated GPUs")
+    for column in ("pod", "gpu", "request", "limit", "SM %", "memory used / limit", "achieved"):
+        table.add_column(column, overflow="fold")
+    for uid, name, assignment in _assigned_pods(pods):
+        share = assignment.share
+        table.add_row(name, assignment.gpu_uuid, format_fraction(share.request_permille),
+                      format_fraction(share.limit_permille), str(share.sm_percent),
+                      f"{format_bytes(memory.get(uid, 0))} / {format_bytes(share.memory_bytes)}",
+                      f"{achieved[uid]:.3f}" if uid in achieved else "-")
+    console.print(table)
+    return 0

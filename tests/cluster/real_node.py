@@ -1,9 +1,6 @@
 """Helpers of the real-node tier: manifests of tenant pods, ``kubectl`` against the local
-cluster, and the share of GPU time each pod got, measured by the simulated GPU itself.
-
-The simulated GPU's state file counts each process's busy time; its lock file tells which host
-process holds each slot (:func:`fastgshare_cli.fake_gpu.slot_holders`), and that process's
-cgroup names its pod, so a pod's share is measured outside the pod, as NVML would on a real GPU.
+cluster, and the share of GPU time each pod got, measured by the simulated GPU itself
+(:mod:`fastgshare_cli.pod_shares`, what ``fastgshare cluster shares`` shows).
 """
 
 from __future__ import annotations
@@ -12,9 +9,7 @@ import json
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -22,7 +17,8 @@ import yaml
 
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, decode_assignment
-from fastgshare_cli.fake_gpu import read_state, slot_holders
+from fastgshare_cli import pod_shares
+from fastgshare_cli.pod_shares import use_by_pod
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import TENANT_IMAGE_SHORT
 from tests.cluster.controlplane import wait_until
@@ -90,47 +86,19 @@ def assignment_of(pod: kubernetes.client.V1Pod) -> PodAssignment:
     return decode_assignment(pod.metadata.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
 
 
-def pod_of_pid(pid: int) -> str | None:
-    """The UID of the Kubernetes pod whose cgroup holds the host process ``pid``."""
-    try:
-        text = Path(f"/proc/{pid}/cgroup").read_text()
-    except OSError:
-        return None
-    match = _POD_UID.search(text)
-    return match.group(1) if match else None
-
-
 def busy_by_pod(cluster: Cluster, gpu_uuid: str) -> dict[str, int]:
     """Pod UID -> busy nanoseconds of its live processes on the simulated GPU."""
-    directory = cluster.fake_gpu_dir(gpu_uuid)
-    holders = slot_holders(directory)
-    snapshot = read_state(directory)
-    busy: dict[str, int] = {}
-    for record in snapshot.procs:
-        uid = pod_of_pid(holders[record.slot]) if record.alive and record.slot in holders else None
-        if uid is not None:
-            busy[uid] = busy.get(uid, 0) + record.busy_ns
-    return busy
+    return {uid: use.busy_ns for uid, use in use_by_pod(cluster.fake_gpu_dir(gpu_uuid)).items()}
 
 
 def live_memory(cluster: Cluster, gpu_uuid: str) -> int:
-    """Bytes the simulated GPU holds for processes that are alive (whose slot lock is held)."""
-    directory = cluster.fake_gpu_dir(gpu_uuid)
-    holders = slot_holders(directory)
-    return sum(r.mem_used for r in read_state(directory).procs if r.alive and r.slot in holders)
+    """Bytes the simulated GPU holds for live processes of pods."""
+    return sum(use.memory_bytes for use in use_by_pod(cluster.fake_gpu_dir(gpu_uuid)).values())
 
 
 def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dict[str, float]:
     """Pod UID -> share of GPU time its processes got over the next ``seconds``, on ``gpus``."""
-    gpus = list(gpus)
-
-    def busy() -> dict[str, int]:
-        return {uid: ns for gpu in gpus for uid, ns in busy_by_pod(cluster, gpu).items()}
-
-    before, started = busy(), time.monotonic()
-    time.sleep(seconds)
-    after, elapsed = busy(), time.monotonic() - started
-    return {uid: (after[uid] - before.get(uid, 0)) / 1e9 / elapsed for uid in after}
+    return pod_shares.measure_shares((cluster.fake_gpu_dir(gpu) for gpu in gpus), seconds)
 
 
 def log_lines(cluster: Cluster, namespace: str, pod: str) -> list[dict[str, Any]]:

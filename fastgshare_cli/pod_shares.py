@@ -1,0 +1,70 @@
+"""The share of GPU time and the memory each pod gets on a node's simulated GPUs, measured by
+the simulated GPU itself, outside the pods.
+
+Each GPU's state file counts every process's busy time and memory; its lock file tells which
+host process holds each slot (:func:`fastgshare_cli.fake_gpu.slot_holders`), and that process's
+cgroup (``/kubepods/.../pod<uid>/...``) names its pod: the way NVML's per-process accounting and
+host PIDs identify a pod's use of a real GPU. Run it on the node, as root.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+from fastgshare_cli.fake_gpu import FakeGpuStateError, read_state, slot_holders
+
+_POD_UID = re.compile(r"/pod([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(/|$)")
+
+
+@attrs.frozen
+class PodUse:
+    """What one pod's live processes hold on one simulated GPU."""
+
+    busy_ns: int
+    memory_bytes: int
+
+
+def pod_of_pid(pid: int) -> str | None:
+    """The UID of the Kubernetes pod whose cgroup holds the host process ``pid``."""
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    match = _POD_UID.search(text)
+    return match.group(1) if match else None
+
+
+def use_by_pod(gpu_dir: Path) -> dict[str, PodUse]:
+    """Pod UID -> busy time and memory of its live processes on the simulated GPU in ``gpu_dir``."""
+    holders = slot_holders(gpu_dir)
+    if not holders:
+        return {}
+    try:
+        snapshot = read_state(gpu_dir)
+    except FakeGpuStateError:
+        return {}
+    use: dict[str, PodUse] = {}
+    for record in snapshot.procs:
+        uid = pod_of_pid(holders[record.slot]) if record.alive and record.slot in holders else None
+        if uid is not None:
+            before = use.get(uid, PodUse(0, 0))
+            use[uid] = PodUse(before.busy_ns + record.busy_ns, before.memory_bytes + record.mem_used)
+    return use
+
+
+def measure_shares(gpu_dirs: Iterable[Path], seconds: float) -> dict[str, float]:
+    """Pod UID -> share of GPU time its processes got over the next ``seconds`` (0..1 per GPU)."""
+    dirs = list(gpu_dirs)
+
+    def busy() -> dict[str, int]:
+        return {uid: use.busy_ns for gpu in dirs for uid, use in use_by_pod(gpu).items()}
+
+    before, started = busy(), time.monotonic()
+    time.sleep(seconds)
+    after, elapsed = busy(), time.monotonic() - started
+    return {uid: (after[uid] - before.get(uid, 0)) / 1e9 / elapsed for uid in after}
