@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +77,10 @@ def record_host_state() -> dict[str, object]:
     for name in SYSCTLS:
         with contextlib.suppress(OSError):
             sysctls[name] = _sysctl_path(name).read_text().strip()
-    absent_cgroups = [str(h / KUBEPODS) for h in _cgroup_hierarchies() if not (h / KUBEPODS).exists()]
+    kubepods = [hierarchy / KUBEPODS for hierarchy in _cgroup_hierarchies()]
     return {"sysctls": sysctls, "absent_paths": [p for p in HOST_PATHS if not os.path.lexists(p)],
-            "absent_cgroups": absent_cgroups}
+            "kubepods": [str(top) for top in kubepods],
+            "present_cgroups": [str(cgroup) for top in kubepods for cgroup in _cgroups_below(top)]}
 
 
 def mount_points_below(paths: Iterable[Path]) -> list[str]:
@@ -97,22 +99,33 @@ def unmount_below(*paths: Path) -> None:
         subprocess.run(["umount", "--lazy", mount_point], check=False, capture_output=True)
 
 
+def _cgroups_below(top: Path) -> list[Path]:
+    """``top`` and every cgroup below it, deepest first; cgroups vanishing meanwhile are skipped."""
+    found = [Path(directory) for directory, _subdirs, _files in os.walk(top)]  # os.walk ignores errors
+    return sorted(found, key=lambda path: len(path.parts), reverse=True)
+
+
 def _kill_cgroup_tree(top: Path) -> None:
-    for procs in top.rglob("cgroup.procs"):
+    for cgroup in _cgroups_below(top):
         with contextlib.suppress(OSError):
-            for pid in procs.read_text().split():
+            for pid in (cgroup / "cgroup.procs").read_text().split():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
 
 
-def _remove_cgroup_tree(top: Path) -> None:
-    if not top.is_dir():
-        return
-    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        with contextlib.suppress(OSError):
-            directory.rmdir()
-    with contextlib.suppress(OSError):
-        top.rmdir()
+def _remove_cgroups(top: Path, keep: set[str]) -> list[str]:
+    """rmdir the cgroups at and below ``top`` not in ``keep``, deepest first; a cgroup whose
+    processes are still exiting gets a moment. Returns those that stayed."""
+    deadline = time.monotonic() + 5
+    while True:
+        ours = [cgroup for cgroup in _cgroups_below(top) if str(cgroup) not in keep]
+        for cgroup in ours:
+            with contextlib.suppress(OSError):
+                cgroup.rmdir()
+        left = [str(cgroup) for cgroup in ours if cgroup.exists()]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def kill_pods() -> None:
@@ -147,10 +160,9 @@ def restore_host_state(saved: dict[str, object], network: NodeNetwork | None) ->
                 path.write_text(str(value))
         except OSError as error:
             problems.append(f"sysctl {name}={value}: {error}")
-    for top in saved.get("absent_cgroups", []):  # type: ignore[attr-defined]
-        _remove_cgroup_tree(Path(top))
-        if Path(top).exists():
-            problems.append(f"cgroup {top} still has processes or children")
+    keep = set(saved.get("present_cgroups", []))  # type: ignore[call-overload]
+    for top in saved.get("kubepods", []):  # type: ignore[attr-defined]
+        problems += [f"cgroup {cgroup} still has processes" for cgroup in _remove_cgroups(Path(top), keep)]
     if network is not None and Path(f"/sys/class/net/{network.bridge}").exists():
         subprocess.run(["ip", "link", "delete", network.bridge], check=False, capture_output=True)
     for path in saved.get("absent_paths", []):  # type: ignore[attr-defined]

@@ -67,7 +67,8 @@ def host_snapshot(state_dir: Path) -> dict[str, object]:
                         for line in run("ip", "-o", "link").stdout.splitlines()),
         "sysctls": {name: Path("/proc/sys", name.replace(".", "/")).read_text() for name in node.SYSCTLS},
         "paths": {path: os.path.lexists(path) for path in node.HOST_PATHS},
-        "cgroups": sorted(str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")),
+        "cgroups": sorted(directory for top in Path("/sys/fs/cgroup").glob("*/kubepods")
+                          for directory, _subdirs, _files in os.walk(top)),
         "iptables": iptables,
     }
 
