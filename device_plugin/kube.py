@@ -136,11 +136,14 @@ class NodePods:
         for event in self._watch.stream(self._core.list_pod_for_all_namespaces, field_selector=self._selector(),
                                         resource_version=resource_version, timeout_seconds=WATCH_TIMEOUT_S,
                                         allow_watch_bookmarks=True):
-            kind, pod = event["type"], event["object"]
-            resource_version = pod.metadata.resource_version or resource_version
+            kind = event["type"]
+            # Read the version from the raw JSON: a BOOKMARK's object stays a dict (only its
+            # resourceVersion is set), and it only moves the next watch's starting point on.
+            raw_metadata = (event.get("raw_object") or {}).get("metadata") or {}
+            resource_version = str(raw_metadata.get("resourceVersion") or resource_version)
             if kind == "BOOKMARK":
                 continue
-            record = pod_record(pod)
+            record = pod_record(event["object"])
             with self._changed:
                 if kind == "DELETED":
                     self._pods.pop(record.uid, None)
