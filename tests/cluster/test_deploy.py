@@ -7,6 +7,8 @@ The v1.20 server knows every kind we ship.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,12 @@ import pytest
 import yaml
 
 from fastgshare import keys
+from fastgshare_cluster.processes import ProcessFailed
+from tests.cluster.conftest import StartScheduler
 from tests.cluster.controlplane import wait_until
 from tests.deploy_manifests import DEPLOY, objects
+
+INSTALL = DEPLOY / "install.sh"
 
 
 def _create(api_client: kubernetes.client.ApiClient, obj: dict[str, Any], **kwargs: Any) -> None:
@@ -57,3 +63,18 @@ def test_the_examples_are_accepted(api_client: kubernetes.client.ApiClient, name
             continue
         group, version = doc["apiVersion"].split("/")
         custom.create_namespaced_custom_object(group, version, namespace, keys.FASTPOD_PLURAL, doc, dry_run="All")
+
+
+def test_install_picks_the_scheduler_config_the_real_scheduler_reads(api_client: kubernetes.client.ApiClient,
+                                                                    start_scheduler: StartScheduler) -> None:
+    """Issue 15, defect 4: install.sh asks the server its version and picks the configuration that
+    kube-scheduler of that version reads; the real v1.20 scheduler runs it (and refuses the v1 form)."""
+    git_version = kubernetes.client.VersionApi(api_client).get_code().git_version
+    document = json.dumps({"gitVersion": git_version})
+    chosen = subprocess.run(["bash", "-c", f'source "{INSTALL}" && scheduler_config_for "$(version_from_json "$1")"',
+                             "install.sh", document], capture_output=True, text=True, timeout=30, check=True)
+    config = chosen.stdout.strip()
+    [config_map] = [o for o in objects() if o["kind"] == "ConfigMap"]
+    start_scheduler(config_map["data"][config])  # raises with the scheduler's log if it refuses it
+    with pytest.raises(ProcessFailed, match=r"no kind .KubeSchedulerConfiguration. is registered"):
+        start_scheduler(config_map["data"]["kube-scheduler-config.yaml"])

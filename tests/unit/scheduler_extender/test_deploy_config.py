@@ -1,7 +1,7 @@
 """The shipped scheduler configurations: the profile and extender stanza our contracts require.
 
-The v1beta1 form is run by the cluster tier's real v1.20 scheduler; the v1 form (>= 1.25) cannot
-be run here, so it is checked to carry the same extender stanza.
+The v1beta1 form is run by the cluster tier's real v1.20 scheduler; the v1 (>= 1.25) and v1beta2
+(1.22-1.24) forms cannot be run here, so they are checked to carry the same extender stanza.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import yaml
 from fastgshare import keys
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "scheduler"
-FILES = {"v1": "kube-scheduler-config.yaml", "v1beta1": "kube-scheduler-config.v1beta1.yaml"}
+FILES = {"v1": "kube-scheduler-config.yaml", "v1beta2": "kube-scheduler-config.v1beta2.yaml",
+         "v1beta1": "kube-scheduler-config.v1beta1.yaml"}
 
 
 def load(version: str) -> dict[str, Any]:
@@ -23,7 +24,7 @@ def load(version: str) -> dict[str, Any]:
     return document
 
 
-@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+@pytest.mark.parametrize("version", list(FILES))
 def test_profile_and_extender(version: str) -> None:
     document = load(version)
     assert document["apiVersion"] == f"kubescheduler.config.k8s.io/{version}"
@@ -39,6 +40,11 @@ def test_profile_and_extender(version: str) -> None:
     assert "preemptVerb" not in extender
 
 
-def test_both_forms_carry_the_same_extender() -> None:
-    assert load("v1")["extenders"] == load("v1beta1")["extenders"]
-    assert load("v1")["leaderElection"] == load("v1beta1")["leaderElection"]
+@pytest.mark.parametrize("version", ["v1beta2", "v1beta1"])
+def test_every_form_carries_the_same_extender(version: str) -> None:
+    assert load("v1")["extenders"] == load(version)["extenders"]
+    assert load("v1")["leaderElection"] == load(version)["leaderElection"]
+
+
+def test_v1beta2_differs_from_v1_only_in_its_version() -> None:
+    assert {**load("v1beta2"), "apiVersion": "kubescheduler.config.k8s.io/v1"} == load("v1")

@@ -1,0 +1,134 @@
+"""deploy/install.sh without a cluster: its shell functions, and the script against a fake kubectl.
+
+Issue 15, defect 4: the shipped scheduler configuration (``kubescheduler.config.k8s.io/v1``) is
+refused by kube-scheduler 1.20-1.24, and install then waited 3 minutes and said nothing. The
+script must pick the configuration the server's version reads, refuse at once what it cannot
+serve, and on a timeout show the failing pods' status, logs and recent events.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.deploy_manifests import objects
+
+REPO = Path(__file__).resolve().parents[3]
+INSTALL = REPO / "deploy" / "install.sh"
+FAKE_KUBECTL = Path(__file__).with_name("fake_kubectl.sh")
+
+
+def function(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Call one function of install.sh (sourced, so nothing else runs)."""
+    return subprocess.run(["bash", "-c", f'source "{INSTALL}" && {name} "$@"', "install.sh", *args],
+                          capture_output=True, text=True, timeout=30, check=False)
+
+
+@pytest.mark.parametrize(("version", "config"), [
+    ("1.20.2", "kube-scheduler-config.v1beta1.yaml"),
+    ("1.21.14", "kube-scheduler-config.v1beta1.yaml"),
+    ("1.22.0", "kube-scheduler-config.v1beta2.yaml"),
+    ("1.24.17", "kube-scheduler-config.v1beta2.yaml"),
+    ("1.25.0", "kube-scheduler-config.yaml"),
+    ("1.30.6", "kube-scheduler-config.yaml"),
+    ("2.0.0", "kube-scheduler-config.yaml"),
+])
+def test_the_scheduler_config_matches_the_server_version(version: str, config: str) -> None:
+    result = function("scheduler_config_for", version)
+    assert (result.returncode, result.stdout.strip()) == (0, config), result.stderr
+    assert (REPO / "deploy" / "scheduler" / config).is_file()
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    ("1.19.16", "Kubernetes 1.19.16 is too old: fastgshare needs 1.20 or newer"),
+    ("one.two", "not a Kubernetes version: 'one.two'"),
+])
+def test_a_version_it_cannot_serve_is_refused_saying_why(version: str, message: str) -> None:
+    result = function("scheduler_config_for", version)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"install.sh: {message}"
+
+
+@pytest.mark.parametrize(("body", "version"), [
+    ('{"major": "1", "minor": "20", "gitVersion": "v1.20.2", "gitCommit": "x"}', "1.20.2"),
+    ('{\n  "major": "1",\n  "minor": "27+",\n  "gitVersion": "v1.27.4-eks-2d98532"\n}', "1.27.4"),
+    ('{"gitVersion": "v1.29.1+k3s2"}', "1.29.1"),
+])
+def test_the_server_version_is_read_from_its_version_document(body: str, version: str) -> None:
+    result = function("version_from_json", body)
+    assert (result.returncode, result.stdout.strip()) == (0, version), result.stderr
+
+
+def install(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], str, str]:
+    """Run install.sh with the fake kubectl; returns the result, the kubectl calls, what was applied."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "kubectl").symlink_to(FAKE_KUBECTL)
+    log = tmp_path / "kubectl.log"
+    result = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=60, check=False,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log),
+                                 "FASTGSHARE_WAIT_TIMEOUT": "1s", **env})
+    applied = Path(f"{log}.applied")
+    return result, log.read_text() if log.exists() else "", applied.read_text() if applied.exists() else ""
+
+
+def test_install_on_1_20_runs_the_v1beta1_config_on_a_scheduler_of_that_version(tmp_path: Path) -> None:
+    result, _, applied = install(tmp_path, FAKE_VERSION="v1.20.2")
+    assert result.returncode == 0, result.stderr
+    assert "- --config=/etc/fastgshare/kube-scheduler-config.v1beta1.yaml" in applied
+    assert "image: registry.k8s.io/kube-scheduler:v1.20.2" in applied
+    assert "Kubernetes 1.20.2: kube-scheduler registry.k8s.io/kube-scheduler:v1.20.2 with " \
+           "scheduler/kube-scheduler-config.v1beta1.yaml" in result.stdout
+
+
+def test_the_scheduler_image_can_be_chosen(tmp_path: Path) -> None:
+    result, _, applied = install(tmp_path, FAKE_VERSION="v1.31.0",
+                                 FASTGSHARE_SCHEDULER_IMAGE="mirror.example/kube-scheduler:v1.31.0")
+    assert result.returncode == 0, result.stderr
+    assert "- --config=/etc/fastgshare/kube-scheduler-config.yaml" in applied
+    assert "image: mirror.example/kube-scheduler:v1.31.0" in applied
+
+
+def test_a_too_old_cluster_is_refused_before_anything_is_applied(tmp_path: Path) -> None:
+    result, calls, _ = install(tmp_path, FAKE_VERSION="v1.19.16")
+    assert result.returncode != 0
+    assert "fastgshare needs 1.20 or newer" in result.stderr
+    assert "apply" not in calls
+
+
+def test_an_unreachable_cluster_is_one_clear_line(tmp_path: Path) -> None:
+    result, calls, _ = install(tmp_path, FAKE_UNREACHABLE="1")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "install.sh: cannot reach the cluster (kubectl get --raw /version: The connection to the server "
+        "localhost:8080 was refused - did you specify the right host or port?); check kubectl's context: "
+        "kubectl config current-context"]
+    assert "apply" not in calls
+
+
+def test_a_timeout_shows_the_failing_pods_their_logs_and_the_events(tmp_path: Path) -> None:
+    result, _, _ = install(tmp_path, FAKE_VERSION="v1.30.6", FAKE_STUCK="deployment/fastgshare-scheduler")
+    assert result.returncode != 0
+    err = result.stderr
+    assert "install.sh: deployment/fastgshare-scheduler is not ready after 1s" in err
+    assert "fastgshare-scheduler-7d9c8b6f5-abcde   1/2     CrashLoopBackOff" in err
+    assert 'no kind "KubeSchedulerConfiguration" is registered' in err
+    assert "Back-off restarting failed container" in err
+    assert "fastgshare-controller-5c7f9d-xyz12" not in err.split("logs of")[-1]  # ready pods: no logs
+
+
+def test_render_rewrites_the_shipped_deployment_and_the_configmap_has_every_form() -> None:
+    """The two lines render() rewrites are in deploy/scheduler/deployment.yaml as shipped."""
+    shipped = (REPO / "deploy" / "scheduler" / "deployment.yaml").read_text()
+    result = subprocess.run(["bash", "-c", f'source "{INSTALL}" && render "$@"', "install.sh",
+                             "kube-scheduler-config.v1beta1.yaml", "k8s.example/kube-scheduler:v1.20.2"],
+                            input=shipped, capture_output=True, text=True, timeout=30, check=True)
+    assert "--config=/etc/fastgshare/kube-scheduler-config.v1beta1.yaml" in result.stdout
+    assert "image: k8s.example/kube-scheduler:v1.20.2" in result.stdout
+    assert result.stdout.count("\n") == shipped.count("\n")
+    [config_map] = [o for o in objects() if o["kind"] == "ConfigMap"]
+    assert sorted(config_map["data"]) == ["kube-scheduler-config.v1beta1.yaml", "kube-scheduler-config.v1beta2.yaml",
+                                          "kube-scheduler-config.yaml"]
