@@ -8,6 +8,8 @@ The v1.20 server knows every kind we ship.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,8 @@ import yaml
 
 from fastgshare import keys
 from fastgshare_cluster.processes import ProcessFailed
-from tests.cluster.conftest import StartScheduler
-from tests.cluster.controlplane import wait_until
+from tests.cluster.conftest import MakeGpuNode, StartScheduler
+from tests.cluster.controlplane import ControlPlane, wait_until
 from tests.deploy_manifests import DEPLOY, objects
 
 INSTALL = DEPLOY / "install.sh"
@@ -78,3 +80,28 @@ def test_install_picks_the_scheduler_config_the_real_scheduler_reads(api_client:
     start_scheduler(config_map["data"][config])  # raises with the scheduler's log if it refuses it
     with pytest.raises(ProcessFailed, match=r"no kind .KubeSchedulerConfiguration. is registered"):
         start_scheduler(config_map["data"]["kube-scheduler-config.yaml"])
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl on PATH, as uninstall.sh does")
+def test_uninstall_finds_and_removes_the_node_annotations_on_the_real_server(
+        control_plane: ControlPlane, core: kubernetes.client.CoreV1Api, make_gpu_node: MakeGpuNode) -> None:
+    """Issue 15, defect 5: uninstall.sh's node functions with the real kubectl and API server; the
+    annotation goes, the node's other annotations stay, nodes without it are left alone."""
+    ours = make_gpu_node(1).metadata.name
+    core.patch_node(ours, {"metadata": {"annotations": {"team.example/owner": "ml"}}})
+    other = make_gpu_node(1).metadata.name
+    core.patch_node(other, {"metadata": {"annotations": {keys.NODE_GPU_INFO_ANNOTATION: None}}})
+    env = {**os.environ, "KUBECONFIG": str(control_plane.kubeconfig)}
+
+    def uninstall_function(*words: str) -> str:
+        return subprocess.run(["bash", "-c", f'source "{DEPLOY / "uninstall.sh"}" && "$@"', "uninstall.sh", *words],
+                              capture_output=True, text=True, timeout=60, check=True, env=env).stdout
+
+    listed = uninstall_function("annotated_nodes").split()
+    assert ours in listed
+    assert other not in listed
+    uninstall_function("remove_node_annotation", ours)
+    annotations = core.read_node(ours).metadata.annotations or {}
+    assert keys.NODE_GPU_INFO_ANNOTATION not in annotations
+    assert annotations["team.example/owner"] == "ml"
+    assert ours not in uninstall_function("annotated_nodes").split()
