@@ -47,6 +47,7 @@ bench: install
 	$(BIN)/python -m bench.extender_latency
 	$(BIN)/python -m bench.scheduling_throughput
 	$(BIN)/python -m bench.controller
+	$(BIN)/python -m bench.real_node
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

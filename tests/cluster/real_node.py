@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -99,6 +100,11 @@ def live_memory(cluster: Cluster, gpu_uuid: str) -> int:
 def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dict[str, float]:
     """Pod UID -> share of GPU time its processes got over the next ``seconds``, on ``gpus``."""
     return pod_shares.measure_shares((cluster.fake_gpu_dir(gpu) for gpu in gpus), seconds)
+
+
+def pod_cgroup_exists(uid: str) -> bool:
+    """Whether the kubelet still has the pod's cgroup (it removes it once the pod is torn down)."""
+    return any(Path("/sys/fs/cgroup/memory/kubepods").glob(f"**/pod{uid}"))
 
 
 def log_lines(cluster: Cluster, namespace: str, pod: str) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ by the simulated GPU, outside the pod.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import kubernetes.client
 import pytest
@@ -24,6 +25,7 @@ from tests.cluster.real_node import (
     live_memory,
     log_lines,
     measure_shares,
+    pod_cgroup_exists,
     running_pods,
     share_annotations,
     tenant_container,
@@ -41,15 +43,18 @@ def core(real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
 
 
 @pytest.fixture
-def namespace(core: kubernetes.client.CoreV1Api, request: pytest.FixtureRequest) -> str:
+def namespace(core: kubernetes.client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
     name = request.node.name.removeprefix("test_").replace("_", "-")[:50].rstrip("-")
     core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
     yield name
+    uids = [pod.metadata.uid for pod in core.list_namespaced_pod(name).items]
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     core.delete_namespace(name)
-    # the next test starts on an empty node: every container of this one is gone
-    deadline = time.monotonic() + 30
-    while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+    # The next test starts once the kubelet has torn down every pod of this one (their cgroups are
+    # gone): kubelet v1.20's device manager can panic when a pod is force-deleted while the next
+    # is admitted (kubernetes#103838, fixed in 1.24).
+    deadline = time.monotonic() + 60
+    while any(pod_cgroup_exists(uid) for uid in uids) and time.monotonic() < deadline:
         time.sleep(0.2)
 
 
