@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from device_plugin.allocation import Allocator, HostPaths, NoPendingPod, candidates, preferred_slots
+from device_plugin.allocation import (
+    Allocator,
+    HostPaths,
+    NoPendingPod,
+    SimulatedDriver,
+    candidates,
+    preferred_slots,
+)
 from fastgshare import keys
 from tests.builders_k8s import assignment, pod_record
 
@@ -54,6 +61,23 @@ def test_grant_without_mps_sets_no_mps_environment() -> None:
     assert keys.ENV_MPS_PIPE_DIRECTORY not in container.envs
     assert [m.container_path for m in container.mounts] == [keys.CONTAINER_HOOK_PATH, keys.CONTAINER_RUN_DIR]
     assert grant.pod_complete
+
+
+def test_simulated_gpus_get_the_simulated_driver_and_their_own_gpu_state_mounted() -> None:
+    driver = SimulatedDriver(libcuda="/s/lib/libcuda-simulated.1.so", libnvidia_ml="/s/lib/libnvidia-ml-simulated.1.so",
+                             gpu_dirs={"G7": "/s/fake-gpus/G7", "G8": "/s/fake-gpus/G8"},
+                             gpu_memory={"G7": 16 << 30, "G8": 8 << 30})
+    paths = HostPaths(hook_library=PATHS.hook_library, run_dir=PATHS.run_dir, mps_pipe_dir=PATHS.mps_pipe_dir,
+                      simulated_driver=driver)
+    grant = Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G8"))], 1,
+                                         mps_enabled=True)
+    [container] = grant.containers
+    mounts = {m.container_path: (m.host_path, m.read_only) for m in container.mounts}
+    assert mounts["/usr/lib/x86_64-linux-gnu/libcuda.so.1"] == (driver.libcuda, True)
+    assert mounts["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] == (driver.libnvidia_ml, True)
+    assert mounts[keys.CONTAINER_FAKE_GPU_DIR] == ("/s/fake-gpus/G8", False)
+    assert container.envs[keys.ENV_FAKE_GPU_DIR] == keys.CONTAINER_FAKE_GPU_DIR
+    assert container.envs[keys.ENV_FAKE_GPU_MEMORY] == str(8 << 30)
 
 
 def test_completed_pods_are_not_served_twice_even_if_the_cache_lags() -> None:
