@@ -15,9 +15,10 @@ rounded *up*, so a pod never gets less than it asked for), SM in percent, memory
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 
 import attrs
@@ -30,6 +31,11 @@ DEFAULT_SM_PERCENT = 100
 
 _FRACTION = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
 _INTEGER = re.compile(r"[0-9]+")
+
+# Every fastgshare/ annotation key: what users write, then what the components write for each other.
+USER_KEYS = (*keys.SHARE_ANNOTATIONS, keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION)
+KNOWN_KEYS = frozenset((*USER_KEYS, keys.POD_ASSIGNMENT_ANNOTATION, keys.POD_ALLOCATED_ANNOTATION,
+                        keys.NODE_GPU_INFO_ANNOTATION))
 
 _REQUEST_RANGE = 'a decimal fraction of GPU time, 0 <= request <= 1 (e.g. "0.4")'
 _LIMIT_RANGE = 'a decimal fraction of GPU time, 0 < limit <= 1 (e.g. "0.8")'
@@ -105,6 +111,28 @@ def has_share_annotations(annotations: Mapping[str, object]) -> bool:
     return any(key in annotations for key in keys.SHARE_ANNOTATIONS)
 
 
+def unknown_annotations(annotations: Mapping[str, object]) -> list[FieldProblem]:
+    """A problem for every ``fastgshare/`` key that is not one of ours, naming the nearest known key."""
+    problems = []
+    for key in annotations:
+        if not isinstance(key, str) or not key.startswith(keys.ANNOTATION_PREFIX) or key in KNOWN_KEYS:
+            continue
+        nearest = _nearest_key(key, USER_KEYS)
+        hint = f"did you mean {nearest}?" if nearest else f"allowed: {', '.join(USER_KEYS)}"
+        problems.append(FieldProblem(key, annotations[key], f"unknown annotation; {hint}"))
+    return problems
+
+
+def _nearest_key(key: str, candidates: tuple[str, ...] | list[str]) -> str | None:
+    """The candidate most like ``key``, compared without the shared ``fastgshare/`` prefix."""
+    def bare(name: str) -> str:
+        return name.removeprefix(keys.ANNOTATION_PREFIX)
+
+    by_bare = {bare(candidate): candidate for candidate in candidates}
+    matches = difflib.get_close_matches(bare(key)[:100], list(by_bare), n=1, cutoff=0.75)
+    return by_bare[matches[0]] if matches else None
+
+
 def parse_share(annotations: Mapping[str, object]) -> ShareSpec:
     """Parse and validate the four share annotations.
 
@@ -147,7 +175,10 @@ def _text_value(
 ) -> str | None:
     """The annotation's string value, or ``None`` after recording why there is none."""
     if key not in annotations:
-        problems.append(FieldProblem(key, None, f"is required; allowed: {allowed}"))
+        unknown = [name for name in annotations if isinstance(name, str) and name.startswith(keys.ANNOTATION_PREFIX)
+                   and name not in KNOWN_KEYS and _nearest_key(name, [key]) == key]
+        hint = f"; found {unknown[0]}: a misspelling?" if unknown else ""
+        problems.append(FieldProblem(key, None, f"is required; allowed: {allowed}{hint}"))
         return None
     value = annotations[key]
     if not isinstance(value, str):
@@ -165,7 +196,8 @@ def _fraction(
     if text is None:
         return None
     if not _FRACTION.fullmatch(text.strip()):
-        problems.append(FieldProblem(key, text, f"{_show(text)} is not a decimal number; allowed: {allowed}"))
+        what = "is negative" if _negative(text, _FRACTION.fullmatch) else "is not a decimal number"
+        problems.append(FieldProblem(key, text, f"{_show(text)} {what}; allowed: {allowed}"))
         return None
     value = Decimal(text.strip())
     if value > 1:
@@ -181,8 +213,8 @@ def _sm_percent(annotations: Mapping[str, object], problems: list[FieldProblem])
     if text is None:
         return None
     if not _INTEGER.fullmatch(text.strip()):
-        problems.append(FieldProblem(keys.GPU_SM_PARTITION, text,
-                                     f"{_show(text)} is not an integer; allowed: {_SM_RANGE}"))
+        what = "is negative" if _negative(text, _INTEGER.fullmatch) else "is not an integer"
+        problems.append(FieldProblem(keys.GPU_SM_PARTITION, text, f"{_show(text)} {what}; allowed: {_SM_RANGE}"))
         return None
     value = int(text.strip())
     if not 1 <= value <= keys.SM_UNITS:
@@ -198,9 +230,15 @@ def _memory(annotations: Mapping[str, object], problems: list[FieldProblem]) -> 
         return None
     value = parse_bytes(text)
     if value is None:
-        problems.append(FieldProblem(keys.GPU_MEM, text,
-                                     f"{_show(text)} is not a byte count; allowed: {BYTES_HELP}"))
+        what = "is negative" if _negative(text, parse_bytes) else "is not a byte count"
+        problems.append(FieldProblem(keys.GPU_MEM, text, f"{_show(text)} {what}; allowed: {BYTES_HELP}"))
     return value
+
+
+def _negative(text: str, parses: Callable[[str], object]) -> bool:
+    """Whether ``text`` is a minus sign before something ``parses`` accepts."""
+    stripped = text.strip()
+    return stripped.startswith("-") and parses(stripped[1:].strip()) is not None
 
 
 def _to_permille(fraction: Decimal) -> int:

@@ -7,9 +7,25 @@ from pathlib import Path
 
 import yaml
 
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
 
 class DocumentError(Exception):
     """A file could not be read or parsed; the message names the file."""
+
+
+def manifest_files(path: str) -> list[str]:
+    """``path`` itself, or for a directory every ``.yaml``, ``.yml`` and ``.json`` file under it
+    (sorted, hidden ones left out); raises :class:`DocumentError` for a directory without any."""
+    if path == "-" or not Path(path).is_dir():
+        return [path]
+    found = sorted(str(file) for file in Path(path).rglob("*")
+                   if file.suffix in MANIFEST_SUFFIXES and file.is_file()
+                   and not any(part.startswith(".") for part in file.relative_to(path).parts))
+    if not found:
+        raise DocumentError(f"{path}: no {', '.join(MANIFEST_SUFFIXES[:-1])} or {MANIFEST_SUFFIXES[-1]} files "
+                            "in this directory")
+    return found
 
 
 def load_documents(path: str) -> list[object]:

@@ -1,7 +1,7 @@
 """Entry point of ``fastgshare``: argument parsing and the subcommands.
 
-- ``fastgshare check FILE...``: parse the share of every FaSTPod / Pod / workload in the
-  files and print it, or every problem found (exit status 1 if any).
+- ``fastgshare check PATH...``: validate every manifest (or workload list) in the files and
+  directories and print each object's share, or every problem found (exit status 1 if any).
 - ``fastgshare pack --gpu MODEL FILE...``: place a workload onto as few GPUs as the ledger
   allows and print the placement.
 - ``fastgshare demo``: tenants sharing one simulated GPU under the real hook and arbiter.
@@ -26,14 +26,16 @@ from fastgshare.inventory import GPU_SPEC_HELP, GpuSpec
 from fastgshare.packing import Rect
 from fastgshare.placement import DEFAULT_POLICY, Policy, parse_policy
 from fastgshare.quantity import format_bytes
-from fastgshare.share import ShareSpec, format_fraction
-from fastgshare.workload import ManifestShare, WorkloadItem, manifest_shares, parse_workload_list
+from fastgshare.share import format_fraction
+from fastgshare.workload import WorkloadItem, manifest_shares, parse_workload_list
+from fastgshare_cli.check import run_check
 from fastgshare_cli.cluster_command import add_parser as add_cluster_parser
 from fastgshare_cli.cluster_command import cluster_main
 from fastgshare_cli.demo import TENANT_HELP, demo_main
 from fastgshare_cli.documents import DocumentError, load_documents
 
 EXIT_OK, EXIT_INVALID = 0, 1
+PIPE_WIDTH = 400
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,10 +46,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = commands.add_parser(
-        "check", help="validate the GPU share of FaSTPod, Pod and workload manifests",
+        "check", help="validate FaSTPod, Pod and workload manifests: the GPU share and the whole object",
         description="Print the parsed share of every FaSTPod, Pod or pod-template workload in the "
-                    "files, or every problem with it. Exit status 1 if any share is invalid.")
-    check.add_argument("files", nargs="+", metavar="FILE", help="YAML or JSON manifests ('-' for stdin)")
+                    "files, or every problem with it: the share annotations, unknown fastgshare/ "
+                    "annotations, what would make the share go unread (no vGPU limit, another "
+                    "scheduler, a FaSTPod without spec.podSpec) and the Kubernetes schema. "
+                    "Exit status 1 if any object is invalid.")
+    check.add_argument("files", nargs="+", metavar="PATH",
+                       help="YAML or JSON manifests or workload lists, directories (searched for .yaml, .yml "
+                            "and .json files), or '-' for stdin")
+    check.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                       help="output format (default: %(default)s)")
 
     pack = commands.add_parser(
         "pack", help="place a workload onto as few GPUs as possible",
@@ -80,15 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console(soft_wrap=True)
-    errors = Console(stderr=True, soft_wrap=True)
+    console, errors = _console(), _console(stderr=True)
     if args.command == "check":
-        return run_check(args.files, console, errors)
+        return run_check(args.files, args.output, console, errors)
     if args.command == "demo":
         return demo_main(args.tenants, args.seconds, args.plot, console, errors)
     if args.command == "cluster":
         return cluster_main(args, console, errors)
     return run_pack(args, console, errors)
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console; one that is not a terminal (a pipe, a file) is wide, so tables never fold names."""
+    console = Console(stderr=stderr, soft_wrap=True)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, soft_wrap=True, width=max(console.width, PIPE_WIDTH))
+    return console
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
@@ -97,44 +113,6 @@ def _table(*columns: str, title: str | None = None) -> Table:
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
-
-
-# --- check -------------------------------------------------------------------------------
-def run_check(files: Sequence[str], console: Console, errors: Console) -> int:
-    table = _table("file", "object", "replicas", "request", "limit", "SM %", "memory", "result")
-    failures: list[str] = []
-    for path in files:
-        try:
-            shares = [s for doc in load_documents(path) for s in manifest_shares(doc)]
-        except (DocumentError, FastGShareError) as error:
-            failures.append(f"{path}: {error}" if not str(error).startswith(path) else str(error))
-            table.add_row(path, "", "", "", "", "", "", "[red]unreadable[/red]")
-            continue
-        for item in shares:
-            table.add_row(path, f"{item.kind}/{item.name}", str(item.replicas), *_share_cells(item.share),
-                          _check_result(item))
-            if item.error is not None:
-                problems = "\n".join(f"  - {problem}" for problem in item.error.problems)
-                failures.append(f"{path}: {item.kind}/{item.name}: invalid GPU share:\n{problems}")
-    console.print(table)
-    for failure in failures:
-        errors.print(failure, markup=False, highlight=False)
-    return EXIT_INVALID if failures else EXIT_OK
-
-
-def _share_cells(share: ShareSpec | None) -> tuple[str, str, str, str]:
-    if share is None:
-        return "", "", "", ""
-    return (format_fraction(share.request_permille), format_fraction(share.limit_permille),
-            str(share.sm_percent), format_bytes(share.memory_bytes))
-
-
-def _check_result(item: ManifestShare) -> str:
-    if item.error is not None:
-        return f"[red]invalid ({len(item.error.problems)} problems)[/red]"
-    if item.skipped:
-        return f"skipped: {item.skipped}"
-    return "[green]ok[/green]"
 
 
 # --- pack --------------------------------------------------------------------------------

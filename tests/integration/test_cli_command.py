@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -64,3 +65,15 @@ def test_demo_rejects_bad_arguments_clearly(args: list[str], message: str) -> No
     result = subprocess.run([*_command(), "demo", *args], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
     assert message in result.stderr
+
+
+def test_check_in_a_pipe_keeps_file_names_whole(tmp_path: Path) -> None:
+    """Issue 15, defect 6: piped, the table squeezed file names into a column one letter wide."""
+    path = tmp_path / "a-rather-long-directory-name-for-manifests" / "inference-workload-resnet.yaml"
+    path.parent.mkdir()
+    path.write_text((REPO / "deploy" / "examples" / "testfastpod.yaml").read_text())
+    env = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
+    result = subprocess.run([*_command(), "check", str(path)], capture_output=True, text=True, timeout=120,
+                            check=False, env=env)
+    assert result.returncode == 0, result.stderr
+    assert str(path) in result.stdout

@@ -66,8 +66,9 @@ def test_check_reports_every_problem_and_fails(tmp_path: Path, capsys: pytest.Ca
     good, bad = _write(tmp_path, "ok.yaml", FASTPOD_OK), _write(tmp_path, "bad.yaml", FASTPOD_BAD)
     assert main(["check", good, bad]) == 1
     captured = capsys.readouterr()
-    assert "invalid (3 problems)" in captured.out
-    assert f"{bad}: FaSTPod/broken: invalid GPU share:" in captured.err
+    assert "invalid (4 problems)" in captured.out
+    assert f"{bad}: FaSTPod/broken:\n" in captured.err
+    assert "spec.podSpec: is required" in captured.err
     assert ('fastgshare/gpu_quota_request: request "0.9" is greater than fastgshare/gpu_quota_limit "0.5"'
             in captured.err)
     assert 'fastgshare/gpu_sm_partition: "0" is out of range' in captured.err
@@ -86,7 +87,8 @@ def test_check_multi_document_files_and_skips(tmp_path: Path, capsys: pytest.Cap
     ("content", "message"),
     [
         pytest.param("kind: [unclosed", "line 1, column 16: not valid YAML", id="bad-yaml"),
-        pytest.param("- just\n- a list\n", "expected a Kubernetes object (a mapping), got list", id="not-object"),
+        pytest.param("- just\n- a list\n", "workload/entry 0:\n  - must be a mapping with name, count and annotations",
+                     id="not-object"),
     ],
 )
 def test_check_unreadable_files(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from fastgshare import keys
 from fastgshare.errors import FieldProblem, InvalidShareSpec
-from fastgshare.share import ShareSpec, format_fraction, parse_share, share_annotations
+from fastgshare.share import ShareSpec, format_fraction, parse_share, share_annotations, unknown_annotations
 from tests.builders import make_share
 from tests.builders import share_annotations as annotations
 
@@ -49,7 +49,11 @@ INVALID = [
                  '"1.5" is out of range; allowed: a decimal fraction of GPU time, 0 <= request <= 1',
                  id="request-above-one"),
     pytest.param(annotations(request="-0.1"), keys.GPU_QUOTA_REQUEST,
-                 '"-0.1" is not a decimal number; allowed: a decimal fraction', id="request-negative"),
+                 '"-0.1" is negative; allowed: a decimal fraction', id="request-negative"),
+    pytest.param(annotations(limit="-1"), keys.GPU_QUOTA_LIMIT, '"-1" is negative; allowed: a decimal fraction',
+                 id="limit-negative"),
+    pytest.param(annotations(sm="-5"), keys.GPU_SM_PARTITION, '"-5" is negative; allowed: an integer percent',
+                 id="sm-negative"),
     pytest.param(annotations(request="40%"), keys.GPU_QUOTA_REQUEST, '"40%" is not a decimal number',
                  id="request-percent"),
     pytest.param(annotations(request="nan"), keys.GPU_QUOTA_REQUEST, '"nan" is not a decimal number',
@@ -76,7 +80,8 @@ INVALID = [
     pytest.param(annotations(sm=""), keys.GPU_SM_PARTITION, '"" is not an integer', id="sm-empty"),
     pytest.param(annotations(mem="0"), keys.GPU_MEM, '"0" is not a byte count; allowed: a positive whole number',
                  id="memory-zero"),
-    pytest.param(annotations(mem="-5"), keys.GPU_MEM, '"-5" is not a byte count', id="memory-negative"),
+    pytest.param(annotations(mem="-5"), keys.GPU_MEM, '"-5" is negative; allowed: a positive whole number',
+                 id="memory-negative"),
     pytest.param(annotations(mem="1.5"), keys.GPU_MEM, '"1.5" is not a byte count', id="memory-fractional-bytes"),
     pytest.param(annotations(mem="2GB"), keys.GPU_MEM, '"2GB" is not a byte count', id="memory-unknown-suffix"),
     pytest.param(annotations(mem="lots"), keys.GPU_MEM, '"lots" is not a byte count', id="memory-garbage"),
@@ -175,3 +180,23 @@ def _parse_or_problems(raw: dict[str, object]) -> tuple[ShareSpec | None, tuple[
         return parse_share(raw), ()
     except InvalidShareSpec as error:
         return None, error.problems
+
+
+def test_a_missing_key_points_at_a_misspelt_one() -> None:
+    """Issue 15, defect 6: a typo was reported only as the right key missing."""
+    given = {**annotations(request=None), "fastgshare/gpu_quota_requests": "0.4"}
+    with pytest.raises(InvalidShareSpec) as caught:
+        parse_share(given)
+    [problem] = caught.value.problems
+    assert problem.message.endswith("; found fastgshare/gpu_quota_requests: a misspelling?")
+
+
+def test_unknown_fastgshare_annotations_suggest_the_nearest_key() -> None:
+    given = {**annotations(), "fastgshare/gpu_quota_requests": "0.4", "fastgshare/sm_partition": "5",
+             "fastgshare/zzz": "1", keys.GPU_CONTAINERS_ANNOTATION: "a", "example.com/other": "x"}
+    assert [str(problem) for problem in unknown_annotations(given)] == [
+        "fastgshare/gpu_quota_requests: unknown annotation; did you mean fastgshare/gpu_quota_request?",
+        "fastgshare/sm_partition: unknown annotation; did you mean fastgshare/gpu_sm_partition?",
+        "fastgshare/zzz: unknown annotation; allowed: fastgshare/gpu_quota_request, fastgshare/gpu_quota_limit, "
+        "fastgshare/gpu_sm_partition, fastgshare/gpu_mem, fastgshare/gpu_containers, "
+        "fastgshare/scheduling_policy"]
