@@ -15,11 +15,13 @@ Environment:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import secrets
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -212,8 +214,31 @@ def _delete_node(api_client: kubernetes.client.ApiClient, name: str) -> None:
             raise
 
 
+REAL_NODE_LOCK = Path("/tmp/fastgshare-real-node.lock")
+
+
 @pytest.fixture(scope="module")
-def real_cluster(cluster_binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def real_node_turn() -> Iterator[None]:
+    """The machine's one kubelet for this test module: waits while another test run holds it.
+
+    kubelet v1.20 hard-codes ``/var/lib/kubelet/device-plugins``, so one machine runs one real
+    node at a time; test runs in parallel (two checkouts, two engineers) take turns."""
+    with REAL_NODE_LOCK.open("a") as lock:
+        deadline = time.monotonic() + 1800
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"another test run held {REAL_NODE_LOCK} for 30 minutes", pytrace=False)
+                time.sleep(1)
+        yield
+
+
+@pytest.fixture(scope="module")
+def real_cluster(cluster_binaries: Binaries, real_node_turn: None,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A whole cluster on this machine, started by the code ``fastgshare cluster up`` runs, for one
     test module; its components die with the test process. Stopped (``down``) afterwards."""
     controlplane.install_emergency_cleanup()

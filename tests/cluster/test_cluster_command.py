@@ -74,7 +74,7 @@ def host_snapshot(state_dir: Path) -> dict[str, object]:
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path, cluster_binaries: Binaries) -> Iterator[Path]:
+def state_dir(tmp_path: Path, cluster_binaries: Binaries, real_node_turn: None) -> Iterator[Path]:
     directory = tmp_path / "state"
     yield directory
     if (directory / "cluster.json").exists():  # the test failed before its own down

@@ -70,6 +70,7 @@ def test_fastpods_get_a_share_within_their_request_and_limit(
     achieved = measure_shares(real_cluster, gpus, 20)
     assert set(achieved) == set(by_uid), f"shares measured for pods {achieved}, expected {list(by_uid)}"
     report = {by_uid[uid].metadata.labels["app"]: round(share, 3) for uid, share in achieved.items()}
+    print(f"achieved shares over 20 s: {report}")
     for uid, share in achieved.items():
         request, limit, _sm, _memory = shares[by_uid[uid].metadata.labels["app"]]
         assert request - TOLERANCE <= share <= limit + TOLERANCE, report
