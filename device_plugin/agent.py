@@ -24,6 +24,8 @@ from fastgshare.codec import encode_node_inventory
 
 log = logging.getLogger(__name__)
 
+MAX_RETRY_S = 30.0
+
 
 class InventoryPublisher(Protocol):
     def publish_inventory(self, node_name: str, payload: str) -> bool: ...
@@ -73,12 +75,14 @@ class NodeAgent:
                 server.stop()
 
     def _register_until_accepted(self) -> bool:
+        delay = self._retry_s
         while not self._stopping.is_set():
             try:
                 register(self._plugin_dir, keys.DEVICE_PLUGIN_SOCKET)
             except RegistrationError as error:
-                log.warning("%s; retrying in %.0fs", error, self._retry_s)
-                self._stopping.wait(self._retry_s)
+                log.warning("%s; retrying in %gs", error, delay)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, MAX_RETRY_S)  # kubelet may take a while: back off
                 continue
             self.registrations += 1
             log.info("registered with kubelet resource=%s endpoint=%s", keys.VGPU_RESOURCE, keys.DEVICE_PLUGIN_SOCKET)

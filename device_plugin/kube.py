@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -29,15 +30,43 @@ WATCH_TIMEOUT_S = 240
 CONFLICT_RETRIES = 5
 
 
+class KubeConfigError(Exception):
+    """No usable way to reach the API server; the message says which and how to fix it."""
+
+
 def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig."""
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig; raises
+    :class:`KubeConfigError` saying which of them is unusable and why."""
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file; pass the path of a kubeconfig file, or "
+                              "leave the flag out to use the in-cluster config, else ~/.kube/config")
     try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            return config.new_client_from_config()
+    except (config.ConfigException, OSError, ValueError) as error:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "neither the in-cluster config nor ~/.kube/config"
+        raise KubeConfigError(f"{where}: cannot be used: {error}; pass a working kubeconfig with --kubeconfig"
+                              ) from None
+
+
+def missing_node(api: client.ApiClient, node_name: str) -> str | None:
+    """Why ``node_name`` cannot be this agent's node (it is not in the cluster), else ``None``.
+    An API server that cannot answer now is not a reason: the agent's loops retry."""
+    try:
+        client.CoreV1Api(api).read_node(node_name, _request_timeout=(5, 30))
+    except ApiException as error:
+        if error.status == 404:
+            return (f"node {node_name!r} is not in the cluster: --node-name (or $NODE_NAME) must be this machine's "
+                    "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName)")
+        log.warning("cannot check node=%s now (status=%s %s); going on", node_name, error.status, error.reason)
+    except Exception as error:  # unreachable: the loops retry
+        log.warning("cannot check node=%s now (%s); going on", node_name, error)
+    return None
 
 
 def pod_record(pod: Any) -> PodRecord:

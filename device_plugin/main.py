@@ -25,7 +25,7 @@ from device_plugin.arbiter.shares import AssignmentShares
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.hook_install import HookInstallError, install_hook, install_library
-from device_plugin.kube import KubeWriter, NodePods, load_api_client
+from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_client, missing_node
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
@@ -142,7 +142,12 @@ def build(args: argparse.Namespace) -> Components:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     stopping = threading.Event()
-    api = load_api_client(args.kubeconfig)
+    try:
+        api = load_api_client(args.kubeconfig)
+    except KubeConfigError as error:
+        raise StartupError(str(error), 2) from None
+    if (problem := missing_node(api, args.node_name)) is not None:
+        raise StartupError(problem, 2)
     pods = NodePods(api, args.node_name)
     writer = KubeWriter(api)
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)

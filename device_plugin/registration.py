@@ -28,7 +28,13 @@ class RegistrationError(RuntimeError):
 
 
 def register(plugin_dir: Path, endpoint: str, timeout_s: float = 10.0) -> None:
-    """Register ``endpoint`` (a socket file name in ``plugin_dir``) for our resource."""
+    """Register ``endpoint`` (a socket file name in ``plugin_dir``) for our resource; without
+    kubelet's socket there, fail at once saying what to check."""
+    if not (plugin_dir / KUBELET_SOCKET).exists():
+        raise RegistrationError(
+            f"kubelet's device-plugin socket {plugin_dir / KUBELET_SOCKET} does not exist: is the kubelet running "
+            "on this node, and is --device-plugin-dir its device-plugin directory (default "
+            "/var/lib/kubelet/device-plugins)?")
     target = f"unix://{plugin_dir / KUBELET_SOCKET}"
     request = api.RegisterRequest(version=API_VERSION, endpoint=endpoint, resource_name=keys.VGPU_RESOURCE,
                                   options=OPTIONS)

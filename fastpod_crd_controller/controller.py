@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from fastgshare import keys
 from fastpod_crd_controller import names
 from fastpod_crd_controller.builder import PodConfig, make_pod
 from fastpod_crd_controller.cache import FaSTPodStore, PodStore
@@ -41,6 +42,11 @@ log = logging.getLogger(__name__)
 
 REASON_POD_REJECTED = "PodRejected"
 SYNC_TIMEOUT_S = 120.0
+_RBAC_HINT = "this account may not list and watch {what}: apply deploy/controller/rbac.yaml and run as its account"
+FASTPOD_HINTS = {404: f"the FaSTPod CRD {keys.FASTPOD_CRD_NAME} is not installed; install it with kubectl apply -f "
+                      "deploy/crd/fastpods.yaml (deploy/install.sh does)",
+                 403: _RBAC_HINT.format(what="FaSTPods")}
+POD_HINTS = {403: _RBAC_HINT.format(what="pods")}
 
 
 @attrs.frozen(kw_only=True)
@@ -187,8 +193,8 @@ class Controller:
     # --- running ------------------------------------------------------------------------------
     def start(self, fastpod_source: ListWatch, pod_source: ListWatch) -> None:
         """Fill the caches, then start the workers and the periodic resync."""
-        self._reflectors = [Reflector("fastpods", fastpod_source, self.fastpods),
-                            Reflector("pods", pod_source, self.pods)]
+        self._reflectors = [Reflector("fastpods", fastpod_source, self.fastpods, hints=FASTPOD_HINTS),
+                            Reflector("pods", pod_source, self.pods, hints=POD_HINTS)]
         for reflector in self._reflectors:
             reflector.start()
         for reflector in self._reflectors:

@@ -46,6 +46,10 @@ class ApiError(Exception):
         return self.status == GONE
 
 
+class ConfigError(Exception):
+    """The controller is configured so that it cannot work; the message says what and how to fix it."""
+
+
 class InvalidFaSTPod(Exception):
     """A FaSTPod the controller cannot turn into pods; every problem is listed.
 

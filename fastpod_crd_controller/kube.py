@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -29,7 +30,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from fastgshare import keys
-from fastpod_crd_controller.errors import INVALID, ApiError
+from fastpod_crd_controller.errors import INVALID, ApiError, ConfigError
 
 PAGE_SIZE = 500
 CONNECT_TIMEOUT_S = 10
@@ -40,14 +41,22 @@ ApiClient = client.ApiClient  # for annotations in modules that must not import 
 
 
 def load_api_client(kubeconfig: str | None) -> ApiClient:
-    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig."""
-    if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig; raises
+    :class:`ConfigError` saying which of them is unusable and why."""
+    if kubeconfig and not os.path.isfile(kubeconfig):
+        raise ConfigError(f"--kubeconfig {kubeconfig}: no such file; pass the path of a kubeconfig file, or leave "
+                          "the flag out to use the in-cluster config, else ~/.kube/config")
     try:
-        config.load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return config.new_client_from_config()
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            return config.new_client_from_config()
+    except (config.ConfigException, OSError, ValueError) as error:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "neither the in-cluster config nor ~/.kube/config"
+        raise ConfigError(f"{where}: cannot be used: {error}; pass a working kubeconfig with --kubeconfig") from None
 
 
 def api_error(error: ApiException) -> ApiError:

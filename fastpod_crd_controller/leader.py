@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from fastpod_crd_controller.errors import ApiError
+from fastpod_crd_controller.errors import ApiError, ConfigError
 from fastpod_crd_controller.ports import LeasePort
 
 log = logging.getLogger(__name__)
@@ -74,13 +74,13 @@ class LeaderElector:
         return True
 
     def try_acquire_or_renew(self) -> bool:
-        """One attempt; True if this candidate holds the Lease afterwards."""
+        """One attempt; True if this candidate holds the Lease afterwards. Raises
+        :class:`ConfigError` if the Lease's namespace does not exist: waiting cannot help."""
         now = self._wall()
         try:
             lease = self._leases.get_lease(self.namespace, self.name)
             if lease is None:
-                self._leases.create_lease(self.namespace, self._lease(None, now))
-                self.is_leader = True
+                self._create(now)
                 return True
             if not self._may_take(lease.get("spec") or {}):
                 self.is_leader = False
@@ -92,6 +92,17 @@ class LeaderElector:
             return False
         self.is_leader = True
         return True
+
+    def _create(self, now: float) -> None:
+        try:
+            self._leases.create_lease(self.namespace, self._lease(None, now))
+        except ApiError as error:
+            if error.not_found:  # creating in a namespace that is not there
+                raise ConfigError(f"the leader-election namespace {self.namespace!r} does not exist; create it, "
+                                  "pass --lease-namespace NAMESPACE, or --no-leader-elect for a single replica"
+                                  ) from None
+            raise
+        self.is_leader = True
 
     def release(self) -> None:
         """Give the Lease up (empty holder), if held; errors are logged."""

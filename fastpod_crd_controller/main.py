@@ -23,6 +23,7 @@ from fastgshare import keys
 from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
+from fastpod_crd_controller.errors import ConfigError
 from fastpod_crd_controller.events import EventRecorder
 from fastpod_crd_controller.health import HealthServer
 from fastpod_crd_controller.leader import LeaderElector
@@ -129,8 +130,12 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
 
 def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElector | None,
           stopping: threading.Event, api: kube.ApiClient) -> int:
-    if elector is not None and not elector.acquire(stopping):
-        return 0
+    try:
+        if elector is not None and not elector.acquire(stopping):
+            return 0
+    except ConfigError as error:
+        log.error("%s", error)
+        return 1
     namespace = args.namespace or None
     try:
         controller.start(kube.fastpod_source(api, namespace), kube.pod_source(api, namespace))
@@ -174,7 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    status = run(args, stopping)
+    try:
+        status = run(args, stopping)
+    except ConfigError as error:
+        log.error("%s", error)
+        return 2
     log.info("controller stopped status=%d", status)
     return status
 

@@ -4,7 +4,9 @@ The classic client-go reflector: list to get every object and a resourceVersion,
 to the store (which diffs it), then watch from that version and apply each event. A watch
 that ends normally (its timeout) is resumed from the last version seen; one that the API
 server ends with 410 Gone (the version left its history) is followed by a relist; any other
-failure waits ``retry_delay_s`` and relists. The API calls sit behind :class:`ListWatch`, so
+failure waits and relists, the wait doubling from ``retry_delay_s`` up to ``max_retry_delay_s``
+while failures follow each other. ``hints`` add what to do to the log line of an HTTP status
+(for example a 404 listing FaSTPods: the CRD is not installed). The API calls sit behind :class:`ListWatch`, so
 this loop is tested with fakes and the real one lives in :mod:`.kube`.
 """
 
@@ -20,6 +22,7 @@ from fastpod_crd_controller.errors import ApiError
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S = 300
+MAX_RETRY_DELAY_S = 30.0
 
 
 class ListWatch(Protocol):
@@ -50,11 +53,15 @@ class Reflector:
     """Keeps ``sink`` equal to the API's view of one resource, in a daemon thread."""
 
     def __init__(self, name: str, list_watch: ListWatch, sink: Sink, *, retry_delay_s: float = 1.0,
-                 watch_timeout_s: int = WATCH_TIMEOUT_S) -> None:
+                 max_retry_delay_s: float = MAX_RETRY_DELAY_S, watch_timeout_s: int = WATCH_TIMEOUT_S,
+                 hints: Mapping[int, str] | None = None) -> None:
         self.name = name
         self._list_watch = list_watch
         self._sink = sink
         self._retry_delay_s = retry_delay_s
+        self._max_retry_delay_s = max_retry_delay_s
+        self._next_delay_s = retry_delay_s
+        self._hints = dict(hints or {})
         self._watch_timeout_s = watch_timeout_s
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -92,14 +99,18 @@ class Reflector:
                 self._failed(error)
 
     def _failed(self, error: Exception) -> None:
+        delay = self._next_delay_s
+        self._next_delay_s = min(delay * 2, self._max_retry_delay_s)
         if not self._stop.is_set():
-            log.warning("list/watch failed resource=%s error=%s; retrying in %.1fs", self.name, error,
-                        self._retry_delay_s)
-        self._stop.wait(self._retry_delay_s)
+            hint = self._hints.get(error.status) if isinstance(error, ApiError) else None
+            log.warning("list/watch failed resource=%s error=%s%s; retrying in %gs", self.name, error,
+                        f": {hint}" if hint else "", round(delay, 3))
+        self._stop.wait(delay)
 
     def _relist(self) -> str:
         objects, resource_version = self._list_watch.list()
         self._sink.replace(objects)
+        self._next_delay_s = self._retry_delay_s
         self.relists += 1
         self._synced.set()
         log.debug("listed resource=%s count=%d resourceVersion=%s", self.name, len(objects), resource_version)

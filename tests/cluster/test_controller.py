@@ -353,3 +353,19 @@ def test_a_pod_spec_the_client_refuses_is_reported_at_once(cluster: Cluster, con
     assert event.type == "Warning"
     assert "spec.podSpec.metadata" in event.message
     assert cluster.pods("stray") == []
+
+
+def test_a_missing_lease_namespace_stops_the_controller_saying_how_to_fix_it(
+        control_plane: ControlPlane, namespace: str, fastpod_crd: None, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 15, defect 7: a Lease namespace that does not exist was retried forever, vaguely."""
+    args = build_parser().parse_args(["--kubeconfig", str(control_plane.kubeconfig), "--namespace", namespace,
+                                      "--lease-namespace", "no-such-namespace"])
+    result: list[int] = []
+    stopping = threading.Event()
+    thread = threading.Thread(target=lambda: result.append(run(args, stopping)), daemon=True)
+    thread.start()
+    thread.join(30)
+    stopping.set()
+    assert result == [1]
+    assert ("the leader-election namespace 'no-such-namespace' does not exist; create it, pass "
+            "--lease-namespace NAMESPACE, or --no-leader-elect for a single replica") in caplog.text

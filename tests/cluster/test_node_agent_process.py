@@ -75,3 +75,20 @@ def test_agent_process_registers_publishes_serves_and_stops_cleanly(
         log.close()
         kubelet.stop()
         core.delete_node(node)
+
+
+def test_a_node_name_that_is_not_in_the_cluster_stops_the_agent_saying_so(
+        control_plane: ControlPlane, workdir: Path) -> None:
+    """Issue 15, defect 7: a wrong --node-name left the agent running and failing to publish forever."""
+    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
+    assert agent_bin, "fastgshare-node-agent is not installed"
+    (workdir / "dp").mkdir()
+    result = subprocess.run(
+        [agent_bin, "--node-name", "no-such-node", "--kubeconfig", str(control_plane.kubeconfig),
+         "--device-plugin-dir", str(workdir / "dp"), "--state-dir", str(workdir / "state"),
+         "--fake-gpus", "1x40GiB:108sm", "--hook-library", "/bin/true"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert ("node 'no-such-node' is not in the cluster: --node-name (or $NODE_NAME) must be this machine's "
+            "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName)") in result.stderr

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from device_plugin.registration import RegistrationError, register
+
 
 def _agent() -> str:
     script = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
@@ -57,3 +59,26 @@ def test_missing_hook_library(tmp_path: Path) -> None:
                   "--hook-library", str(tmp_path / "missing.so"))
     assert result.returncode == 1
     assert "cannot read hook library" in result.stderr
+
+
+def test_a_kubeconfig_that_is_not_there_is_one_clear_line(tmp_path: Path) -> None:
+    """Issue 15, defect 7: it was a traceback ending in 'Invalid kube-config file. No configuration found.'"""
+    hook = Path(__file__).resolve().parents[3] / "vgpu_hook" / "build" / "libfastgshare-hook.so"
+    result = _run("--node-name", "n1", "--fake-gpus", "1x8GiB:10sm", "--state-dir", str(tmp_path),
+                  "--hook-library", str(hook if hook.exists() else "/bin/true"),
+                  "--kubeconfig", "/nonexistent/kubeconfig")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    [line] = result.stderr.strip().splitlines()
+    assert line.endswith("--kubeconfig /nonexistent/kubeconfig: no such file; pass the path of a kubeconfig "
+                         "file, or leave the flag out to use the in-cluster config, else ~/.kube/config")
+
+
+def test_without_a_kubelet_socket_registration_says_so_at_once(tmp_path: Path) -> None:
+    """Issue 15, defect 7: with no kubelet.sock, registering waited out a 10 s deadline and logged
+    'DEADLINE_EXCEEDED', again and again. It must name the socket and what to check."""
+    with pytest.raises(RegistrationError) as refused:
+        register(tmp_path, "fastgshare.sock", timeout_s=30)
+    assert str(refused.value) == (
+        f"kubelet's device-plugin socket {tmp_path}/kubelet.sock does not exist: is the kubelet running on this "
+        "node, and is --device-plugin-dir its device-plugin directory (default /var/lib/kubelet/device-plugins)?")

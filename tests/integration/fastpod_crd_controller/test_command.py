@@ -50,3 +50,13 @@ def test_healthz_reports_the_check(healthy: bool, expected: int) -> None:
         assert status_of(f"{base}/metrics") == 404
     finally:
         server.stop()
+
+
+def test_a_kubeconfig_that_is_not_there_is_one_clear_line(tmp_path: object) -> None:
+    """Issue 15, defect 7: it was a traceback ending in 'Invalid kube-config file. No configuration found.'"""
+    done = command("--kubeconfig", "/nonexistent/kubeconfig")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.strip().splitlines()
+    assert line.endswith("--kubeconfig /nonexistent/kubeconfig: no such file; pass the path of a kubeconfig "
+                         "file, or leave the flag out to use the in-cluster config, else ~/.kube/config")

@@ -102,13 +102,13 @@ class FakeKube:
 class ScriptedListWatch:
     """A ListWatch that answers lists and watches from scripts the test sets up.
 
-    ``lists`` is a queue of (objects, resourceVersion); ``watches`` a queue of event lists, each
-    an event dict or an exception to raise at that point. An exhausted watch queue blocks until
+    ``lists`` is a queue of (objects, resourceVersion) or exceptions to raise; ``watches`` a queue
+    of event lists, each an event dict or an exception to raise at that point. An exhausted watch queue blocks until
     :meth:`close`.
     """
 
     def __init__(self) -> None:
-        self.lists: list[tuple[list[dict[str, Any]], str]] = []
+        self.lists: list[tuple[list[dict[str, Any]], str] | Exception] = []
         self.watches: list[list[dict[str, Any] | Exception]] = []
         self.watched_from: list[str] = []
         self.closed = threading.Event()
@@ -117,7 +117,10 @@ class ScriptedListWatch:
         if not self.lists:
             self.closed.wait()
             raise ApiError(0, "Closed")
-        return self.lists.pop(0)
+        answer = self.lists.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
     def watch(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         self.watched_from.append(resource_version)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from fastpod_crd_controller.cache import PodStore
 from fastpod_crd_controller.errors import ApiError
 from fastpod_crd_controller.pods import PodInfo
@@ -69,3 +71,24 @@ def test_a_failed_watch_relists_after_a_delay() -> None:
     _, reflector = run(source, lambda: len(source.watched_from) == 2)
     assert source.watched_from == ["10", "30"]
     assert reflector.relists == 2
+
+
+def test_a_missing_resource_is_named_with_the_fix_and_retried_with_growing_delays(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 15, defect 7: a missing CRD showed only as '404 NotFound' retried every second."""
+    source = ScriptedListWatch()
+    missing = ApiError(404, "NotFound", "the server could not find the requested resource")
+    source.lists = [missing, missing, missing, missing, ([pod("a")], "10")]
+    store = PodStore(lambda old, new: None)
+    reflector = Reflector("fastpods", source, store, retry_delay_s=0.01, max_retry_delay_s=0.04,
+                          hints={404: "the FaSTPod CRD is not installed; install it"})
+    reflector.start()
+    try:
+        assert reflector.wait_synced(5)
+    finally:
+        reflector.stop()
+    messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(messages) == 4
+    assert messages[0] == ("list/watch failed resource=fastpods error=404 NotFound: the server could not find the "
+                           "requested resource: the FaSTPod CRD is not installed; install it; retrying in 0.01s")
+    assert [m.rsplit("retrying in ", 1)[1] for m in messages] == ["0.01s", "0.02s", "0.04s", "0.04s"]
