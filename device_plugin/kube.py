@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client, config, watch
@@ -54,19 +54,33 @@ def load_api_client(kubeconfig: str | None) -> client.ApiClient:
                               ) from None
 
 
-def missing_node(api: client.ApiClient, node_name: str) -> str | None:
-    """Why ``node_name`` cannot be this agent's node (it is not in the cluster), else ``None``.
-    An API server that cannot answer now is not a reason: the agent's loops retry."""
-    try:
-        client.CoreV1Api(api).read_node(node_name, _request_timeout=(5, 30))
-    except ApiException as error:
-        if error.status == 404:
-            return (f"node {node_name!r} is not in the cluster: --node-name (or $NODE_NAME) must be this machine's "
-                    "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName)")
-        log.warning("cannot check node=%s now (status=%s %s); going on", node_name, error.status, error.reason)
-    except Exception as error:  # unreachable: the loops retry
-        log.warning("cannot check node=%s now (%s); going on", node_name, error)
-    return None
+def missing_node(api: client.ApiClient, node_name: str, wait_s: float, *,
+                 sleep: Callable[[float], None] = time.sleep) -> str | None:
+    """Why ``node_name`` cannot be this agent's node (it is not in the cluster, even after waiting
+    up to ``wait_s`` for the kubelet to register it), else ``None``. An API server that cannot
+    answer now is not a reason: the agent's loops retry."""
+    deadline = time.monotonic() + wait_s
+    delay = 1.0
+    while True:
+        try:
+            client.CoreV1Api(api).read_node(node_name, _request_timeout=(5, 30))
+            return None
+        except ApiException as error:
+            if error.status != 404:
+                log.warning("cannot check node=%s now (status=%s %s); going on", node_name, error.status,
+                            error.reason)
+                return None
+        except Exception as error:  # unreachable: the loops retry
+            log.warning("cannot check node=%s now (%s); going on", node_name, error)
+            return None
+        problem = (f"node {node_name!r} is not in the cluster: --node-name (or $NODE_NAME) must be this machine's "
+                   "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName)")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return problem
+        log.warning("%s; waiting for the kubelet to register it, %.0fs left", problem, left)
+        sleep(min(delay, left))
+        delay = min(delay * 2, 10.0)
 
 
 def pod_record(pod: Any) -> PodRecord:
@@ -191,9 +205,11 @@ class NodePods:
 class KubeWriter:
     """The node agent's writes, each limited to the annotation it owns."""
 
-    def __init__(self, api: client.ApiClient, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, api: client.ApiClient, *, sleep: Callable[[float], None] = time.sleep,
+                 node_annotations: Mapping[str, str] | None = None) -> None:
         self._core = client.CoreV1Api(api)
         self._sleep = sleep
+        self._node_annotations = dict(node_annotations or {})  # published with the inventory
 
     def mark_allocated(self, pod: PodRecord, value: str) -> bool:
         """Set the allocated annotation if the pod is still the one we served.
@@ -226,11 +242,14 @@ class KubeWriter:
         return False
 
     def publish_inventory(self, node_name: str, payload: str) -> bool:
-        """Write the node's inventory annotation if it differs; True if a write was made."""
+        """Write the node's inventory annotation (and the agent's other node annotations, such as
+        its metrics port) if they differ; True if a write was made."""
         node: Any = self._core.read_node(node_name)
-        if (node.metadata.annotations or {}).get(keys.NODE_GPU_INFO_ANNOTATION) == payload:
+        wanted = {keys.NODE_GPU_INFO_ANNOTATION: payload, **self._node_annotations}
+        current = node.metadata.annotations or {}
+        if all(current.get(key) == value for key, value in wanted.items()):
             return False
-        self._core.patch_node(node_name, {"metadata": {"annotations": {keys.NODE_GPU_INFO_ANNOTATION: payload}}})
+        self._core.patch_node(node_name, {"metadata": {"annotations": wanted}})
         return True
 
     def _read_pod(self, pod: PodRecord) -> Any:

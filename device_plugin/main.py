@@ -26,6 +26,7 @@ from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.hook_install import HookInstallError, install_hook, install_library
 from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_client, missing_node
+from device_plugin.metrics import MetricsServer, NodeMetrics
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
@@ -48,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                         help="this node's name (default: $NODE_NAME)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    parser.add_argument("--node-wait-seconds", type=float, default=60.0,
+                        help="how long to wait at start for --node-name to be registered in the cluster before "
+                             "giving up (default: %(default)s)")
     parser.add_argument("--device-plugin-dir", default=DEFAULT_PLUGIN_DIR, type=Path,
                         help="kubelet's device-plugin directory (default: %(default)s)")
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, type=Path,
@@ -71,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allocate-wait-seconds", type=float, default=10.0,
                         help="how long Allocate waits for the pod it serves to appear in the watch cache "
                              "(default: %(default)s)")
+    parser.add_argument("--metrics-listen", default=f"0.0.0.0:{keys.DEFAULT_NODE_METRICS_PORT}", metavar="HOST:PORT",
+                        help="where to serve /metrics and /healthz (default: %(default)s; port 0 picks a free one); "
+                             "the port is published on the node for `fastgshare inspect`")
     add_timing_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
@@ -119,6 +126,33 @@ class Components:
     arbiter: ArbiterThread
     agent: NodeAgent
     stopping: threading.Event
+    metrics: MetricsServer
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); raises StartupError naming the flag."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise StartupError(f"--metrics-listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:9401", 2)
+    return host.strip("[]"), int(port)
+
+
+def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThread,
+                  devices: DeviceState) -> MetricsServer:
+    host, port = parse_listen(args.metrics_listen)
+
+    def arbiter_answers() -> bool:
+        try:
+            arbiter.usage(timeout_s=1.0)
+        except Exception:
+            return False
+        return True
+
+    try:
+        return MetricsServer(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory), arbiter_answers)
+    except OSError as error:
+        raise StartupError(f"cannot serve metrics on --metrics-listen {args.metrics_listen}: "
+                           f"{error.strerror or error}") from None
 
 
 def build(args: argparse.Namespace) -> Components:
@@ -146,11 +180,17 @@ def build(args: argparse.Namespace) -> Components:
         api = load_api_client(args.kubeconfig)
     except KubeConfigError as error:
         raise StartupError(str(error), 2) from None
-    if (problem := missing_node(api, args.node_name)) is not None:
+    if (problem := missing_node(api, args.node_name, args.node_wait_seconds)) is not None:
         raise StartupError(problem, 2)
     pods = NodePods(api, args.node_name)
-    writer = KubeWriter(api)
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
+    arbiter = ArbiterThread(
+        ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
+                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
+                      AssignmentShares(pods), **timing_ns(args)),
+        pods)
+    metrics = start_metrics(args, pods, arbiter, devices)
+    writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)})
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
                                                     mps_pipe_dir=args.mps_pipe_dir, simulated_driver=driver))
     agent = NodeAgent(
@@ -159,15 +199,11 @@ def build(args: argparse.Namespace) -> Components:
         make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, writer, stopping=stopping,
                                                    allocate_wait_s=args.allocate_wait_seconds),
     )
-    arbiter = ArbiterThread(
-        ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
-                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
-                      AssignmentShares(pods), **timing_ns(args)),
-        pods)
     inventory = devices.inventory()
-    log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s", args.node_name,
-             ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu, hook)
-    return Components(pods, arbiter, agent, stopping)
+    log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s metrics=%s:%d", args.node_name,
+             ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu, hook,
+             parse_listen(args.metrics_listen)[0], metrics.port)
+    return Components(pods, arbiter, agent, stopping, metrics)
 
 
 def run(parts: Components) -> None:
@@ -183,10 +219,13 @@ def run(parts: Components) -> None:
         parts.arbiter.start()
     except OSError as error:
         parts.pods.stop()
+        parts.metrics.stop()
         raise StartupError(f"cannot start the arbiter: {error}") from None
+    parts.metrics.start()
     parts.agent.start()
     parts.stopping.wait()
     parts.agent.stop()
+    parts.metrics.stop()
     parts.arbiter.stop()
     parts.pods.stop()
 

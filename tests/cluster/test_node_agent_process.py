@@ -79,16 +79,52 @@ def test_agent_process_registers_publishes_serves_and_stops_cleanly(
 
 def test_a_node_name_that_is_not_in_the_cluster_stops_the_agent_saying_so(
         control_plane: ControlPlane, workdir: Path) -> None:
-    """Issue 15, defect 7: a wrong --node-name left the agent running and failing to publish forever."""
+    """Issue 15, defect 7: a wrong --node-name left the agent running and failing to publish forever.
+    It waits a while (the kubelet may still be registering the node), saying why, then stops."""
     agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
     assert agent_bin, "fastgshare-node-agent is not installed"
     (workdir / "dp").mkdir()
     result = subprocess.run(
         [agent_bin, "--node-name", "no-such-node", "--kubeconfig", str(control_plane.kubeconfig),
          "--device-plugin-dir", str(workdir / "dp"), "--state-dir", str(workdir / "state"),
-         "--fake-gpus", "1x40GiB:108sm", "--hook-library", "/bin/true"],
+         "--fake-gpus", "1x40GiB:108sm", "--hook-library", "/bin/true", "--node-wait-seconds", "2"],
         capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert ("node 'no-such-node' is not in the cluster: --node-name (or $NODE_NAME) must be this machine's "
-            "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName)") in result.stderr
+            "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName); waiting for the kubelet "
+            "to register it") in result.stderr
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "node 'no-such-node' is not in the cluster: --node-name (or $NODE_NAME) must be this machine's "
+        "Kubernetes node name (kubectl get nodes; the DaemonSet passes spec.nodeName)")
+
+
+def test_the_agent_waits_for_a_node_the_kubelet_registers_late(
+        control_plane: ControlPlane, core: kubernetes.client.CoreV1Api, workdir: Path) -> None:
+    """The agent may start before the kubelet has registered its node (fastgshare cluster up does)."""
+    node = unique_name("late-node")
+    plugin_dir = workdir / "dp"
+    plugin_dir.mkdir()
+    kubelet = FakeKubelet(plugin_dir)
+    kubelet.start()
+    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
+    assert agent_bin, "fastgshare-node-agent is not installed"
+    log = (workdir / "agent.log").open("w")
+    process = subprocess.Popen(
+        [agent_bin, "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig), "--device-plugin-dir",
+         str(plugin_dir), "--state-dir", str(workdir / "state"), "--fake-gpus", "1x40GiB:108sm",
+         "--hook-library", "/bin/true"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "waiting for the kubelet to register it" in (workdir / "agent.log").read_text(),
+                   what="the agent to say it waits for its node", timeout_s=30)
+        core.create_node(kubernetes.client.V1Node(metadata=kubernetes.client.V1ObjectMeta(name=node)))
+        assert kubelet.wait_for_registrations(1, timeout_s=60), (workdir / "agent.log").read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+        kubelet.stop()
+        core.delete_node(node)
