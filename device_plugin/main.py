@@ -29,7 +29,7 @@ from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_c
 from device_plugin.metrics import MetricsServer, NodeMetrics
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from device_plugin.servicer import DevicePluginServicer
-from fastgshare import keys
+from fastgshare import __version__, keys
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, parse_gpu_spec
 
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"The fastgshare node agent: a kubelet device plugin advertising {keys.VGPU_RESOURCE} "
                     "(slots per healthy GPU), GPU discovery and health, the node's GPU inventory annotation, "
                     "and Allocate for pods the fastgshare scheduler extender assigned to this node.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                         help="this node's name (default: $NODE_NAME)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")

@@ -32,6 +32,9 @@ SCHEDULING_POLICY_ANNOTATION: Final = f"{ANNOTATION_PREFIX}scheduling_policy"
 # --- what the components write for each other ------------------------------------------
 # Node: the node agent's GPU inventory (versioned JSON, see fastgshare.codec).
 NODE_GPU_INFO_ANNOTATION: Final = f"{ANNOTATION_PREFIX}gpu_info"
+# The port of the node agent's /metrics on the node's address (read through the API server's node proxy).
+NODE_METRICS_PORT_ANNOTATION: Final = f"{ANNOTATION_PREFIX}metrics_port"
+DEFAULT_NODE_METRICS_PORT: Final = 9401
 # Pod: the extender's GPU assignment, written by bind before the Binding is created.
 POD_ASSIGNMENT_ANNOTATION: Final = f"{ANNOTATION_PREFIX}assignment"
 # Pod: set by the node agent once kubelet's Allocate has been answered for the pod.

@@ -306,6 +306,7 @@ class _Startup:
         kubeconfig = self.dir / "kubeconfig"
         self.step("etcd healthy, kube-apiserver starting")
 
+        node.create_bridge(network)
         containerd, containerd_socket = node.start_containerd(
             shutil.which("containerd") or "containerd", self.dir / "containerd", self.processes,
             pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / "containerd.log")
@@ -319,18 +320,18 @@ class _Startup:
 
         wait_for_apiserver(plane, self.processes.get("kube-apiserver"))
         self.step("kube-apiserver ready")
-        return self._start_node_and_services(binaries, plane, pki, kubeconfig, containerd_socket)
+        return self._start_node_and_services(binaries, plane, pki, kubeconfig, containerd_socket, network=network)
 
     def _start_node_and_services(self, binaries: Binaries, plane: ControlPlane, pki: KubeletPki, kubeconfig: Path,
-                                 containerd_socket: Path) -> Cluster:
+                                 containerd_socket: Path, *, network: node.NodeNetwork) -> Cluster:
         options = self.options
-        kubelet = node.start_kubelet(binaries, plane, pki, containerd_socket=containerd_socket,
+        kubelet = node.start_kubelet(binaries, plane, pki, containerd_socket=containerd_socket, network=network,
                                      workdir=self.dir / "kubelet", processes=self.processes,
                                      log_path=self.logs / "kubelet.log", wait=False)
         self.record(kubelet.process)
         self.record(start_controller_manager(binaries, plane, self.dir / "controller-manager", self.processes,
                                              wait=False, log_dir=self.logs))
-        extender_port, scheduler_port, scheduler_health, controller_health = free_ports(4)
+        extender_port, scheduler_port, scheduler_health, controller_health, agent_metrics = free_ports(5)
         extender_url = f"http://{LOOPBACK}:{extender_port}"
         extender = self.start("fastgshare-extender", [
             _command("fastgshare-extender"), "--kubeconfig", str(kubeconfig), "--listen",
@@ -351,7 +352,8 @@ class _Startup:
             "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
             "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", str(self.dir / "nvidia-mps"),
             "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
-            "--fake-driver-dir", str(options.hook_build / "fake")])
+            "--fake-driver-dir", str(options.hook_build / "fake"),
+            "--metrics-listen", f"{network.node_ip}:{agent_metrics}"])
         with plane.api_client() as api:
             _install_crd(api)
             self.step("components started, FaSTPod CRD installed")
@@ -404,7 +406,8 @@ def up(options: Options) -> Cluster:
         startup.processes.release()
         logs = startup.logs
         down(options.state_dir, say=lambda _text: None, keep_logs=True)
-        if isinstance(error, (ProcessFailed, TimeoutError, images.ImageError, subprocess.CalledProcessError)):
+        if isinstance(error, (ProcessFailed, TimeoutError, RuntimeError, images.ImageError,
+                              subprocess.CalledProcessError)):
             raise ClusterError(f"cluster up failed: {error}\n(logs kept in {logs})") from None
         raise
 

@@ -4,16 +4,18 @@ back after.
 
 Facts this follows (docs/cluster.md has the why): containerd must clamp ``oom_score_adj``
 (these machines lack CAP_SYS_RESOURCE), keeps pod network namespaces under its state
-directory, and uses our static pause image; pods get ``10.x.y.z/24`` on a bridge with no
-gateway, NAT or iptables rule; the kubelet runs with cgroups per QoS class (the arbiter finds a
-process's pod from ``/kubepods/.../pod<uid>/``), named by its IP so ``kubectl logs/exec`` reach
-it, and without its iptables chains. A v1.20 kubelet rewrites three sysctls and hard-codes
+directory, and uses our static pause image; pods get ``10.x.y.z/24`` on a bridge that carries
+the node's own address and has no gateway, NAT or iptables rule; the kubelet runs with cgroups
+per QoS class (the arbiter finds a process's pod from ``/kubepods/.../pod<uid>/``), serves on
+the node's address so ``kubectl logs/exec`` and the API server's node proxy reach it, and runs
+without its iptables chains. A v1.20 kubelet rewrites three sysctls and hard-codes
 ``/var/lib/kubelet/device-plugins``; containerd uses ``/run/containerd`` whatever it is told.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -28,7 +30,7 @@ from fastgshare_cluster.controlplane import Binaries, ControlPlane
 from fastgshare_cluster.pki import KubeletPki
 from fastgshare_cluster.processes import LOOPBACK, ManagedProcess, ProcessSet, free_ports, http_ok, wait_until
 
-NODE_NAME = LOOPBACK  # an IP as the name: the kubelet then reports it as InternalIP (logs/exec work)
+NODE_NAME = "fastgshare-node"
 DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")  # hard-coded in kubelet v1.20
 KUBELET_SOCKET = DEVICE_PLUGIN_DIR / "kubelet.sock"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -41,8 +43,32 @@ HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/
 
 @dataclass(frozen=True)
 class NodeNetwork:
+    """The pods' bridge and subnet; the node's own address is the subnet's first, on the bridge."""
+
     bridge: str
     subnet: str
+
+    @property
+    def node_ip(self) -> str:
+        return str(next(ipaddress.ip_network(self.subnet).hosts()))
+
+    @property
+    def prefix_length(self) -> int:
+        return ipaddress.ip_network(self.subnet).prefixlen
+
+
+def create_bridge(network: NodeNetwork) -> None:
+    """The pods' bridge with the node's address on it, before the kubelet needs that address: the
+    API server reaches the kubelet and the node agent there (it refuses to proxy to loopback), and
+    the host and its pods reach each other on it. No gateway, forwarding or NAT: nothing leaves."""
+    if Path(f"/sys/class/net/{network.bridge}").exists():
+        raise RuntimeError(f"a network interface named {network.bridge} already exists")
+    for command in (["ip", "link", "add", "name", network.bridge, "type", "bridge"],
+                    ["ip", "addr", "add", f"{network.node_ip}/{network.prefix_length}", "dev", network.bridge],
+                    ["ip", "link", "set", network.bridge, "up"]):
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
 
 
 def socket_answers(path: Path) -> bool:
@@ -182,7 +208,8 @@ def write_cni_config(conf_dir: Path, ipam_dir: Path, network: NodeNetwork) -> No
         "cniVersion": "0.4.0", "name": "fastgshare-local",
         "plugins": [
             {"type": "bridge", "bridge": network.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": False,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": network.subnet}]], "dataDir": str(ipam_dir)}},
+             "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
+                      "ranges": [[{"subnet": network.subnet, "gateway": network.node_ip}]]}},
             {"type": "loopback"},
         ],
     }, indent=2))
@@ -251,7 +278,8 @@ class Kubelet:
 
 
 def start_kubelet(binaries: Binaries, plane: ControlPlane, pki: KubeletPki, *, containerd_socket: Path,
-                  workdir: Path, processes: ProcessSet, log_path: Path, wait: bool = True) -> Kubelet:
+                  network: NodeNetwork, workdir: Path, processes: ProcessSet, log_path: Path,
+                  wait: bool = True) -> Kubelet:
     """The kubelet registering :data:`NODE_NAME`; with ``wait``, returns once ``/healthz`` answers."""
     root_dir = workdir / "root"
     root_dir.mkdir(parents=True, exist_ok=True)
@@ -264,8 +292,8 @@ def start_kubelet(binaries: Binaries, plane: ControlPlane, pki: KubeletPki, *, c
         "--image-gc-high-threshold=100", "--image-gc-low-threshold=99",  # local images cannot be pulled again
         "--make-iptables-util-chains=false", "--resolv-conf=",
         "--node-status-update-frequency=2s", "--sync-frequency=5s",
-        f"--hostname-override={NODE_NAME}",
-        f"--address={LOOPBACK}", f"--port={port}", "--read-only-port=0",
+        f"--hostname-override={NODE_NAME}", f"--node-ip={network.node_ip}",
+        f"--address={network.node_ip}", f"--port={port}", "--read-only-port=0",
         f"--healthz-bind-address={LOOPBACK}", f"--healthz-port={healthz_port}",
         f"--client-ca-file={pki.ca_cert}", "--anonymous-auth=false", "--authorization-mode=AlwaysAllow",
     ], log_path)

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol, TypedDict
 
-from device_plugin.arbiter.server import ArbiterServer
+from device_plugin.arbiter.server import ArbiterServer, ArbiterUsage
 from fastgshare.arbitration import DEFAULT_MIN_TOKEN_NS, DEFAULT_WINDOW_NS
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,13 @@ class ArbiterThread:
         if self._failure is not None:
             raise self._failure
         self._threads[1].start()
+
+    def usage(self, timeout_s: float = 2.0) -> ArbiterUsage:
+        """The arbiter's usage snapshot, taken on its own loop (any thread may call this)."""
+        async def take() -> ArbiterUsage:
+            return self.server.usage()
+
+        return asyncio.run_coroutine_threadsafe(take(), self._loop).result(timeout_s)
 
     def stop(self) -> None:
         self._stop.set()

@@ -42,6 +42,7 @@ from fastgshare.protocol import (
     MessageType,
     ProtocolError,
 )
+from fastgshare.usage import UsageMeter, UsageSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,15 @@ log = logging.getLogger(__name__)
 @attrs.frozen
 class GpuSettings:
     mps_enabled: bool
+
+
+@attrs.frozen
+class ArbiterUsage:
+    """What the arbiter saw, for the metrics: usage over the window, and each connected pod's
+    memory use (bytes its processes hold through the hook) by (GPU, pod)."""
+
+    usage: UsageSnapshot
+    memory_bytes: dict[tuple[str, str], int]
 
 
 @attrs.define(eq=False)
@@ -89,6 +99,12 @@ class ArbiterServer:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._server: asyncio.base_events.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._meter = UsageMeter()
+
+    def usage(self) -> ArbiterUsage:
+        """A snapshot for the metrics; call it on the arbiter's loop."""
+        return ArbiterUsage(self._meter.snapshot(self._clock()),
+                            {key: pod.memory.used_bytes for key, pod in self._pods.items()})
 
     async def start(self) -> None:
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
@@ -182,6 +198,7 @@ class ArbiterServer:
         if pod is None:
             pod = self._pods[(share.gpu_uuid, pod_key)] = _Pod(PodMemoryLedger(share.memory_bytes))
             self._arbiters[share.gpu_uuid].add_client(pod_key, share.time)
+            self._meter.join(share.gpu_uuid, pod_key)
         pod.connections.add(connection)
         log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
         connection.send(MessageType.HELLO | protocol.REPLY_BIT, frame.request_id, self._hello_reply(share).encode())
@@ -207,6 +224,10 @@ class ArbiterServer:
         if pod.holder is connection:  # it reports what it used of its token, and asks again
             pod.holder = None
             arbiter.request(connection.pod, now, used_ns)
+            self._meter.used(connection.gpu, connection.pod, pod.granted_at, used_ns)
+        share = arbiter.share(connection.pod)
+        at_limit = arbiter.usage_ns(connection.pod, now) >= share.limit_permille * self._window_ns // 1000
+        self._meter.asked(connection.gpu, connection.pod, now, at_limit=at_limit)
         self._pump(connection.gpu)
 
     def _memory(self, connection: _Connection, frame: Frame) -> None:
@@ -242,10 +263,13 @@ class ArbiterServer:
         if pod.holder is connection:  # it cannot report its use: charge the time held, at most the token
             pod.holder = None
             now = self._clock()
-            arbiter.release(connection.pod, now, min(now - pod.granted_at, pod.token_ns))
+            held = min(now - pod.granted_at, pod.token_ns)
+            arbiter.release(connection.pod, now, held)
+            self._meter.used(connection.gpu, connection.pod, pod.granted_at, held)
         if not pod.connections:
             del self._pods[key]
             arbiter.remove_client(connection.pod)
+            self._meter.leave(connection.gpu, connection.pod)
             log.info("pod left gpu=%s pod=%s", connection.gpu, connection.pod)
         self._pump(connection.gpu)
 
@@ -262,11 +286,14 @@ class ArbiterServer:
             holding = arbiter.holding_until(pod_key)
             if pod.holder is None or holding is None or holding <= now:
                 arbiter.request(pod_key, now, pod.token_ns)
+                if pod.holder is not None:  # the silent holder is charged its whole token
+                    self._meter.used(gpu, pod_key, pod.granted_at, pod.token_ns)
         decision = arbiter.schedule(now)
         for grant in decision.grants:
             pod = self._pods[(gpu, str(grant.client))]
             connection = pod.queue.popleft()
             pod.holder, pod.granted_at, pod.token_ns = connection, now, grant.token_ns
+            self._meter.granted(gpu, str(grant.client), now)
             request_id, connection.pending_request = connection.pending_request or 0, None
             connection.send(MessageType.TOKEN | protocol.REPLY_BIT, request_id, protocol.encode_u64(grant.token_ns))
         self._arm(gpu, decision.wake_at_ns, now)

@@ -58,14 +58,15 @@ class AssignmentShares:
     def by_pod(self, pod_key: str) -> PodShare | None:
         for pod in self._pods.snapshot()[1]:
             if pod.key == pod_key:
-                return _share_of(pod)
+                return share_of(pod)
         return None
 
     def pod_of_uid(self, uid: str) -> str | None:
         return next((pod.key for pod in self._pods.snapshot()[1] if pod.uid == uid), None)
 
 
-def _share_of(pod: PodRecord) -> PodShare | None:
+def share_of(pod: PodRecord) -> PodShare | None:
+    """The share the pod's assignment gives it, or None without a readable assignment."""
     text = pod.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
     if text is None:
         return None

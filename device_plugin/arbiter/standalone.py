@@ -26,6 +26,7 @@ from pathlib import Path
 from device_plugin.arbiter.runner import add_timing_arguments, timing_ns
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import PodShare, StaticShares
+from fastgshare import __version__
 from fastgshare.arbitration import TimeShare
 from fastgshare.errors import InvalidShareSpec
 from fastgshare.share import parse_share
@@ -75,6 +76,7 @@ def _load_yaml(text: str) -> object:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastgshare-arbiter", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--socket", required=True, type=Path, help="unix socket to listen on")
     parser.add_argument("--shares", required=True, type=Path, help="shares file (see the module docs)")
     parser.add_argument("--trusted-env", action="store_true",

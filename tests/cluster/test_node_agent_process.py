@@ -43,6 +43,7 @@ def test_agent_process_registers_publishes_serves_and_stops_cleanly(
     process = subprocess.Popen(
         [agent_bin, "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig),
          "--device-plugin-dir", str(plugin_dir), "--state-dir", str(state_dir), "--fake-gpus", "2x40GiB:108sm",
+         "--metrics-listen", "127.0.0.1:0",
          "--slots-per-gpu", "4", "--hook-library", "/bin/true"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -87,7 +88,8 @@ def test_a_node_name_that_is_not_in_the_cluster_stops_the_agent_saying_so(
     result = subprocess.run(
         [agent_bin, "--node-name", "no-such-node", "--kubeconfig", str(control_plane.kubeconfig),
          "--device-plugin-dir", str(workdir / "dp"), "--state-dir", str(workdir / "state"),
-         "--fake-gpus", "1x40GiB:108sm", "--hook-library", "/bin/true", "--node-wait-seconds", "2"],
+         "--fake-gpus", "1x40GiB:108sm", "--hook-library", "/bin/true", "--node-wait-seconds", "2",
+         "--metrics-listen", "127.0.0.1:0"],
         capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -113,7 +115,7 @@ def test_the_agent_waits_for_a_node_the_kubelet_registers_late(
     process = subprocess.Popen(
         [agent_bin, "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig), "--device-plugin-dir",
          str(plugin_dir), "--state-dir", str(workdir / "state"), "--fake-gpus", "1x40GiB:108sm",
-         "--hook-library", "/bin/true"], stdout=log, stderr=subprocess.STDOUT)
+         "--metrics-listen", "127.0.0.1:0", "--hook-library", "/bin/true"], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: "waiting for the kubelet to register it" in (workdir / "agent.log").read_text(),
                    what="the agent to say it waits for its node", timeout_s=30)

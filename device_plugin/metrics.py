@@ -1,0 +1,173 @@
+"""The node agent's ``/metrics`` (Prometheus text format) and ``/healthz``: per pod, the share it
+was promised next to the share it got; per GPU, how busy it was, its health and memory.
+
+Metric names and labels are a contract (docs/observability.md). Every value is built at scrape
+time from three sources: the pods bound to this node with an assignment (what was promised), the
+arbiter's usage snapshot (what was delivered: GPU time the hooks reported over the last 10 s,
+token waits, throttling, memory), and the device state (health). A pod's series go when the pod
+leaves the cache (promised) or its use has left the window (delivered).
+
+The only module of the agent that imports ``prometheus_client``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from device_plugin.allocation import PodRecord
+from device_plugin.arbiter.server import ArbiterUsage
+from device_plugin.arbiter.shares import share_of
+from fastgshare.inventory import NodeInventory
+from fastgshare.usage import WAIT_BUCKETS_S
+
+log = logging.getLogger(__name__)
+
+POD_LABELS = ("namespace", "pod", "gpu")
+_FINISHED = ("Succeeded", "Failed")
+
+
+class PodSource(Protocol):
+    def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+
+
+class NodeMetrics:
+    """A Prometheus collector over the agent's pods, arbiter and devices."""
+
+    def __init__(self, pods: PodSource, usage: Callable[[], ArbiterUsage],
+                 inventory: Callable[[], NodeInventory]) -> None:
+        self._pods = pods
+        self._usage = usage
+        self._inventory = inventory
+
+    def describe(self) -> list[Metric]:
+        return []  # built at scrape time only
+
+    def collect(self) -> Iterator[Metric]:
+        promised = self._promised()
+        try:
+            usage: ArbiterUsage | None = self._usage()
+        except Exception as error:
+            log.warning("metrics: the arbiter did not answer: %s", error)
+            usage = None
+        yield from self._pod_families(promised, usage)
+        yield from self._gpu_families(usage)
+
+    def _promised(self) -> dict[tuple[str, str], tuple[str, str, PodRecord]]:
+        """(gpu, pod key) -> (namespace, name, record) of every running pod with an assignment."""
+        found = {}
+        for pod in self._pods.snapshot()[1]:
+            share = share_of(pod)
+            if share is not None and pod.phase not in _FINISHED and not pod.deleting:
+                found[(share.gpu_uuid, pod.key)] = (pod.namespace, pod.name, pod)
+        return found
+
+    def _pod_families(self, promised: dict[tuple[str, str], tuple[str, str, PodRecord]],
+                      usage: ArbiterUsage | None) -> Iterator[Metric]:
+        request = GaugeMetricFamily("fastgshare_pod_gpu_time_request",
+                                    "Guaranteed share of GPU time (0..1) of the pod's assignment", labels=POD_LABELS)
+        limit = GaugeMetricFamily("fastgshare_pod_gpu_time_limit",
+                                  "Maximum share of GPU time (0..1) of the pod's assignment", labels=POD_LABELS)
+        sm = GaugeMetricFamily("fastgshare_pod_gpu_sm_percent", "Percent of the GPU's SMs the pod may use",
+                               labels=POD_LABELS)
+        memory_limit = GaugeMetricFamily("fastgshare_pod_gpu_memory_limit_bytes",
+                                         "GPU memory the pod may allocate", labels=POD_LABELS)
+        for (gpu, _key), (namespace, name, record) in sorted(promised.items()):
+            share = share_of(record)
+            assert share is not None
+            labels = [namespace, name, gpu]
+            request.add_metric(labels, share.time.request_permille / 1000)
+            limit.add_metric(labels, share.time.limit_permille / 1000)
+            sm.add_metric(labels, share.time.sm_percent)
+            memory_limit.add_metric(labels, share.memory_bytes)
+        yield from (request, limit, sm, memory_limit)
+
+        achieved = GaugeMetricFamily(
+            "fastgshare_pod_gpu_time_share",
+            "Share of GPU time (0..1) the pod's processes used over the last 10 s, as the hook measured it",
+            labels=POD_LABELS)
+        memory_used = GaugeMetricFamily("fastgshare_pod_gpu_memory_used_bytes",
+                                        "GPU memory the pod's processes hold through the hook", labels=POD_LABELS)
+        waits = HistogramMetricFamily("fastgshare_pod_gpu_token_wait_seconds",
+                                      "Time from asking for a GPU time token to receiving it", labels=POD_LABELS)
+        throttled = CounterMetricFamily(
+            "fastgshare_pod_gpu_throttled_seconds",
+            "Time the pod waited for a token because it had used its limit (not because of other pods)",
+            labels=POD_LABELS)
+        if usage is not None:
+            for pod in usage.usage.pods:
+                namespace, _, name = pod.pod.partition("/")
+                labels = [namespace, name, pod.gpu]
+                achieved.add_metric(labels, pod.share)
+                memory_used.add_metric(labels, usage.memory_bytes.get((pod.gpu, pod.pod), 0))
+                buckets = [(str(bound), count) for bound, count in zip(WAIT_BUCKETS_S, pod.wait_bucket_counts,
+                                                                       strict=False)]
+                buckets.append(("+Inf", pod.wait_count))
+                waits.add_metric(labels, buckets, pod.wait_sum_seconds)
+                throttled.add_metric(labels, pod.throttled_seconds_total)
+        yield from (achieved, memory_used, waits, throttled)
+
+    def _gpu_families(self, usage: ArbiterUsage | None) -> Iterator[Metric]:
+        inventory = self._inventory()
+        healthy = GaugeMetricFamily("fastgshare_gpu_healthy", "1 while the GPU is healthy (no critical XID)",
+                                    labels=["gpu"])
+        busy = GaugeMetricFamily("fastgshare_gpu_time_busy_share",
+                                 "Share of the last 10 s in which some pod held the GPU", labels=["gpu"])
+        allocated = GaugeMetricFamily("fastgshare_gpu_memory_allocated_bytes",
+                                      "GPU memory the pods' processes hold through the hook", labels=["gpu"])
+        by_gpu = {g.gpu: g.busy_share for g in usage.usage.gpus} if usage else {}
+        for gpu in inventory.gpus:
+            healthy.add_metric([gpu.uuid], 1 if gpu.healthy else 0)
+            busy.add_metric([gpu.uuid], by_gpu.get(gpu.uuid, 0.0))
+            held = sum(b for (g, _pod), b in usage.memory_bytes.items() if g == gpu.uuid) if usage else 0
+            allocated.add_metric([gpu.uuid], held)
+        yield from (healthy, busy, allocated)
+
+
+class MetricsServer:
+    """``GET /metrics`` and ``GET /healthz`` (200 while ``healthy()`` says so) on a daemon thread."""
+
+    def __init__(self, host: str, port: int, collector: NodeMetrics, healthy: Callable[[], bool]) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # the name http.server calls
+                if self.path.split("?")[0] == "/metrics":
+                    body, status, kind = generate_latest(registry), 200, CONTENT_TYPE_LATEST
+                elif self.path.split("?")[0] == "/healthz":
+                    ok = healthy()
+                    body, status, kind = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
+                else:
+                    self.send_error(404, "only /metrics and /healthz")
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                log.debug("metrics %s", format % args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
