@@ -10,3 +10,5 @@ versioned annotation payloads (:mod:`fastgshare.codec`).
 It performs no I/O and imports no service library (kubernetes, grpc, flask, pynvml); the
 import-linter contracts in ``pyproject.toml`` keep it that way.
 """
+
+__version__ = "0.1.0"  # the package's one version (setup.cfg reads it); every command's --version shows it

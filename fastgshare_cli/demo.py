@@ -5,10 +5,15 @@ simulated GPU, runs the tenants under the hook (different request/limit/SM, one 
 bursty), shows a live table of configured versus achieved share (measured by the fake GPU,
 not by the arbiter), and ends with a summary and, with ``--plot FILE``, a PNG of each tenant's
 share over time.
+
+Before it runs, it checks the tenants as the scheduler would place them on one GPU (the core's
+ledger: time x SM rectangles) and warns when they over-commit it. Ctrl-C stops the tenants and
+the arbiter and exits 130.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +23,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from fastgshare_cli.sandbox import Sandbox, SandboxError, TenantSpec, build_hook, sandbox
+from fastgshare import keys
+from fastgshare.errors import LedgerError
+from fastgshare.inventory import GpuDevice
+from fastgshare.ledger import GpuLedger
+from fastgshare.share import ShareSpec
+from fastgshare_cli.sandbox import GPU_UUID, Sandbox, SandboxError, TenantSpec, build_hook, sandbox
 
 DEFAULT_TENANTS = (
     TenantSpec(name="resnet", request=0.3, limit=0.5, sm=40),
@@ -27,6 +37,7 @@ DEFAULT_TENANTS = (
 )
 TENANT_HELP = "NAME:REQUEST:LIMIT:SM[:ON_MS:OFF_MS], e.g. resnet:0.3:0.5:40 or spiky:0.2:1:30:400:400"
 SAMPLE_S = 0.25
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 class DemoError(Exception):
@@ -47,6 +58,25 @@ def parse_tenant(text: str) -> TenantSpec:
     if not (parts[0] and 0 <= request <= limit <= 1 and limit > 0 and 1 <= sm <= 100 and on_ms >= 0 and off_ms >= 0):
         raise DemoError(f'tenant "{text}": need a name, 0 <= request <= limit <= 1, limit > 0, SM 1..100')
     return TenantSpec(name=parts[0], request=request, limit=limit, sm=sm, burst_on_ms=on_ms, burst_off_ms=off_ms)
+
+
+def overcommit_warning(specs: Sequence[TenantSpec]) -> str | None:
+    """A warning if the tenants' time x SM rectangles do not all fit one GPU, as the extender judges
+    (the arbiter then cannot give every tenant its request); ``None`` if they fit."""
+    gpu = GpuDevice(uuid=GPU_UUID, index=0, model="simulated", memory_bytes=2**62, sm_count=keys.SM_UNITS,
+                    healthy=True, mps_enabled=True)
+    ledger = GpuLedger(gpu, slots=max(len(specs), 1))
+    for spec in specs:
+        share = ShareSpec(request_permille=math.ceil(spec.request * keys.TIME_UNITS),
+                          limit_permille=math.ceil(spec.limit * keys.TIME_UNITS), sm_percent=spec.sm, memory_bytes=1)
+        try:
+            ledger.add(spec.name, share)
+        except LedgerError:
+            beside = ", ".join(ledger.pods) or "nothing"
+            return (f"warning: these tenants over-commit the GPU: {spec.name} ({spec.request:g} of the time on "
+                    f"{spec.sm} percent of the SMs) does not fit beside {beside}, so the scheduler would not place "
+                    "them together and the arbiter cannot give every tenant its request")
+    return None
 
 
 @attrs.define
@@ -172,7 +202,13 @@ def demo_main(tenants: Sequence[str] | None, seconds: float, plot: str | None, c
         specs = [parse_tenant(text) for text in tenants] if tenants else list(DEFAULT_TENANTS)
         if seconds < 2:
             raise DemoError(f"--seconds must be at least 2, got {seconds:g}")
+        if (warning := overcommit_warning(specs)) is not None:
+            errors.print(warning, markup=False, highlight=False)
         return run_demo(specs, seconds, console, Path(plot) if plot else None)
     except (DemoError, SandboxError) as error:
         errors.print(f"fastgshare demo: {error}", markup=False, highlight=False)
         return 1
+    except KeyboardInterrupt:  # the sandbox has stopped its processes on the way out
+        errors.print("fastgshare demo: interrupted; the tenants and the arbiter are stopped", markup=False,
+                     highlight=False)
+        return EXIT_INTERRUPTED

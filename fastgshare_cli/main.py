@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from fastgshare import keys
+from fastgshare import __version__, keys
 from fastgshare.errors import FastGShareError
 from fastgshare.fleet import FleetPlacement, expand, pack_fleet
 from fastgshare.gpu_models import KNOWN_MODELS, gpu_model_spec
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="fastgshare",
         description="Spatio-temporal GPU sharing for Kubernetes: check shares and plan packing.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     check = commands.add_parser(
@@ -168,9 +169,15 @@ def _print_placement(console: Console, placement: FleetPlacement, gpu: GpuSpec,
                       end_section=True)
     console.print(table)
     pods = sum(item.count for item in items)
-    console.print(f"{pods} pods on {len(placement.gpus)} x {gpu.model} "
-                  f"(one pod per GPU would need {pods - len(placement.unplaced)})",
-                  highlight=False)
+    placed = pods - len(placement.unplaced)
+    if not placed:
+        console.print(f"none of the {pods} pods fits an empty {gpu.model}", highlight=False)
+    else:
+        count = f"{placed} of {pods} pods" if placement.unplaced else f"{pods} pods"
+        missing = len(placement.unplaced)
+        unplaced = f"; {missing} fit{'s' if missing == 1 else ''} no GPU" if missing else ""
+        console.print(f"{count} on {len(placement.gpus)} x {gpu.model} (one pod per GPU would need {placed})"
+                      f"{unplaced}", highlight=False)
     for key, reason in placement.unplaced:
         console.print(f"[red]not placed[/red] {key}: {reason}", highlight=False)
 

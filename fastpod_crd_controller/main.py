@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from fastgshare import keys
+from fastgshare import __version__, keys
 from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                     f"GPU share annotations, one {keys.VGPU_RESOURCE} slot per GPU container and the fastgshare "
                     "scheduler; reports status (replicas, per-pod node and GPU, conditions) through the status "
                     "subresource and invalid specs as an InvalidSpec condition and a Warning event.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     parser.add_argument("--namespace", default="",
                         help="watch FaSTPods and pods of this namespace only (default: all namespaces)")

@@ -24,6 +24,7 @@ import attrs
 
 from fastgshare.codec import decode_assignment
 from fastgshare.errors import CodecError
+from fastgshare.quantity import format_bytes
 from fastpod_crd_controller import names
 from fastpod_crd_controller.pods import PodInfo
 from fastpod_crd_controller.selector import LabelSelector, parse_selector
@@ -63,6 +64,7 @@ def compute_status(fastpod: Mapping[str, Any], spec: FaSTPodSpec | None, pods: S
     if spec is not None:
         status["updatedReplicas"] = sum(pod.revision == spec.revision for pod in active)
         status["revision"] = spec.revision
+        status["memory"] = format_bytes(spec.share.memory_bytes)  # kubectl's Memory column
     conditions = [
         _available(desired, ready),
         _progressing(outcome),

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from fastgshare import keys
+from fastgshare import __version__, keys
 from fastgshare.placement import DEFAULT_POLICY, Policy
 from scheduler_extender.app import build_services, create_app
 from scheduler_extender.config import (
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "on a GPU by its time, SM and memory share. Also serves /healthz, /readyz (ready once its cache "
                     "has synced), /metrics (Prometheus) and /inspect (JSON: every GPU's pods and free share; "
                     "?node=NAME for one node).")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help="address to serve on; an empty HOST means all addresses (default: %(default)s)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import BadRequest, HTTPException, UnsupportedMediaType
+from werkzeug.exceptions import BadRequest, HTTPException, NotFound, UnsupportedMediaType
 
 from scheduler_extender import inspection, wire
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from scheduler_extender.app import Services
 
 log = logging.getLogger(__name__)
+INSPECT_NAMES = 10  # node names an unknown-node answer lists
 
 blueprint = Blueprint("extender", __name__)
 
@@ -70,7 +71,14 @@ def metrics() -> Response:
 @blueprint.get("/inspect")
 def inspect() -> Response:
     services = _services()
-    view = inspection.describe(services.state.snapshot(), only_node=request.args.get("node"))
+    snapshot, node = services.state.snapshot(), request.args.get("node")
+    if node is not None and node not in snapshot.nodes:
+        known = sorted(snapshot.nodes)
+        listed = ", ".join(known[:INSPECT_NAMES]) + (f" and {len(known) - INSPECT_NAMES} more"
+                                                    if len(known) > INSPECT_NAMES else "")
+        raise NotFound(f"node {node[:100]!r} is not in the extender's cache; the nodes it knows: {listed or 'none'} "
+                       "(GET /inspect lists them all)")
+    view = inspection.describe(snapshot, only_node=node)
     return jsonify({"policy": services.config.policy.value, "bindWaitSeconds": services.config.bind_wait_s, **view})
 
 

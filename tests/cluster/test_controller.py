@@ -205,7 +205,7 @@ def test_kubectl_columns_show_desired_ready_and_the_share(cluster: Cluster, cont
     parsed = yaml.safe_load(table.data)
     columns = [c["name"] for c in parsed["columnDefinitions"]]
     assert columns == ["Name", "Desired", "Ready", "Request", "Limit", "SM", "Memory", "Age"]
-    assert parsed["rows"][0]["cells"][:7] == ["columns", 2, 0, "0.3", "0.6", "40", "2Gi"]
+    assert parsed["rows"][0]["cells"][:7] == ["columns", 2, 0, "0.3", "0.6", "40", "2 GiB"]
 
 
 def test_scaling_through_the_scale_subresource_keeps_the_ready_pods(cluster: Cluster, controller: None,
@@ -369,3 +369,15 @@ def test_a_missing_lease_namespace_stops_the_controller_saying_how_to_fix_it(
     assert result == [1]
     assert ("the leader-election namespace 'no-such-namespace' does not exist; create it, pass "
             "--lease-namespace NAMESPACE, or --no-leader-elect for a single replica") in caplog.text
+
+
+def test_kubectl_shows_memory_readably(cluster: Cluster, controller: None) -> None:
+    """Issue 15, defect 8: the Memory column showed the annotation's raw bytes (2700000000)."""
+    cluster.create_fastpod(fastpod_body("bytes", replicas=1, annotations={**SHARE, keys.GPU_MEM: "2700000000"}))
+    cluster.wait_for_status("bytes", lambda s: s.get("replicas") == 1, "1 replica")
+    table = cluster.custom.list_namespaced_custom_object(
+        GROUP, VERSION, cluster.namespace, PLURAL,
+        _headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}, _preload_content=False)
+    parsed = yaml.safe_load(table.data)
+    memory = [c["name"] for c in parsed["columnDefinitions"]].index("Memory")
+    assert parsed["rows"][0]["cells"][memory] == "2.515 GiB"

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from fastgshare import __version__
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,3 +81,41 @@ def test_check_in_a_pipe_keeps_file_names_whole(tmp_path: Path) -> None:
                             check=False, env=env)
     assert result.returncode == 0, result.stderr
     assert str(path) in result.stdout
+
+
+CONSOLE_SCRIPTS = ["fastgshare", "fastgshare-node-agent", "fastgshare-arbiter", "fastgshare-controller",
+                   "fastgshare-extender"]
+
+
+@pytest.mark.parametrize("script", CONSOLE_SCRIPTS)
+def test_every_command_tells_its_version(script: str) -> None:
+    """Issue 15, defect 8: no command had --version."""
+    path = shutil.which(script, path=str(Path(sys.executable).parent))
+    assert path is not None, f"{script} is not installed"
+    result = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{script} {__version__}"
+
+
+def test_ctrl_c_stops_the_demo_cleanly() -> None:
+    """Issue 15, defect 8: Ctrl-C in demo printed a traceback. The terminal sends SIGINT to the
+    whole foreground process group; the demo must stop its tenants and arbiter and say so."""
+    process = subprocess.Popen([*_command(), "demo", "--seconds", "60"], cwd=REPO, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "running 3 tenants" in line:
+                break
+        time.sleep(2)
+        os.killpg(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 130
+    assert "Traceback" not in out + err
+    assert err.strip().splitlines()[-1] == "fastgshare demo: interrupted; the tenants and the arbiter are stopped"
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # nothing of the demo is left running

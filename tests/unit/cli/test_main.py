@@ -162,3 +162,22 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["pack", str(PAPER)])
     assert caught.value.code == 2
     assert "--gpu" in capsys.readouterr().err
+
+
+def test_pack_says_plainly_when_nothing_fits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15, defect 8: it said '2 pods on 0 x T4'."""
+    workload = ('[{name: big, count: 2, annotations: {fastgshare/gpu_quota_request: "0.1", '
+                'fastgshare/gpu_quota_limit: "0.2", fastgshare/gpu_mem: "20Gi"}}]')
+    assert main(["pack", "--gpu", "T4", _write(tmp_path, "w.yaml", workload)]) == 1
+    out = capsys.readouterr().out
+    assert "on 0 x" not in out
+    assert "none of the 2 pods fits an empty T4" in out
+
+
+def test_pack_counts_the_pods_it_placed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workload = ('[{name: big, annotations: {fastgshare/gpu_quota_request: "0.1", '
+                'fastgshare/gpu_quota_limit: "0.2", fastgshare/gpu_mem: "20Gi"}}, '
+                '{name: small, count: 2, annotations: {fastgshare/gpu_quota_request: "0.1", '
+                'fastgshare/gpu_quota_limit: "0.2", fastgshare/gpu_mem: "1Gi"}}]')
+    assert main(["pack", "--gpu", "T4", _write(tmp_path, "w.yaml", workload)]) == 1
+    assert "2 of 3 pods on 1 x T4 (one pod per GPU would need 2); 1 fits no GPU" in capsys.readouterr().out

@@ -21,7 +21,7 @@ def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     for flag in FLAGS:
         assert flag in text
     documented = {option for action in build_parser()._actions for option in action.option_strings}
-    assert documented == {*FLAGS, "-h", "--help"}
+    assert documented == {*FLAGS, "-h", "--help", "--version"}
 
 
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -240,7 +240,7 @@ def test_status_shows_each_pods_node_and_gpu(f: Fixture) -> None:
     conditions = status.pop("conditions")
     assert status == {
         "replicas": 2, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 2, "observedGeneration": 1,
-        "selector": "fastgshare.caps.in.tum/fastpod=web", "revision": parse_fastpod(obj).revision,
+        "selector": "fastgshare.caps.in.tum/fastpod=web", "revision": parse_fastpod(obj).revision, "memory": "1 GiB",
         "pods": [{"name": "web-a", "phase": "Running", "ready": True, "node": "gpu-node-1", "gpu": "GPU-1234",
                   "gpuIndex": 3},
                  {"name": "web-b", "phase": "Pending", "ready": False}],

@@ -126,6 +126,14 @@ def test_inspect_shows_every_gpu_its_pods_and_free_share(client: Client, kube: F
     assert list(one["nodes"]) == ["node-b"]
 
 
+def test_inspecting_a_node_the_extender_does_not_know_is_404(client: Client) -> None:
+    """Issue 15, defect 8: it answered 200 with no nodes, as if the node were empty."""
+    response = client.get("/inspect?node=no-such-node")
+    assert response.status_code == 404
+    assert response.json == {"Error": "node 'no-such-node' is not in the extender's cache; the nodes it knows: "
+                                      "node-a, node-b (GET /inspect lists them all)"}
+
+
 # --- bad requests: 4xx JSON and a log line, never a traceback ------------------------------
 @pytest.mark.parametrize(
     ("request_kwargs", "status", "message"),
