@@ -40,7 +40,8 @@ def parse_policy(text: str) -> Policy:
         return Policy(text.strip().lower())
     except ValueError:
         allowed = ", ".join(f'"{p.value}"' for p in Policy)
-        raise InvalidPolicy(f'placement policy "{text}" is unknown; allowed: {allowed}') from None
+        shown = text if len(text) <= 40 else f"{text[:37]}..."  # a hostile value must not make a huge message
+        raise InvalidPolicy(f'placement policy "{shown}" is unknown; allowed: {allowed}') from None
 
 
 @attrs.frozen

@@ -7,7 +7,11 @@ Users write four annotations (on a FaSTPod or a Pod), values as strings:
   and ``limit > 0``;
 - ``fastgshare/gpu_sm_partition``: percent of the GPU's SMs, an integer ``1..100``,
   100 when absent;
-- ``fastgshare/gpu_mem``: GPU memory limit, a positive byte count (required).
+- ``fastgshare/gpu_mem``: GPU memory limit, a positive byte count (required), at most
+  ``2**64 - 1`` (the arbiter protocol's field is 64-bit).
+
+Values longer than :data:`MAX_VALUE_CHARS` are refused before they are parsed: no valid value is
+that long, and hostile ones (thousands of digits) must not reach ``int`` or ``Decimal``.
 
 Inside, everything is an integer: time in permille of the scheduling window (fractions are
 rounded *up*, so a pod never gets less than it asked for), SM in percent, memory in bytes.
@@ -28,6 +32,8 @@ from fastgshare.errors import FieldProblem, InvalidShareSpec
 from fastgshare.quantity import BYTES_HELP, format_bytes, parse_bytes
 
 DEFAULT_SM_PERCENT = 100
+MAX_VALUE_CHARS = 64
+MAX_MEMORY_BYTES = 2**64 - 1  # the hook <-> arbiter protocol carries memory as a u64
 
 _FRACTION = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
 _INTEGER = re.compile(r"[0-9]+")
@@ -69,8 +75,8 @@ class ShareSpec:
             raise ValueError("request_permille must be <= limit_permille")
         if not 1 <= self.sm_percent <= keys.SM_UNITS:
             raise ValueError(f"sm_percent must be in 1..{keys.SM_UNITS}, got {self.sm_percent}")
-        if self.memory_bytes <= 0:
-            raise ValueError(f"memory_bytes must be > 0, got {self.memory_bytes}")
+        if not 0 < self.memory_bytes <= MAX_MEMORY_BYTES:
+            raise ValueError(f"memory_bytes must be in 1..{MAX_MEMORY_BYTES}, got {self.memory_bytes}")
 
     @property
     def is_best_effort(self) -> bool:
@@ -186,6 +192,10 @@ def _text_value(
             key, value, f"{_show(value)} is not a string (annotation values are quoted "
             f"strings in YAML); allowed: {allowed}"))
         return None
+    if len(value) > MAX_VALUE_CHARS:
+        problems.append(FieldProblem(key, value, f"{_show(value)} is {len(value)} characters long; allowed: "
+                                                 f"{allowed}, at most {MAX_VALUE_CHARS} characters"))
+        return None
     return value
 
 
@@ -232,6 +242,10 @@ def _memory(annotations: Mapping[str, object], problems: list[FieldProblem]) -> 
     if value is None:
         what = "is negative" if _negative(text, parse_bytes) else "is not a byte count"
         problems.append(FieldProblem(keys.GPU_MEM, text, f"{_show(text)} {what}; allowed: {BYTES_HELP}"))
+    elif value > MAX_MEMORY_BYTES:
+        problems.append(FieldProblem(keys.GPU_MEM, text, f"{_show(text)} is out of range; allowed: {BYTES_HELP}, "
+                                                         f"at most {MAX_MEMORY_BYTES} (16 EiB)"))
+        return None
     return value
 
 

@@ -1,13 +1,43 @@
-"""Reading YAML/JSON files into documents, with errors that name the file and line."""
+"""Reading YAML/JSON files into documents, with errors that name the file and line.
+
+Input is bounded, since a manifest may come from anywhere: files over :data:`MAX_BYTES` are
+refused, YAML aliases (``*name``: self-references and "billion laughs" bombs) are refused, and
+so is nesting deeper than :data:`MAX_DEPTH`. Kubernetes manifests need none of these.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+MAX_BYTES = 16 * 2**20
+MAX_DEPTH = 100
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases and with a nesting limit."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise ComposerError(None, None, "YAML aliases (*name) are not allowed in manifests; write the value out",
+                                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels; allowed: at most "
+                                                f"{MAX_DEPTH}", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 class DocumentError(Exception):
@@ -31,13 +61,22 @@ def manifest_files(path: str) -> list[str]:
 def load_documents(path: str) -> list[object]:
     """Every YAML document in ``path`` (``-`` reads standard input), empty ones dropped."""
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        if path == "-":
+            text = sys.stdin.read(MAX_BYTES + 1)
+        else:
+            with Path(path).open(encoding="utf-8") as file:
+                text = file.read(MAX_BYTES + 1)
     except OSError as error:
         raise DocumentError(f"{path}: cannot read: {error.strerror or error}") from None
     except UnicodeDecodeError:
         raise DocumentError(f"{path}: not a UTF-8 text file") from None
+    if len(text) > MAX_BYTES:
+        raise DocumentError(f"{path}: larger than {MAX_BYTES // 2**20} MiB; allowed: manifests up to "
+                            f"{MAX_BYTES // 2**20} MiB")
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=_BoundedLoader) if doc is not None]  # safe, bounded
+    except RecursionError:
+        raise DocumentError(f"{path}: nested too deeply to read") from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -36,6 +36,7 @@ from fastgshare_cli.documents import DocumentError, load_documents
 
 EXIT_OK, EXIT_INVALID = 0, 1
 PIPE_WIDTH = 400
+MAX_PACK_PODS = 100_000  # packing is quadratic in the pods per GPU: beyond this it would run for hours
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,6 +125,9 @@ def run_pack(args: argparse.Namespace, console: Console, errors: Console) -> int
         if args.slots_per_gpu < 1:
             raise DocumentError(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}")
         items = [item for path in args.files for item in _workload_items(path)]
+        if (pods := sum(item.count for item in items)) > MAX_PACK_PODS:
+            raise DocumentError(f"the workload has {pods} pods; pack places at most {MAX_PACK_PODS} (lower the "
+                                "counts or replicas)")
     except (DocumentError, FastGShareError) as error:
         errors.print(f"fastgshare pack: {error}", markup=False, highlight=False)
         return EXIT_INVALID

@@ -119,3 +119,48 @@ def test_ctrl_c_stops_the_demo_cleanly() -> None:
     assert err.strip().splitlines()[-1] == "fastgshare demo: interrupted; the tenants and the arbiter are stopped"
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)  # nothing of the demo is left running
+
+
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(8))
+HOSTILE_DOCUMENTS = [
+    pytest.param("[" * 5000 + "]" * 5000, "nested deeper than 100 levels", id="deep-nesting"),
+    pytest.param("kind: List\nitems:\n" + "".join(f"{'  ' * i}- kind: List\n{'  ' * i}  items:\n" for i in range(400))
+                 + "  " * 400 + "- {}\n", "nested deeper than 100 levels", id="400-nested-lists"),
+    pytest.param("&a [*a]\n", "YAML aliases (*name) are not allowed in manifests", id="self-referencing-alias"),
+    pytest.param(ALIAS_BOMB, "YAML aliases (*name) are not allowed in manifests", id="alias-bomb"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), HOSTILE_DOCUMENTS)
+def test_check_refuses_hostile_yaml_in_one_line(tmp_path: Path, text: str, message: str) -> None:
+    """Issue 15, defect 9: recursion tracebacks, and an alias bomb that hung check."""
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text)
+    result = subprocess.run([*_command(), "check", str(path)], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert str(path) in result.stderr
+
+
+def test_pack_refuses_a_workload_too_large_to_place(tmp_path: Path) -> None:
+    """Issue 15, defect 9: replicas 1e11 ran until killed."""
+    path = tmp_path / "huge.yaml"
+    path.write_text((REPO / "deploy" / "examples" / "testfastpod.yaml").read_text().replace(
+        "replicas: 1", "replicas: 100000000000"))
+    result = subprocess.run([*_command(), "pack", "--gpu", "T4", str(path)], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("fastgshare pack: the workload has 100000000000 pods; pack places at most "
+                                     "100000 (lower the counts or replicas)")
+
+
+def test_check_refuses_a_file_too_large_to_be_a_manifest(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("x: " + "y" * (17 * 2**20))
+    result = subprocess.run([*_command(), "check", str(path)], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 1
+    assert f"{path}: larger than 16 MiB; allowed: manifests up to 16 MiB" in result.stderr

@@ -200,3 +200,31 @@ def test_unknown_fastgshare_annotations_suggest_the_nearest_key() -> None:
         "fastgshare/zzz: unknown annotation; allowed: fastgshare/gpu_quota_request, fastgshare/gpu_quota_limit, "
         "fastgshare/gpu_sm_partition, fastgshare/gpu_mem, fastgshare/gpu_containers, "
         "fastgshare/scheduling_policy"]
+
+
+HOSTILE = [
+    pytest.param(annotations(sm="1" * 5000), keys.GPU_SM_PARTITION, "is 5000 characters long", id="sm-5000-digits"),
+    pytest.param(annotations(mem="1" + "0" * 308), keys.GPU_MEM, "is 309 characters long", id="memory-1e308"),
+    pytest.param(annotations(mem="9" * 60 + "Ti"), keys.GPU_MEM, "is out of range", id="memory-huge-with-suffix"),
+    pytest.param(annotations(mem="1" * 10_000_000), keys.GPU_MEM, "is 10000000 characters long", id="memory-10MB"),
+    pytest.param(annotations(mem="18446744073709551616"), keys.GPU_MEM, "is out of range", id="memory-2-to-the-64"),
+    pytest.param(annotations(request="0." + "1" * 5000), keys.GPU_QUOTA_REQUEST, "is 5002 characters long",
+                 id="request-5000-digits"),
+    pytest.param(annotations(sm=" " * 10_000 + "5"), keys.GPU_SM_PARTITION, "is 10001 characters long",
+                 id="sm-padded"),
+]
+
+
+@pytest.mark.parametrize(("given_annotations", "field", "message"), HOSTILE)
+def test_hostile_values_are_refused_clearly(given_annotations: dict[str, str], field: str, message: str) -> None:
+    """Issue 15, defect 9: these crashed the parser (ValueError, decimal.Overflow) or were accepted
+    although the arbiter protocol's memory field is 64-bit."""
+    with pytest.raises(InvalidShareSpec) as caught:
+        parse_share(given_annotations)
+    [problem] = [p for p in caught.value.problems if p.field == field]
+    assert message in problem.message
+    assert len(str(caught.value)) < 1000
+
+
+def test_the_largest_memory_the_protocol_carries_is_accepted() -> None:
+    assert parse_share(annotations(mem=str(2**64 - 1))).memory_bytes == 2**64 - 1

@@ -247,3 +247,14 @@ def test_status_shows_each_pods_node_and_gpu(f: Fixture) -> None:
     }
     assert conditions[0] == {"type": "Available", "status": "False", "reason": "ReplicasUnavailable",
                              "message": "1 of 2 replicas ready", "lastTransitionTime": NOW}
+
+
+def test_a_hostile_share_value_is_an_invalid_spec_not_an_endless_retry(f: Fixture) -> None:
+    """Issue 15, defect 9: a share value of thousands of digits raised ValueError in reconcile,
+    which the work queue retries forever."""
+    f.given(with_annotations(fastpod(replicas=1), fastgshare__gpu_sm_partition="1" * 5000))
+    f.controller.reconcile(KEY)
+    condition = f.condition(names.CONDITION_INVALID_SPEC)
+    assert (condition["status"], condition["reason"]) == ("True", "InvalidShareAnnotations")
+    assert "is 5000 characters long" in condition["message"]
+    assert len(condition["message"]) < 1000

@@ -16,7 +16,7 @@ from scheduler_extender.config import ExtenderConfig
 from scheduler_extender.records import NodeRecord
 from scheduler_extender.state import ClusterState
 from tests.builders import share_annotations
-from tests.unit.scheduler_extender.conftest import FakeKube, pod_json, pod_record
+from tests.unit.scheduler_extender.conftest import FakeKube, node_record, pod_json, pod_record, synced_state
 from tests.unit.scheduler_extender.test_wire import recorded
 
 Client = flask.testing.FlaskClient
@@ -185,3 +185,24 @@ def test_unexpected_failure_is_a_500_json_without_traceback(services: Services, 
 def test_app_factory_takes_the_body_limit_from_the_config(services: Services) -> None:
     assert create_app(services).config["MAX_CONTENT_LENGTH"] == services.config.max_body_bytes
     assert keys.SCHEDULER_NAME == "fastgshare-scheduler"
+
+
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("annotations", [
+    pytest.param(share_annotations(sm="1" * 5000), id="sm-5000-digits"),
+    pytest.param(share_annotations(mem="1" + "0" * 308), id="memory-1e308"),
+    pytest.param(share_annotations(mem="1" * 100_000), id="memory-100k-digits"),
+])
+def test_hostile_share_values_get_an_answer_not_a_500(verb: str, annotations: dict[str, str]) -> None:
+    """Issue 15, defect 9: these four requests (two values x filter, prioritize) got HTTP 500."""
+    services = build_services(ExtenderConfig(bind_wait_s=0.0), synced_state(node_record("node-a")), FakeKube())
+    app = create_app(services)  # not TESTING: errors are handled as in production
+    with app.test_client() as client:
+        answer = post(client, verb, extender_args("node-a", annotations=annotations))
+    assert answer.status_code == 200
+    if verb == "filter":
+        reason = answer.json["FailedAndUnresolvableNodes"]["node-a"]  # type: ignore[index]
+        assert reason.startswith("invalid GPU share: fastgshare/")
+        assert len(reason) < 1000
+    else:
+        assert answer.json == [{"Host": "node-a", "Score": 0}]
