@@ -15,6 +15,7 @@ from typing import Any
 
 import kubernetes.client
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, decode_assignment
@@ -105,6 +106,16 @@ def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dic
 def pod_cgroup_exists(uid: str) -> bool:
     """Whether the kubelet still has the pod's cgroup (it removes it once the pod is torn down)."""
     return any(Path("/sys/fs/cgroup/memory/kubepods").glob(f"**/pod{uid}"))
+
+
+def node_metrics(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> dict[tuple[str, frozenset[Any]], float]:
+    """The node agent's /metrics, through the API server's node proxy, parsed by prometheus-client:
+    (sample name, labels) -> value."""
+    node = core.read_node(cluster.node_name)
+    port = node.metadata.annotations[keys.NODE_METRICS_PORT_ANNOTATION]
+    text = kubectl(cluster, "get", "--raw", f"/api/v1/nodes/{cluster.node_name}:{port}/proxy/metrics")
+    return {(sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
 
 
 def log_lines(cluster: Cluster, namespace: str, pod: str) -> list[dict[str, Any]]:

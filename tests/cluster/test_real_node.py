@@ -25,6 +25,7 @@ from tests.cluster.real_node import (
     live_memory,
     log_lines,
     measure_shares,
+    node_metrics,
     pod_cgroup_exists,
     running_pods,
     share_annotations,
@@ -74,6 +75,16 @@ def test_fastpods_get_a_share_within_their_request_and_limit(
     for uid, share in achieved.items():
         request, limit, _sm, _memory = shares[by_uid[uid].metadata.labels["app"]]
         assert request - TOLERANCE <= share <= limit + TOLERANCE, report
+
+    # The node agent's /metrics, read through the API server's node proxy, says the same
+    metrics = node_metrics(real_cluster, core)
+    for uid, pod in by_uid.items():
+        labels = {"namespace": namespace, "pod": pod.metadata.name, "gpu": assignment_of(pod).gpu_uuid}
+        request, limit, _sm, _memory = shares[pod.metadata.labels["app"]]
+        assert metrics[("fastgshare_pod_gpu_time_request", frozenset(labels.items()))] == request
+        assert metrics[("fastgshare_pod_gpu_time_limit", frozenset(labels.items()))] == limit
+        reported = metrics[("fastgshare_pod_gpu_time_share", frozenset(labels.items()))]
+        assert abs(reported - achieved[uid]) <= 0.03, (pod.metadata.name, reported, achieved[uid])
 
 
 def test_a_tenant_alone_on_a_gpu_stays_at_its_limit(
