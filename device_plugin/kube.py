@@ -1,6 +1,7 @@
 """The node agent's adapter to the Kubernetes API: the only module that imports ``kubernetes``.
 
-- :func:`load_api_client`: ``--kubeconfig``, else in-cluster config, else ``~/.kube/config``;
+- :func:`load_api_client` (shared, :mod:`fastgshare_kube.client`): ``--kubeconfig``, else in-cluster
+  config, else ``~/.kube/config``;
 - :class:`NodePods`: a watch-fed cache of the pods bound to this node (list, then watch from
   the list's resourceVersion; relist when the watch expires with 410 Gone), so Allocate reads
   memory rather than listing per call;
@@ -12,46 +13,22 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from device_plugin.allocation import PodRecord
 from fastgshare import keys
+from fastgshare_kube.client import KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S = 240
 CONFLICT_RETRIES = 5
-
-
-class KubeConfigError(Exception):
-    """No usable way to reach the API server; the message says which and how to fix it."""
-
-
-def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig; raises
-    :class:`KubeConfigError` saying which of them is unusable and why."""
-    if kubeconfig and not os.path.isfile(kubeconfig):
-        raise KubeConfigError(f"--kubeconfig {kubeconfig}: no such file; pass the path of a kubeconfig file, or "
-                              "leave the flag out to use the in-cluster config, else ~/.kube/config")
-    try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)
-        try:
-            config.load_incluster_config()
-            return client.ApiClient()
-        except config.ConfigException:
-            return config.new_client_from_config()
-    except (config.ConfigException, OSError, ValueError) as error:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "neither the in-cluster config nor ~/.kube/config"
-        raise KubeConfigError(f"{where}: cannot be used: {error}; pass a working kubeconfig with --kubeconfig"
-                              ) from None
 
 
 def missing_node(api: client.ApiClient, node_name: str, wait_s: float, *,

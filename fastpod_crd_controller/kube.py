@@ -1,6 +1,7 @@
 """The controller's adapter to the Kubernetes API: the only module that imports ``kubernetes``.
 
-- :func:`load_api_client`: ``--kubeconfig``, else in-cluster config, else ``~/.kube/config``;
+- :func:`load_api_client` (shared, :mod:`fastgshare_kube.client`): ``--kubeconfig``, else in-cluster
+  config, else ``~/.kube/config``;
 - :class:`RawListWatch`: list (paged) and watch one resource as plain JSON dicts, the
   :class:`~fastpod_crd_controller.reflector.ListWatch` the reflectors use. Bodies are not
   turned into client models: the controller works on dicts, and skipping the models saves
@@ -18,18 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from fastgshare import keys
+from fastgshare_kube import client as shared_client
 from fastpod_crd_controller.errors import INVALID, ApiError, ConfigError
 
 PAGE_SIZE = 500
@@ -41,22 +42,11 @@ ApiClient = client.ApiClient  # for annotations in modules that must not import 
 
 
 def load_api_client(kubeconfig: str | None) -> ApiClient:
-    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig; raises
-    :class:`ConfigError` saying which of them is unusable and why."""
-    if kubeconfig and not os.path.isfile(kubeconfig):
-        raise ConfigError(f"--kubeconfig {kubeconfig}: no such file; pass the path of a kubeconfig file, or leave "
-                          "the flag out to use the in-cluster config, else ~/.kube/config")
+    """The shared client loading (:mod:`fastgshare_kube.client`), its failure as our :class:`ConfigError`."""
     try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)
-        try:
-            config.load_incluster_config()
-            return client.ApiClient()
-        except config.ConfigException:
-            return config.new_client_from_config()
-    except (config.ConfigException, OSError, ValueError) as error:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "neither the in-cluster config nor ~/.kube/config"
-        raise ConfigError(f"{where}: cannot be used: {error}; pass a working kubeconfig with --kubeconfig") from None
+        return shared_client.load_api_client(kubeconfig)
+    except shared_client.KubeConfigError as error:
+        raise ConfigError(str(error)) from None
 
 
 def api_error(error: ApiException) -> ApiError:

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from fastgshare_kube.client import KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 from scheduler_extender.ports import ApiConflict, ApiFailure, PodNotFound
 from scheduler_extender.records import PodRecord, RecordError, node_from_json, pod_from_json
 from scheduler_extender.state import ClusterState
@@ -32,25 +33,6 @@ T = TypeVar("T")
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; we resume from the last version
 LIST_PAGE = 500
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds) for single calls
-
-
-class ClusterConfigError(Exception):
-    """No usable way to reach the API server; the message says what was tried."""
-
-
-def load_api_client(kubeconfig: str | None) -> client.ApiClient:
-    """An API client from ``kubeconfig``, else in-cluster, else the default kubeconfig."""
-    try:
-        if kubeconfig:
-            return config.new_client_from_config(config_file=kubeconfig)
-        try:
-            config.load_incluster_config()
-            return client.ApiClient()
-        except config.ConfigException:
-            return config.new_client_from_config()
-    except (config.ConfigException, OSError) as error:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config or ~/.kube/config"
-        raise ClusterConfigError(f"cannot load {where}: {error}") from None
 
 
 class _Gone(Exception):

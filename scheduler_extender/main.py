@@ -24,7 +24,7 @@ from scheduler_extender.config import (
     ExtenderConfig,
     parse_listen,
 )
-from scheduler_extender.kube import ClusterConfigError, ClusterWatch, KubeApi, load_api_client
+from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
 from scheduler_extender.server import HttpServer
 from scheduler_extender.state import ClusterState
 
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, host, port = _settings(parser, args)
     try:
         run(config, host, port, args.kubeconfig)
-    except ClusterConfigError as error:
+    except KubeConfigError as error:
         log.error("%s", error)
         return 1
     except OSError as error:

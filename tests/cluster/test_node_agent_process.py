@@ -29,6 +29,16 @@ def workdir() -> Iterator[Path]:
         yield Path(directory)
 
 
+def agent_command(node: str, plane: ControlPlane, plugin_dir: Path, state_dir: Path, gpus: str,
+                  *extra: str) -> list[str]:
+    """``fastgshare-node-agent`` for ``node`` with simulated GPUs, a stand-in hook and metrics on a free port."""
+    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
+    assert agent_bin, "fastgshare-node-agent is not installed"
+    return [agent_bin, "--node-name", node, "--kubeconfig", str(plane.kubeconfig), "--device-plugin-dir",
+            str(plugin_dir), "--state-dir", str(state_dir), "--fake-gpus", gpus, "--hook-library", "/bin/true",
+            "--metrics-listen", "127.0.0.1:0", *extra]
+
+
 def test_agent_process_registers_publishes_serves_and_stops_cleanly(
         control_plane: ControlPlane, core: kubernetes.client.CoreV1Api, workdir: Path) -> None:
     node = unique_name("process-node")
@@ -37,14 +47,9 @@ def test_agent_process_registers_publishes_serves_and_stops_cleanly(
     plugin_dir.mkdir()
     kubelet = FakeKubelet(plugin_dir)
     kubelet.start()
-    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
-    assert agent_bin, "fastgshare-node-agent is not installed"
     log = (workdir / "agent.log").open("w")
     process = subprocess.Popen(
-        [agent_bin, "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig),
-         "--device-plugin-dir", str(plugin_dir), "--state-dir", str(state_dir), "--fake-gpus", "2x40GiB:108sm",
-         "--metrics-listen", "127.0.0.1:0",
-         "--slots-per-gpu", "4", "--hook-library", "/bin/true"],
+        agent_command(node, control_plane, plugin_dir, state_dir, "2x40GiB:108sm", "--slots-per-gpu", "4"),
         stdout=log, stderr=subprocess.STDOUT)
     try:
         assert kubelet.wait_for_registrations(1, timeout_s=30), (workdir / "agent.log").read_text()
@@ -82,14 +87,10 @@ def test_a_node_name_that_is_not_in_the_cluster_stops_the_agent_saying_so(
         control_plane: ControlPlane, workdir: Path) -> None:
     """Issue 15, defect 7: a wrong --node-name left the agent running and failing to publish forever.
     It waits a while (the kubelet may still be registering the node), saying why, then stops."""
-    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
-    assert agent_bin, "fastgshare-node-agent is not installed"
     (workdir / "dp").mkdir()
     result = subprocess.run(
-        [agent_bin, "--node-name", "no-such-node", "--kubeconfig", str(control_plane.kubeconfig),
-         "--device-plugin-dir", str(workdir / "dp"), "--state-dir", str(workdir / "state"),
-         "--fake-gpus", "1x40GiB:108sm", "--hook-library", "/bin/true", "--node-wait-seconds", "2",
-         "--metrics-listen", "127.0.0.1:0"],
+        agent_command("no-such-node", control_plane, workdir / "dp", workdir / "state", "1x40GiB:108sm",
+                      "--node-wait-seconds", "2"),
         capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
@@ -109,13 +110,9 @@ def test_the_agent_waits_for_a_node_the_kubelet_registers_late(
     plugin_dir.mkdir()
     kubelet = FakeKubelet(plugin_dir)
     kubelet.start()
-    agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
-    assert agent_bin, "fastgshare-node-agent is not installed"
     log = (workdir / "agent.log").open("w")
-    process = subprocess.Popen(
-        [agent_bin, "--node-name", node, "--kubeconfig", str(control_plane.kubeconfig), "--device-plugin-dir",
-         str(plugin_dir), "--state-dir", str(workdir / "state"), "--fake-gpus", "1x40GiB:108sm",
-         "--metrics-listen", "127.0.0.1:0", "--hook-library", "/bin/true"], stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(agent_command(node, control_plane, plugin_dir, workdir / "state", "1x40GiB:108sm"),
+                               stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: "waiting for the kubelet to register it" in (workdir / "agent.log").read_text(),
                    what="the agent to say it waits for its node", timeout_s=30)

@@ -62,4 +62,4 @@ def test_bad_flag_value_exits_2_with_the_reason(capsys: pytest.CaptureFixture[st
 def test_unreadable_kubeconfig_exits_1_with_a_message(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
         assert main(["--kubeconfig", str(tmp_path / "missing"), "--listen", "127.0.0.1:0"]) == 1
-    assert f"cannot load --kubeconfig {tmp_path / 'missing'}" in caplog.text
+    assert f"--kubeconfig {tmp_path / 'missing'}: no such file" in caplog.text
