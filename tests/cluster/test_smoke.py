@@ -216,7 +216,10 @@ def _listening_addresses(pid: int) -> list[tuple[str, int]]:
     """(address, port) of every TCP socket in LISTEN state that process ``pid`` holds."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
-        target = os.readlink(fd)
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:  # closed since the listing: it held no listening socket we need
+            continue
         if target.startswith("socket:["):
             inodes.add(target[len("socket:["):-1])
     found = []
