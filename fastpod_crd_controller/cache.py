@@ -45,6 +45,11 @@ class FaSTPodStore:
         with self._lock:
             return list(self._objects)
 
+    def statuses(self) -> list[dict[str, Any]]:
+        """Each cached FaSTPod reduced to ``{"status": ...}`` (a copy), for the metrics."""
+        with self._lock:
+            return [{"status": copy.deepcopy(obj.get("status") or {})} for obj in self._objects.values()]
+
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
         fresh = {_object_key(obj): dict(obj) for obj in objects}
         with self._lock:

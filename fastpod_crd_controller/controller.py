@@ -32,7 +32,7 @@ from fastpod_crd_controller.events import NORMAL, WARNING, EventRecorder, rfc333
 from fastpod_crd_controller.expectations import Expectations
 from fastpod_crd_controller.plan import Plan, plan
 from fastpod_crd_controller.pods import PodInfo
-from fastpod_crd_controller.ports import KubePort
+from fastpod_crd_controller.ports import KubePort, NoObserver, ReconcileObserver
 from fastpod_crd_controller.reflector import ListWatch, Reflector
 from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod
 from fastpod_crd_controller.status import Outcome, compute_status
@@ -41,6 +41,7 @@ from fastpod_crd_controller.workqueue import WorkQueue
 log = logging.getLogger(__name__)
 
 REASON_POD_REJECTED = "PodRejected"
+RESULT_SYNCED, RESULT_INVALID, RESULT_GONE, RESULT_ERROR = "synced", "invalid", "gone", "error"
 SYNC_TIMEOUT_S = 120.0
 _RBAC_HINT = "this account may not list and watch {what}: apply deploy/controller/rbac.yaml and run as its account"
 FASTPOD_HINTS = {404: f"the FaSTPod CRD {keys.FASTPOD_CRD_NAME} is not installed; install it with kubectl apply -f "
@@ -61,12 +62,14 @@ class Controller:
 
     def __init__(self, kube: KubePort, pod_config: PodConfig, recorder: EventRecorder, *,
                  settings: Settings | None = None, queue: WorkQueue | None = None,
-                 expectations: Expectations | None = None, now: Callable[[], str] | None = None) -> None:
+                 expectations: Expectations | None = None, now: Callable[[], str] | None = None,
+                 observer: ReconcileObserver | None = None) -> None:
         self._kube = kube
         self._pod_config = pod_config
         self._recorder = recorder
         self._settings = settings or Settings()
-        self.queue = queue or WorkQueue()
+        self._observer = observer or NoObserver()
+        self.queue = queue or WorkQueue(on_take=self._observer.queue_waited)
         self.expectations = expectations or Expectations()
         self._now = now or (lambda: rfc3339(time.time()))
         self.fastpods = FaSTPodStore(self.queue.add)
@@ -86,18 +89,19 @@ class Controller:
             self.queue.add(owner)
 
     # --- reconcile ----------------------------------------------------------------------------
-    def reconcile(self, key: str) -> None:
-        """Converge one FaSTPod; raises :class:`ApiError` to be retried with backoff."""
+    def reconcile(self, key: str) -> str:
+        """Converge one FaSTPod and say how it went (``gone``, ``invalid``, ``synced``); raises
+        :class:`ApiError` to be retried with backoff."""
         fastpod = self.fastpods.get(key)
         if fastpod is None:
             self.expectations.forget(key)
-            return
+            return RESULT_GONE
         pods = self.pods.owned_by(str(fastpod["metadata"].get("uid", "")))
         try:
             spec = parse_fastpod(fastpod)
         except InvalidFaSTPod as error:
             self._invalid(fastpod, pods, error)
-            return
+            return RESULT_INVALID
         step = plan(spec.replicas, pods, spec.revision)
         outcome = Outcome(progress=step.reason, progress_message=_describe(step, spec))
         failure: ApiError | None = None
@@ -106,6 +110,7 @@ class Controller:
         self._write_status(fastpod, spec if not outcome.invalid_reason else None, pods, outcome)
         if failure is not None and not outcome.invalid_reason:  # a rejected pod waits for a changed spec
             raise failure
+        return RESULT_INVALID if outcome.invalid_reason else RESULT_SYNCED
 
     def _invalid(self, fastpod: dict[str, Any], pods: Sequence[PodInfo], error: InvalidFaSTPod) -> None:
         message = str(error)
@@ -224,10 +229,14 @@ class Controller:
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
+            started = time.monotonic()
             try:
-                self.reconcile(key)
+                result = self.reconcile(key)
                 self.queue.forget(key)
+                self._observer.reconciled(result, time.monotonic() - started)
             except Exception as error:  # any failure is retried; the worker must live on
+                self._observer.reconciled(RESULT_ERROR, time.monotonic() - started)
+                self._observer.retried()
                 delay = self.queue.add_rate_limited(key)
                 log.warning("fastpod=%s reconcile failed, retrying in %.2fs: %s", key, delay, error,
                             exc_info=not isinstance(error, ApiError))

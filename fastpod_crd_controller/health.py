@@ -1,4 +1,5 @@
-"""``/healthz`` for the kubelet's liveness probe: 200 while the process is sound, else 503.
+"""``/healthz`` for the kubelet's liveness probe (200 while the process is sound, else 503) and
+``/metrics`` for Prometheus.
 
 A standby replica (not the leader) is healthy; the leader is healthy while its watches and
 workers are alive. Off unless ``--health-address`` is given.
@@ -15,11 +16,21 @@ log = logging.getLogger(__name__)
 
 
 class HealthServer:
-    """Serves ``GET /healthz`` (and ``/readyz``) from ``check`` in a daemon thread."""
+    """Serves ``GET /healthz`` (and ``/readyz``) from ``check`` and ``GET /metrics`` from
+    ``metrics`` (the text format and its content type) in a daemon thread."""
 
-    def __init__(self, host: str, port: int, check: Callable[[], bool]) -> None:
+    def __init__(self, host: str, port: int, check: Callable[[], bool],
+                 metrics: Callable[[], tuple[bytes, str]] | None = None) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # the name http.server calls
+                if self.path == "/metrics" and metrics is not None:
+                    body, content_type = metrics()
+                    self.send_response(200)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 if self.path not in ("/healthz", "/readyz"):
                     self.send_error(404)
                     return

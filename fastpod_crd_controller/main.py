@@ -27,6 +27,7 @@ from fastpod_crd_controller.errors import ConfigError
 from fastpod_crd_controller.events import EventRecorder
 from fastpod_crd_controller.health import HealthServer
 from fastpod_crd_controller.leader import LeaderElector
+from fastpod_crd_controller.metrics import ControllerMetrics
 
 log = logging.getLogger("fastpod_crd_controller")
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--retry-period-seconds", type=float, default=2.0,
                         help="how often to try to acquire or renew the Lease (default: %(default)s)")
     parser.add_argument("--health-address", default="", metavar="HOST:PORT",
-                        help="serve /healthz and /readyz here (default: off)")
+                        help="serve /healthz, /readyz and /metrics (Prometheus) here (default: off)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -118,10 +119,14 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                                 lease_duration_s=args.lease_duration_seconds,
                                 renew_deadline_s=args.renew_deadline_seconds,
                                 retry_period_s=args.retry_period_seconds)
+    metrics = ControllerMetrics()
     controller = Controller(client, PodConfig(scheduler_name=args.scheduler_name, host_ipc=args.host_ipc),
                             EventRecorder(client, instance=identity),
-                            settings=Settings(workers=args.workers, resync_s=args.resync_seconds))
-    health = _start_health(args, lambda: elector is None or not elector.is_leader or controller.healthy)
+                            settings=Settings(workers=args.workers, resync_s=args.resync_seconds), observer=metrics)
+    metrics.follow(depth=lambda: len(controller.queue), leader=lambda: elector is None or elector.is_leader,
+                   fastpods=controller.fastpods.statuses)
+    health = _start_health(args, lambda: elector is None or not elector.is_leader or controller.healthy,
+                           metrics.exposition)
     try:
         return _lead(args, controller, elector, stopping, api)
     finally:
@@ -154,11 +159,12 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
     return 0 if kept else 1
 
 
-def _start_health(args: argparse.Namespace, check: Callable[[], bool]) -> HealthServer | None:
+def _start_health(args: argparse.Namespace, check: Callable[[], bool],
+                  metrics: Callable[[], tuple[bytes, str]]) -> HealthServer | None:
     address = _parse_address(args.health_address) if args.health_address else None
     if address is None:
         return None
-    server = HealthServer(address[0], address[1], check)
+    server = HealthServer(address[0], address[1], check, metrics)
     server.start()
     return server
 

@@ -43,3 +43,28 @@ class LeasePort(Protocol):
     def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """Replace the lease; 409 Conflict if its resourceVersion is stale."""
         ...
+
+
+class ReconcileObserver(Protocol):
+    """Hears what the workers do, for the metrics (:class:`~fastpod_crd_controller.metrics.ControllerMetrics`)."""
+
+    def reconciled(self, result: str, seconds: float) -> None:
+        """One reconcile finished with ``result`` (synced, invalid, gone, error) after ``seconds``."""
+        ...
+
+    def retried(self) -> None: ...
+
+    def queue_waited(self, seconds: float) -> None: ...
+
+
+class NoObserver:
+    """The observer when nobody listens."""
+
+    def reconciled(self, result: str, seconds: float) -> None:
+        pass
+
+    def retried(self) -> None:
+        pass
+
+    def queue_waited(self, seconds: float) -> None:
+        pass

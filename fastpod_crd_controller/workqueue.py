@@ -7,6 +7,8 @@
   (``base_delay_s * 2**failures``, capped at ``max_delay_s``); :meth:`WorkQueue.forget` resets it
   after a success. :meth:`WorkQueue.add_after` schedules a key for later.
 - :meth:`WorkQueue.shut_down` wakes every waiting worker; :meth:`WorkQueue.get` then returns ``None``.
+- ``on_take`` (optional) hears, for every key a worker takes, how long it waited since it was
+  queued: the work queue's latency, for the metrics.
 
 The clock is injected for tests.
 """
@@ -28,7 +30,8 @@ class WorkQueue:
     """Keys (``namespace/name``) waiting for a worker."""
 
     def __init__(self, *, base_delay_s: float = DEFAULT_BASE_DELAY_S, max_delay_s: float = DEFAULT_MAX_DELAY_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_take: Callable[[float], None] | None = None) -> None:
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
         self._clock = clock
@@ -40,6 +43,8 @@ class WorkQueue:
         self._sequence = itertools.count()
         self._failures: dict[str, int] = {}
         self._shutting_down = False
+        self._queued_at: dict[str, float] = {}
+        self._on_take = on_take
 
     def add(self, key: str) -> None:
         with self._cond:
@@ -83,6 +88,9 @@ class WorkQueue:
                     key = self._queue.popleft()
                     self._dirty.discard(key)
                     self._processing.add(key)
+                    waited = self._clock() - self._queued_at.pop(key, self._clock())
+                    if self._on_take is not None:
+                        self._on_take(max(0.0, waited))
                     return key
                 if self._shutting_down:
                     return None
@@ -113,6 +121,7 @@ class WorkQueue:
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
+        self._queued_at.setdefault(key, self._clock())
         if key not in self._processing:
             self._queue.append(key)
             self._cond.notify()
