@@ -17,6 +17,7 @@ from scheduler_extender.binder import Binder
 from scheduler_extender.config import ExtenderConfig
 from scheduler_extender.decisions import Decisions
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.passes import FilterPasses
 from scheduler_extender.ports import KubePort
 from scheduler_extender.state import ClusterState
 
@@ -37,11 +38,13 @@ class Services:
 def build_services(config: ExtenderConfig, state: ClusterState, kube: KubePort) -> Services:
     metrics = Metrics()
     metrics.follow_cache(state.sizes)
+    passes = FilterPasses()  # what filter passed, per pod: all that bind may bind
     return Services(
         config=config,
         state=state,
-        decisions=Decisions(state, config.policy, metrics),
-        binder=Binder(state, kube, default_policy=config.policy, bind_wait_s=config.bind_wait_s, metrics=metrics),
+        decisions=Decisions(state, config.policy, metrics, passes),
+        binder=Binder(state, kube, default_policy=config.policy, bind_wait_s=config.bind_wait_s, metrics=metrics,
+                      passes=passes),
         metrics=metrics,
     )
 

@@ -4,6 +4,9 @@ The steps, and why in this order:
 
 1. Read the pod from the API server (its share and resourceVersion now, not as the scheduler
    saw it). A pod already bound to this node with our assignment is a retried bind: success.
+   A pod may be bound only to a node that our filter passed for it (``passes``): the scheduler
+   placed it there through this extender, after its own filters (selectors, taints). Anything
+   else is refused before any write (issue 15, defect 10).
 2. Reserve a GPU in the cache (policy choice against the ledgers including binds in flight).
    Reserving happens before any waiting or writing, so the pods the scheduler places next see
    the share as taken; the cache's lock makes choice and reservation one step, so concurrent
@@ -33,6 +36,7 @@ from fastgshare.codec import PodAssignment, encode_assignment
 from fastgshare.placement import Policy
 from scheduler_extender.decisions import InvalidRequest, pod_request
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.passes import FilterPasses
 from scheduler_extender.placements import pod_assignment
 from scheduler_extender.ports import ApiConflict, ApiFailure, KubePort, PodNotFound
 from scheduler_extender.records import PodRecord
@@ -56,8 +60,9 @@ class Binder:
     """Carries out the scheduler's bind requests."""
 
     def __init__(self, state: ClusterState, kube: KubePort, *, default_policy: Policy, bind_wait_s: float,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, passes: FilterPasses) -> None:
         self._state = state
+        self._passes = passes
         self._kube = kube
         self._default_policy = default_policy
         self._bind_wait_s = bind_wait_s
@@ -69,8 +74,10 @@ class Binder:
             pod = self._pod_to_bind(args)
             if pod is None:
                 return ""
+            self._check_filtered(pod, args.node)
             reservation = self._reserve(pod, args.node)
             self._write(reservation, pod)
+            self._passes.forget(pod.uid)
         except BindRefused as error:
             log.warning("bind pod=%s node=%s refused: %s", args.pod_key, args.node, error)
             self._metrics.count("bind", {"refused": 1})
@@ -95,6 +102,13 @@ class Binder:
                 return None
             raise BindRefused("already-bound", f"pod {pod.key} is already bound to node {pod.node_name}")
         return pod
+
+    def _check_filtered(self, pod: PodRecord, node: str) -> None:
+        """Bind only where the scheduler placed the pod through our filter (issue 15, defect 10)."""
+        reason = self._passes.refusal(pod.uid, node)
+        if reason is not None:
+            raise BindRefused("not-filtered", f"pod {pod.key} did not pass the fastgshare extender's filter for node "
+                                              f"{node} ({reason}); only nodes the filter passed may be bound")
 
     def _reserve(self, pod: PodRecord, node: str) -> Reservation:
         try:

@@ -28,6 +28,7 @@ from fastgshare.placement import NodeVerdict, Policy, parse_policy
 from fastgshare.share import ShareSpec, parse_share
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.nodes import NodeEntry
+from scheduler_extender.passes import FilterPasses
 from scheduler_extender.records import PodRecord
 from scheduler_extender.state import ClusterState
 from scheduler_extender.wire import ExtenderArgs, FilterResult
@@ -75,12 +76,20 @@ class Refusal:
 class Decisions:
     """Answers filter and prioritize from the cache."""
 
-    def __init__(self, state: ClusterState, default_policy: Policy, metrics: Metrics) -> None:
+    def __init__(self, state: ClusterState, default_policy: Policy, metrics: Metrics,
+                 passes: FilterPasses | None = None) -> None:
         self._state = state
         self._default_policy = default_policy
         self._metrics = metrics
+        self._passes = passes if passes is not None else FilterPasses()
 
     def filter(self, args: ExtenderArgs) -> FilterResult:
+        """The nodes that can take the pod now; bind will bind it only to one of them."""
+        result = self._filter(args)
+        self._passes.record(args.pod.uid, result.passed)
+        return result
+
+    def _filter(self, args: ExtenderArgs) -> FilterResult:
         if not self._state.synced:
             self._metrics.fail("filter", {"not-synced": 1})
             return FilterResult(error=NOT_SYNCED)

@@ -13,7 +13,7 @@ from werkzeug.test import TestResponse
 from fastgshare import keys
 from scheduler_extender.app import Services, build_services, create_app
 from scheduler_extender.config import ExtenderConfig
-from scheduler_extender.records import NodeRecord
+from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.state import ClusterState
 from tests.builders import share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, node_record, pod_json, pod_record, synced_state
@@ -64,11 +64,45 @@ def test_prioritize_answers_a_bare_host_priority_list(client: Client) -> None:
     assert all(0 <= entry["Score"] <= 10 for entry in answer.json)  # type: ignore[union-attr]
 
 
+def filtered(client: Client, pod: PodRecord, *names: str) -> None:
+    """The scheduler's filter call that comes before its bind."""
+    post(client, "filter", {"Pod": pod_json(pod), "Nodes": None, "NodeNames": list(names)})
+
+
 def test_bind_answers_an_empty_error_and_binds(client: Client, kube: FakeKube) -> None:
     pod = kube.add(pod_record("p", uid="u1"))
+    filtered(client, pod, "node-a")
     answer = post(client, "bind", {"PodName": "p", "PodNamespace": pod.namespace, "PodUID": "u1", "Node": "node-a"})
     assert answer.json == {"Error": ""}
     assert kube.pods[pod.key].node_name == "node-a"
+
+
+def bind_body(pod_uid: str, node: str, name: str = "new") -> dict[str, str]:
+    return {"PodName": name, "PodNamespace": "team-a", "PodUID": pod_uid, "Node": node}
+
+
+def test_bind_only_to_a_node_that_passed_the_extenders_filter_for_that_pod(client: Client, kube: FakeKube,
+                                                                           services: Services) -> None:
+    """Issue 15, defect 10: /bind bound any pending pod to any node, filtered or not."""
+    services.state.upsert_node(NodeRecord(name="bare"))  # no GPU inventory: fails the filter
+    kube.add(pod_record("new", uid="uid-new"))
+    kube.add(pod_record("other", uid="uid-other"))
+    # never filtered: refused without a write
+    answer = post(client, "bind", bind_body("uid-other", "node-a", "other")).json
+    assert answer == {"Error": "fastgshare: pod team-a/other did not pass the fastgshare extender's filter for "
+                               "node node-a (this extender has no filter result for it: never filtered here, "
+                               "filtered before the extender restarted, or over 600 s ago); only nodes the filter "
+                               "passed may be bound"}
+    assert post(client, "filter", extender_args("node-a", "bare")).json["NodeNames"] == ["node-a"]  # type: ignore
+    # filtered, but this node failed (or was never a candidate): refused
+    for node in ("bare", "node-b"):
+        answer = post(client, "bind", bind_body("uid-new", node)).json
+        assert answer == {"Error": f"fastgshare: pod team-a/new did not pass the fastgshare extender's filter for "
+                                   f"node {node} (it passed for: node-a); only nodes the filter passed may be bound"}
+    assert not [action for action in kube.actions if action[0] != "get"]
+    assert all(pod.node_name == "" for pod in kube.pods.values())
+    assert post(client, "bind", bind_body("uid-new", "node-a")).json == {"Error": ""}
+    assert kube.pods["team-a/new"].node_name == "node-a"
 
 
 def test_bind_refusal_goes_back_in_error_with_status_200(client: Client) -> None:
@@ -105,7 +139,7 @@ def test_metrics_show_latency_decisions_and_cache_size(client: Client) -> None:
 
 def test_inspect_shows_every_gpu_its_pods_and_free_share(client: Client, kube: FakeKube,
                                                           services: Services) -> None:
-    kube.add(pod_record("p", uid="u1"))
+    filtered(client, kube.add(pod_record("p", uid="u1")), "node-a")
     post(client, "bind", {"PodName": "p", "PodNamespace": "team-a", "PodUID": "u1", "Node": "node-a"})
     services.state.upsert_node(NodeRecord(name="bare"))
     body = client.get("/inspect").json

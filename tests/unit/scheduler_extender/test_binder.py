@@ -14,6 +14,7 @@ from fastgshare.ledger import GpuLedger
 from fastgshare.placement import Policy
 from scheduler_extender.binder import Binder
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.passes import FilterPasses
 from scheduler_extender.ports import ApiConflict, ApiFailure
 from scheduler_extender.records import PodRecord
 from scheduler_extender.state import ClusterState
@@ -22,15 +23,57 @@ from tests.builders import make_gpu, share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, assignment, node_record, pod_record, synced_state
 
 
+class PassedEverywhere(FilterPasses):
+    """As if every pod had passed the filter for every node (the gate has its own tests)."""
+
+    def refusal(self, uid: str, node: str) -> str | None:
+        return None
+
+
 def binder(state: ClusterState, kube: FakeKube, *, bind_wait_s: float = 0.0,
-           policy: Policy = Policy.BINPACK) -> Binder:
+           policy: Policy = Policy.BINPACK, passes: FilterPasses | None = None) -> Binder:
     kube.watch = state.upsert_pod
-    return Binder(state, kube, default_policy=policy, bind_wait_s=bind_wait_s, metrics=Metrics())
+    return Binder(state, kube, default_policy=policy, bind_wait_s=bind_wait_s, metrics=Metrics(),
+                  passes=passes if passes is not None else PassedEverywhere())
 
 
 def bind_args(kube: FakeKube, name: str, node: str = "node-a") -> BindingArgs:
     pod = kube.pods[f"team-a/{name}"]
     return BindingArgs(pod_name=pod.name, pod_namespace=pod.namespace, pod_uid=pod.uid, node=node)
+
+
+def test_bind_refuses_a_node_the_filter_did_not_pass_before_any_write(kube: FakeKube) -> None:
+    """Issue 15, defect 10, at the binder: the gate comes before the reservation and every write."""
+    state = synced_state(node_record("node-a", 2), node_record("node-b", 2))
+    passes = FilterPasses()
+    passes.record("u1", ["node-a"])
+    kube.add(pod_record("p", uid="u1"))
+    extender = binder(state, kube, passes=passes)
+    assert extender.bind(bind_args(kube, "p", "node-b")) == (
+        "fastgshare: pod team-a/p did not pass the fastgshare extender's filter for node node-b (it passed for: "
+        "node-a); only nodes the filter passed may be bound")
+    assert kube.actions == [("get", "team-a/p")]
+    assert state.snapshot().placements == []
+    assert extender.bind(bind_args(kube, "p", "node-a")) == ""
+    assert len(passes) == 0  # spent by the bind
+
+
+def test_filter_passes_expire_and_stay_bounded() -> None:
+    now = [0.0]
+    passes = FilterPasses(ttl_s=10, max_pods=2, clock=lambda: now[0])
+    passes.record("u1", ["node-a"])
+    passes.record("u2", [f"node-{i:02}" for i in range(12)])
+    assert passes.refusal("u1", "node-a") is None
+    assert passes.refusal("u2", "node-x") == ("it passed for: node-00, node-01, node-02, node-03, node-04, node-05, "
+                                              "node-06, node-07, node-08, node-09 and 2 more")
+    passes.record("u3", [])
+    assert len(passes) == 2
+    assert passes.refusal("u1", "node-a") is not None  # the oldest went first
+    assert passes.refusal("u3", "node-a") == "it passed for: no node"
+    now[0] = 10.0
+    assert "over 10 s ago" in (passes.refusal("u2", "node-00") or "")
+    passes.record("u4", ["node-a"])
+    assert len(passes) == 1  # the expired went
 
 
 def test_bind_writes_the_assignment_then_the_binding(kube: FakeKube) -> None:
