@@ -33,16 +33,18 @@ from fastgshare_cli.cluster_command import add_parser as add_cluster_parser
 from fastgshare_cli.cluster_command import cluster_main
 from fastgshare_cli.demo import TENANT_HELP, demo_main
 from fastgshare_cli.documents import DocumentError, load_documents
+from fastgshare_cli.inspect_command import add_parser as add_inspect_parser
+from fastgshare_cli.inspect_command import inspect_main
 
 EXIT_OK, EXIT_INVALID = 0, 1
 PIPE_WIDTH = 400
 MAX_PACK_PODS = 100_000  # packing is quadratic in the pods per GPU: beyond this it would run for hours
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fastgshare",
-        description="Spatio-temporal GPU sharing for Kubernetes: check shares and plan packing.",
+        prog=prog,
+        description="Spatio-temporal GPU sharing for Kubernetes: check shares, plan packing, inspect what pods get.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -85,12 +87,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--tenant", action="append", metavar="SPEC", dest="tenants",
                       help=f"a tenant {TENANT_HELP}; repeat for more (default: three built-in tenants)")
     demo.add_argument("--plot", metavar="FILE", help="write a PNG of each tenant's share over time")
+    add_inspect_parser(commands)
     add_cluster_parser(commands)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def kubectl_main(argv: Sequence[str] | None = None) -> int:
+    """``kubectl-fastgshare``: kubectl runs it for ``kubectl fastgshare ...``."""
+    return main(argv, prog="kubectl fastgshare")
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
+    args = build_parser(prog).parse_args(argv)
+    if args.command == "inspect":
+        return inspect_main(args)
     console, errors = _console(), _console(stderr=True)
     if args.command == "check":
         return run_check(args.files, args.output, console, errors)

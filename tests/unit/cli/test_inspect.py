@@ -1,0 +1,158 @@
+"""``fastgshare inspect``'s view: configured next to achieved, each GPU's free area and memory from
+the ledger, pods below their request marked; the node agent's exposition parsed; the table and
+JSON forms. (The real-node tier runs the command against a real cluster.)"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from device_plugin.allocation import PodRecord
+from device_plugin.arbiter.server import ArbiterUsage
+from device_plugin.metrics import NodeMetrics
+from fastgshare import keys
+from fastgshare.codec import PodAssignment, encode_assignment
+from fastgshare.inventory import NodeInventory
+from fastgshare.usage import GpuUsage, PodUsage, UsageSnapshot
+from fastgshare_cli.cluster_reader import parse_node_metrics
+from fastgshare_cli.inspect_command import inspect_main
+from fastgshare_cli.inspection import (
+    BELOW_MARK,
+    GpuSample,
+    NodeFacts,
+    NodeSamples,
+    PodFacts,
+    PodSample,
+    build_view,
+    render_table,
+    to_json,
+)
+from tests.builders import GiB, make_gpu, make_share
+
+NODE = "gpu-node-1"
+INVENTORY = NodeInventory(node_name=NODE, gpus=(make_gpu(0), make_gpu(1)), slots_per_gpu=16)
+
+
+def pod(name: str, gpu: int, request: int, limit: int, sm: int, mem: int = GiB, namespace: str = "team-a",
+        phase: str = "Running") -> PodFacts:
+    return PodFacts(namespace=namespace, name=name, phase=phase, assignment=PodAssignment(
+        node_name=NODE, gpu_uuid=f"GPU-{gpu:04d}", gpu_index=gpu, share=make_share(request, limit, sm, mem),
+        assigned_at_ms=1))
+
+
+PODS = [pod("resnet-7d9f8-abcde", 0, 300, 500, 50, 2 * GiB), pod("bert-large-5c6d7-fghij", 0, 200, 400, 40),
+        pod("gpt2-serving-0", 1, 100, 1000, 100, 4 * GiB, namespace="team-b")]
+SAMPLES = {NODE: NodeSamples(
+    pods={("team-a/resnet-7d9f8-abcde", "GPU-0000"): PodSample(share=0.41, memory_used_bytes=GiB,
+                                                                throttled_seconds_total=1.5,
+                                                                wait_seconds_total=0.2, waits=100),
+          ("team-a/bert-large-5c6d7-fghij", "GPU-0000"): PodSample(share=0.05, memory_used_bytes=0)},
+    gpus={"GPU-0000": GpuSample(busy_share=0.46, healthy=True, memory_allocated_bytes=GiB),
+          "GPU-0001": GpuSample(busy_share=0.0, healthy=False, memory_allocated_bytes=0)})}
+
+
+def view(**kwargs: object) -> list:
+    return build_view([NodeFacts(name=NODE, inventory=INVENTORY)], PODS, SAMPLES, **kwargs)  # type: ignore[arg-type]
+
+
+def test_each_gpu_shows_its_free_area_and_memory_as_the_ledger_counts_them() -> None:
+    (node,) = view()
+    gpu0, gpu1 = node.gpus
+    assert gpu0.free_area == pytest.approx(1 - (0.3 * 0.5 + 0.2 * 0.4))
+    assert gpu0.free_memory_bytes == 16 * GiB - 3 * GiB
+    assert gpu1.free_area == pytest.approx(0.9)
+    assert not gpu1.healthy  # the agent's health wins over the inventory's
+    assert [p.name for p in gpu0.pods] == ["bert-large-5c6d7-fghij", "resnet-7d9f8-abcde"]
+
+
+def test_configured_is_shown_next_to_achieved_and_a_pod_below_its_request_is_marked() -> None:
+    (node,) = view()
+    bert, resnet = node.gpus[0].pods
+    assert (resnet.request, resnet.limit, resnet.achieved, resnet.mean_wait_seconds) == (0.3, 0.5, 0.41, 0.002)
+    assert not resnet.below_request
+    assert bert.below_request  # 0.05 < 0.2 - 0.03
+    assert node.gpus[1].pods[0].achieved is None  # no sample: not measured, not zero
+    table = render_table(view())
+    assert f"0.05 {BELOW_MARK}" in table
+    assert "below its request" in table
+
+
+def test_a_namespace_narrows_the_pods_but_every_pod_counts_in_the_free_area() -> None:
+    (node,) = view(namespace="team-b")
+    assert [len(gpu.pods) for gpu in node.gpus] == [0, 1]
+    assert [gpu.pod_count for gpu in node.gpus] == [2, 1]
+    assert node.gpus[0].free_area == pytest.approx(1 - (0.3 * 0.5 + 0.2 * 0.4))
+
+
+def test_the_table_fits_120_columns_and_wide_adds_throttling_and_waits() -> None:
+    table, wide = render_table(view()), render_table(view(), wide=True)
+    assert max(len(line) for line in table.splitlines()) <= 120, table
+    pod_header = next(line for line in table.splitlines() if line.startswith("POD "))
+    wide_header = next(line for line in wide.splitlines() if line.startswith("POD "))
+    assert pod_header.split()[-2:] == ["MEM", "USED"]
+    assert wide_header.startswith(pod_header)
+    assert wide_header.endswith("PHASE     THROTTLED   MEAN WAIT")
+    assert "1.5 s" in wide
+    assert "UNHEALTHY" in table
+
+
+def test_json_lists_every_pod_with_configured_and_achieved() -> None:
+    data = to_json(view())
+    pods = [p for node in data["nodes"] for gpu in node["gpus"] for p in gpu["pods"]]  # type: ignore[index]
+    assert len(pods) == 3
+    resnet = next(p for p in pods if p["name"].startswith("resnet"))
+    assert resnet["configured"] == {"request": 0.3, "limit": 0.5, "smPercent": 50, "memoryBytes": 2 * GiB}
+    assert resnet["achieved"]["share"] == 0.41
+    json.dumps(data)
+
+
+def test_nodes_without_an_inventory_or_metrics_say_why() -> None:
+    nodes = [NodeFacts(name="broken", inventory=None, problem="unreadable fastgshare/gpu_info: bad JSON"),
+             NodeFacts(name=NODE, inventory=INVENTORY, metrics_error="503 Service Unavailable")]
+    table = render_table(build_view(nodes, PODS, {}))
+    assert "unreadable fastgshare/gpu_info: bad JSON" in table
+    assert "node gpu-node-1: no metrics (503 Service Unavailable)" in table
+
+
+class _Pods:
+    def __init__(self, records: list[PodRecord]) -> None:
+        self._records = records
+
+    def snapshot(self) -> tuple[int, list[PodRecord]]:
+        return 1, self._records
+
+
+def test_the_node_agents_own_exposition_parses_into_samples() -> None:
+    assignment = PODS[0].assignment
+    record = PodRecord(uid="u1", namespace="team-a", name="resnet-7d9f8-abcde", node_name=NODE, phase="Running",
+                       resource_version="1",
+                       annotations={keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)})
+    usage = UsageSnapshot(window_s=10.0, pods=(PodUsage(
+        pod="team-a/resnet-7d9f8-abcde", gpu="GPU-0000", share=0.37, used_seconds_total=12.0,
+        throttled_seconds_total=0.5, wait_bucket_counts=(0,) * 11 + (4,), wait_sum_seconds=0.04, wait_count=4),),
+        gpus=(GpuUsage(gpu="GPU-0000", busy_share=0.4),))
+    metrics = NodeMetrics(_Pods([record]),
+                          lambda: ArbiterUsage(usage=usage, memory_bytes={("GPU-0000", "team-a/resnet-7d9f8-abcde"):
+                                                                          GiB}),
+                          lambda: INVENTORY)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    samples = parse_node_metrics(generate_latest(registry).decode())
+    sample = samples.pods[("team-a/resnet-7d9f8-abcde", "GPU-0000")]
+    assert (sample.share, sample.memory_used_bytes, sample.throttled_seconds_total, sample.waits) == (
+        0.37, GiB, 0.5, 4)
+    assert samples.gpus["GPU-0000"] == GpuSample(busy_share=0.4, healthy=True, memory_allocated_bytes=GiB)
+    assert samples.gpus["GPU-0001"].healthy is True
+
+
+def test_a_kubeconfig_that_is_not_there_is_one_line_and_exit_1() -> None:
+    err = io.StringIO()
+    args = argparse.Namespace(kubeconfig="/nonexistent/kubeconfig", output="table", watch=False, interval=2.0,
+                              node=None, namespace=None)
+    assert inspect_main(args, io.StringIO(), err) == 1
+    assert err.getvalue().count("\n") == 1
+    assert "--kubeconfig /nonexistent/kubeconfig: no such file" in err.getvalue()
