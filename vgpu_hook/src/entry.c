@@ -8,7 +8,11 @@
  *     handle provides the name. RTLD_NEXT and RTLD_DEFAULT lookups pass straight through as a
  *     tail call, so glibc still sees the caller's return address and RTLD_NEXT keeps meaning
  *     "after the caller" (pitfall 8). The real dlsym comes from dlvsym(RTLD_NEXT, "dlsym",
- *     <glibc version>).
+ *     <glibc version>), called through the real dlvsym (dl_lookup.c reads it from the C library's
+ *     symbol table: the name dlvsym is ours too).
+ *   - the dlvsym override: the same answers for versioned lookups (a driver or NVML whose
+ *     symbols carry a version was reachable past the hook through it), and library-handle
+ *     lookups of "dlsym" and "dlvsym" themselves return these overrides.
  *   - the cuGetProcAddress wrappers, both ABIs (legacy 4-argument and _v2). They ask the real
  *     driver, then swap in the hook's wrapper when the row of hooked_symbols.def that the driver's
  *     own rule selects for (base name, cudaVersion, per-thread flag) is one we wrap; for an older
@@ -27,6 +31,7 @@
 #include "entry.h"
 
 #include "config.h"
+#include "dl_lookup.h"
 #include "gate.h"
 #include "log.h"
 #include "memory.h"
@@ -87,11 +92,28 @@ static void *real_pointer(int index)
     }
 }
 
-/* --- the real dlsym ----------------------------------------------------------------------- */
+/* --- the real dlvsym and dlsym ------------------------------------------------------------ */
 
 typedef void *(*dlsym_fn)(void *, const char *);
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
 
-static dlsym_fn real_dlsym_cache; /* atomic */
+static dlvsym_fn real_dlvsym_cache; /* atomic */
+static dlsym_fn real_dlsym_cache;   /* atomic */
+
+/* The C library's dlvsym: calling dlvsym here would call our own override (dl_lookup.c). */
+static dlvsym_fn real_dlvsym(void)
+{
+    dlvsym_fn fn = __atomic_load_n(&real_dlvsym_cache, __ATOMIC_ACQUIRE);
+    if (fn != NULL)
+        return fn;
+    fn = (dlvsym_fn)fgs_libdl_symbol("dlvsym");
+    if (fn == NULL) {
+        FGS_ERROR("cannot find the C library's dlvsym in the object that defines dlopen; aborting");
+        abort();
+    }
+    __atomic_store_n(&real_dlvsym_cache, fn, __ATOMIC_RELEASE);
+    return fn;
+}
 
 static dlsym_fn real_dlsym(void)
 {
@@ -100,7 +122,7 @@ static dlsym_fn real_dlsym(void)
         return fn;
     static const char *const glibc_versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
     for (size_t i = 0; i < sizeof glibc_versions / sizeof glibc_versions[0] && fn == NULL; i++)
-        fn = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", glibc_versions[i]);
+        fn = (dlsym_fn)real_dlvsym()(RTLD_NEXT, "dlsym", glibc_versions[i]);
     if (fn == NULL) {
         FGS_ERROR("cannot find the C library's dlsym (tried GLIBC_2.34, GLIBC_2.2.5, GLIBC_2.17); aborting");
         abort();
@@ -209,6 +231,19 @@ static void *wrapper_if_provided(dlsym_fn real, void *handle, int index)
     return wrappers[index];
 }
 
+/* Our own dlsym or dlvsym when a library handle is asked for either by name (the C library's
+ * would get past the hook), else NULL. */
+static void *own_resolver(const char *symbol)
+{
+    if (symbol == NULL || strncmp(symbol, "dl", 2) != 0)
+        return NULL;
+    if (strcmp(symbol, "dlsym") == 0)
+        return (void *)dlsym;
+    if (strcmp(symbol, "dlvsym") == 0)
+        return (void *)dlvsym;
+    return NULL;
+}
+
 FGS_EXPORT void *dlsym(void *handle, const char *symbol)
 {
     dlsym_fn real = real_dlsym();
@@ -216,10 +251,39 @@ FGS_EXPORT void *dlsym(void *handle, const char *symbol)
         int index = wrapped_index(symbol);
         if (index >= 0)
             return wrapper_if_provided(real, handle, index);
+        void *own = own_resolver(symbol);
+        if (own != NULL && real(handle, symbol) != NULL)
+            return own;
     }
     /* A tail call (the Makefile pins -O2 for this file): glibc's dlsym then sees our caller's
      * return address, which is what RTLD_NEXT is relative to. */
     return real(handle, symbol);
+}
+
+/* --- dlvsym ------------------------------------------------------------------------------- */
+
+/* dlvsym(handle, "cuMemAlloc_v2", version) reached the driver's function past the hook whenever
+ * the library defines the name under that version (issue 15, defect 10): it is answered like
+ * dlsym, with the wrapper. A versioned lookup never matches the hook's own unversioned exports,
+ * so for RTLD_DEFAULT and RTLD_NEXT too a wrapped name that the real dlvsym finds (in the driver,
+ * further down the scope) is answered with the wrapper. Other names pass straight through as a
+ * tail call, so RTLD_NEXT keeps meaning "after the caller". */
+FGS_EXPORT void *dlvsym(void *handle, const char *symbol, const char *version)
+{
+    dlvsym_fn real = real_dlvsym();
+    int index = wrapped_index(symbol);
+    if (index >= 0) {
+        if (real(handle, real_names[index], version) == NULL)
+            return NULL; /* dlerror() is set by that lookup, as without the hook */
+        FGS_DEBUG("dlvsym(%s, %s): returning the hook's wrapper", real_names[index], version);
+        return wrappers[index];
+    }
+    if (handle != RTLD_NEXT && handle != RTLD_DEFAULT) {
+        void *own = own_resolver(symbol);
+        if (own != NULL && real(handle, symbol, version) != NULL)
+            return own;
+    }
+    return real(handle, symbol, version);
 }
 
 /* --- cuGetProcAddress --------------------------------------------------------------------- */

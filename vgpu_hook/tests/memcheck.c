@@ -7,6 +7,9 @@
  *   memcheck run --case CASE --way WAY --size BYTES
  *     ways:  linked          the link-time symbol (a program linked with -lcuda / -lnvidia-ml)
  *            dlsym           dlopen("libcuda.so.1" / "libnvidia-ml.so.1") + dlsym(handle, name)
+ *            dlvsym          the same with dlvsym(handle, name, version): the version node of the
+ *                            fake libraries, FASTGSHARE_FAKE_1, or $MEMCHECK_SYMBOL_VERSION
+ *            libc-dlvsym     dlsym(libc handle, "dlvsym"), then that (RTLD_DEFAULT, name, version)
  *            gpa-legacy      cuGetProcAddress (11.3 ABI, re-resolved through itself) by base name
  *                            at the version the ABI appeared in, as cudart 11 asks
  *            gpa-v2          cuGetProcAddress_v2 (re-resolved) by base name at that version,
@@ -104,8 +107,17 @@ struct sym {
 #define V1_SYM(name, version) {#name, #name, version, 0, 1, (void *)(v1_##name)}
 #define NVML_SYM(name) {#name, NULL, 0, 0, 0, (void *)(name)}
 
-enum way { WAY_LINKED, WAY_DLSYM, WAY_GPA_LEGACY, WAY_GPA_V2, WAY_GPA_RUNTIME, WAY_COUNT };
-static const char *const way_names[WAY_COUNT] = {"linked", "dlsym", "gpa-legacy", "gpa-v2", "gpa-runtime"};
+enum way { WAY_LINKED, WAY_DLSYM, WAY_DLVSYM, WAY_LIBC_DLVSYM, WAY_GPA_LEGACY, WAY_GPA_V2, WAY_GPA_RUNTIME, WAY_COUNT };
+static const char *const way_names[WAY_COUNT] = {"linked", "dlsym", "dlvsym", "libc-dlvsym", "gpa-legacy", "gpa-v2",
+                                                 "gpa-runtime"};
+
+/* The symbol version dlvsym asks for: the fake libraries' version node (their .map files), or
+ * MEMCHECK_SYMBOL_VERSION. A library whose symbols carry no version answers NULL (n/a). */
+static const char *symbol_version(void)
+{
+    const char *version = getenv("MEMCHECK_SYMBOL_VERSION");
+    return version != NULL && version[0] != '\0' ? version : "FASTGSHARE_FAKE_1";
+}
 
 static void *library(const char *soname)
 {
@@ -113,6 +125,18 @@ static void *library(const char *soname)
     if (handle == NULL)
         fprintf(stderr, "memcheck: dlopen(%s): %s\n", soname, dlerror());
     return handle;
+}
+
+/* The C library's dlvsym, asked of its own handle by name, then asked for the name in the
+ * global scope (RTLD_DEFAULT): what a tenant tries when dlvsym itself is intercepted. */
+static void *libc_dlvsym(const char *name)
+{
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    if (libc == NULL)
+        return NULL;
+    void *(*lookup)(void *, const char *, const char *) =
+        (void *(*)(void *, const char *, const char *))dlsym(libc, "dlvsym");
+    return lookup != NULL ? lookup(RTLD_DEFAULT, name, symbol_version()) : NULL;
 }
 
 /* cuGetProcAddress of either ABI, re-resolved through itself first (what cudart does). */
@@ -149,11 +173,18 @@ static void *resolve(enum way way, const struct sym *s)
     if (s->base == NULL) { /* NVML: linked or dlsym only */
         if (way == WAY_LINKED)
             return s->linked;
-        return way == WAY_DLSYM && (handle = library("libnvidia-ml.so.1")) != NULL ? dlsym(handle, s->name) : NULL;
+        if (way == WAY_LIBC_DLVSYM)
+            return libc_dlvsym(s->name);
+        if ((way != WAY_DLSYM && way != WAY_DLVSYM) || (handle = library("libnvidia-ml.so.1")) == NULL)
+            return NULL;
+        return way == WAY_DLSYM ? dlsym(handle, s->name) : dlvsym(handle, s->name, symbol_version());
     }
     switch (way) {
     case WAY_LINKED: return s->linked;
     case WAY_DLSYM: return (handle = library("libcuda.so.1")) != NULL ? dlsym(handle, s->name) : NULL;
+    case WAY_DLVSYM:
+        return (handle = library("libcuda.so.1")) != NULL ? dlvsym(handle, s->name, symbol_version()) : NULL;
+    case WAY_LIBC_DLVSYM: return libc_dlvsym(s->name);
     case WAY_GPA_LEGACY: return proc_address(0, s->base, s->version, s->ptsz);
     case WAY_GPA_V2: return proc_address(1, s->base, s->version, s->ptsz);
     case WAY_GPA_RUNTIME: return s->v1 ? NULL : proc_address(1, s->base, CUDA_VERSION, s->ptsz);
@@ -805,7 +836,7 @@ static int stress_run(int threads, int iterations, size_t size)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: memcheck run --case CASE --way linked|dlsym|gpa-legacy|gpa-v2|gpa-runtime "
+    fprintf(stderr, "usage: memcheck run --case CASE --way linked|dlsym|dlvsym|libc-dlvsym|gpa-legacy|gpa-v2|gpa-runtime "
                     "--size BYTES\n       memcheck resolve < rows\n       memcheck shell\n"
                     "       memcheck stress --threads T --iterations N --size BYTES\n");
     exit(64);

@@ -45,9 +45,11 @@ LIMIT = 64 * MIB
 SIZE = 40 * MIB  # one object fits the limit, two do not
 OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
 FLOAT4 = 16  # bytes per texel of the CU_AD_FORMAT_FLOAT x 4 arrays memcheck creates
-WAYS = ("linked", "dlsym", "gpa-legacy", "gpa-v2", "gpa-runtime")
-NO_V1 = ("linked", "dlsym", "gpa-legacy", "gpa-v2")  # a v1 ABI cannot be asked for at the runtime's version
-NVML_WAYS = ("linked", "dlsym")  # NVML is not reached through cuGetProcAddress
+# dlvsym and libc-dlvsym find a function only where the library versions its symbols (the fakes
+# do, under FASTGSHARE_FAKE_1); on a driver without versions those cells show n/a with --real.
+WAYS = ("linked", "dlsym", "dlvsym", "libc-dlvsym", "gpa-legacy", "gpa-v2", "gpa-runtime")
+NO_V1 = ("linked", "dlsym", "dlvsym", "libc-dlvsym", "gpa-legacy", "gpa-v2")  # no v1 ABI at the runtime's version
+NVML_WAYS = ("linked", "dlsym", "dlvsym", "libc-dlvsym")  # NVML is not reached through cuGetProcAddress
 
 STANDARD_STEPS = [("alloc", 0), ("alloc-over-limit", OOM), ("free", 0), ("alloc-after-free", 0), ("free", 0)]
 VMM_STEPS = [("create", 0), ("map", 0), ("set-access", 0), ("retain", 0), ("release", 0), ("release-retained", 0),

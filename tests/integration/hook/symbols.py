@@ -31,5 +31,5 @@ def hooked_symbols() -> list[HookedSymbol]:
 
 
 def exported_names() -> set[str]:
-    """What the hook library must export: every wrapper, and the dlsym override."""
-    return {row.symbol for row in hooked_symbols()} | {"dlsym"}
+    """What the hook library must export: every wrapper, and the dlsym and dlvsym overrides."""
+    return {row.symbol for row in hooked_symbols()} | {"dlsym", "dlvsym"}

@@ -63,7 +63,7 @@ def test_without_the_hook_every_path_escapes(setup: Setup) -> None:
 def test_every_hooked_symbol_is_exported_resolvable_and_covered(build: Build, gpu_dir: Path) -> None:
     rows = hooked_symbols()
     symbols = {row.symbol for row in rows}
-    # Exported: exactly the list, plus the dlsym override.
+    # Exported: exactly the list, plus the dlsym and dlvsym overrides.
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) is not installed")
     listing = subprocess.run(["nm", "-D", "--defined-only", str(build.hook)], capture_output=True, text=True,
