@@ -27,6 +27,8 @@ from scheduler_extender.config import (
 from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
 from scheduler_extender.server import HttpServer
 from scheduler_extender.state import ClusterState
+from scheduler_extender.tls import ReloadingContext, TlsConfigError
+from scheduler_extender.webhook import create_webhook_app
 
 log = logging.getLogger("scheduler_extender")
 
@@ -44,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help="address to serve on; an empty HOST means all addresses (default: %(default)s)")
+    parser.add_argument("--webhook-listen", default="", metavar="HOST:PORT",
+                        help="also serve the validating admission webhook (POST /validate: FaSTPods and pods with "
+                             "fastgshare/ annotations, the messages of fastgshare check) over TLS here; needs "
+                             "--webhook-cert and --webhook-key (default: no webhook)")
+    parser.add_argument("--webhook-cert", metavar="FILE", help="the webhook's TLS certificate (PEM); reloaded when "
+                                                               "the file changes")
+    parser.add_argument("--webhook-key", metavar="FILE", help="the webhook's TLS private key (PEM)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     parser.add_argument("--policy", default=DEFAULT_POLICY.value, choices=[p.value for p in Policy],
                         help=f"placement policy; a pod may override it with the annotation "
@@ -68,8 +77,25 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     return config, host, port
 
 
-def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None) -> None:
-    """Serve until SIGTERM or SIGINT, then stop the server and the watches."""
+def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HttpServer | None:
+    """The webhook's TLS server (not started), or None without --webhook-listen."""
+    if not args.webhook_listen:
+        if args.webhook_cert or args.webhook_key:
+            parser.error("--webhook-cert and --webhook-key need --webhook-listen HOST:PORT")
+        return None
+    if not (args.webhook_cert and args.webhook_key):
+        parser.error("--webhook-listen needs --webhook-cert FILE and --webhook-key FILE (PEM)")
+    try:
+        host, port = parse_listen(args.webhook_listen)
+        tls = ReloadingContext(args.webhook_cert, args.webhook_key)
+    except (ConfigError, TlsConfigError) as error:
+        parser.error(str(error).replace("--listen", "--webhook-listen"))
+    return HttpServer(create_webhook_app(), host, port, ssl_context=tls.context, name="extender-webhook")
+
+
+def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None,
+        webhook: HttpServer | None = None) -> None:
+    """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
     api = load_api_client(kubeconfig)
     state = ClusterState(bind_wait_s=config.bind_wait_s)
     server = HttpServer(create_app(build_services(config, state, KubeApi(api))), host, port)
@@ -91,8 +117,13 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None) ->
         server.start()
         log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s", server.host, server.port,
                  config.policy.value, config.bind_wait_s)
+        if webhook is not None:
+            webhook.start()
+            log.info("admission webhook listening address=%s:%d (TLS)", webhook.host, webhook.port)
         stopping.wait()
     finally:
+        if webhook is not None:
+            webhook.stop()
         server.stop()
         watch.stop()
         for signum, handler in previous.items():
@@ -107,7 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config, host, port = _settings(parser, args)
     try:
-        run(config, host, port, args.kubeconfig)
+        webhook = _webhook(parser, args)
+    except OSError as error:
+        log.error("cannot serve the webhook on %s: %s", args.webhook_listen, error)
+        return 1
+    try:
+        run(config, host, port, args.kubeconfig, webhook)
     except KubeConfigError as error:
         log.error("%s", error)
         return 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 
 from flask import Flask
@@ -31,11 +32,13 @@ class _Handler(WSGIRequestHandler):
 
 
 class HttpServer:
-    """The app on ``host:port`` (port 0 picks a free one; see :attr:`port`)."""
+    """The app on ``host:port`` (port 0 picks a free one; see :attr:`port`), over TLS with ``ssl_context``."""
 
-    def __init__(self, app: Flask, host: str, port: int) -> None:
-        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True, request_handler=_Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="extender-http", daemon=True)
+    def __init__(self, app: Flask, host: str, port: int, *, ssl_context: ssl.SSLContext | None = None,
+                 name: str = "extender-http") -> None:
+        self._server: BaseWSGIServer = make_server(host, port, app, threaded=True, request_handler=_Handler,
+                                                   ssl_context=ssl_context)
+        self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
 
     @property
     def host(self) -> str:

@@ -1,0 +1,53 @@
+"""The validating admission webhook's HTTP edge (TLS, its own port): POST /validate, GET /healthz.
+
+The decision is :mod:`scheduler_extender.admission`'s. The scheduler's verbs are not served here:
+this port is reachable from the API server, the extender's own port only from inside its pod.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import BadRequest, HTTPException, UnsupportedMediaType
+
+from scheduler_extender import admission
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 8 * 2**20  # the API server sends at most ~3 MiB objects (etcd's limit), twice for updates
+
+
+def create_webhook_app() -> Flask:
+    app = Flask(__name__)
+    app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+
+    @app.post("/validate")
+    def validate() -> Response:
+        if request.mimetype != "application/json":
+            raise UnsupportedMediaType(f'Content-Type must be application/json, got "{request.mimetype or "none"}"')
+        try:
+            body = json.loads(request.get_data(cache=False))
+        except (ValueError, RecursionError) as error:
+            raise BadRequest(f"the body is not valid JSON: {error}") from None
+        try:
+            answer = admission.review(body)
+        except admission.ReviewError as error:
+            raise BadRequest(str(error)) from None
+        response = answer["response"]
+        if isinstance(response, dict) and not response["allowed"]:
+            log.info("admission denied: %s", response.get("status"))
+        return jsonify(answer)
+
+    @app.get("/healthz")
+    def healthz() -> Response:
+        return jsonify({"status": "ok"})
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> tuple[Response, int]:
+        log.warning("webhook rejected request path=%s status=%s reason=%s", request.path, error.code,
+                    error.description)
+        return jsonify({"error": error.description or error.name}), error.code or 400
+
+    return app
