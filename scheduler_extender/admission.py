@@ -12,6 +12,7 @@ request that is not an AdmissionReview gets :class:`ReviewError` (the HTTP edge 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from fastgshare import keys
 from fastgshare.errors import FastGShareError
@@ -26,7 +27,7 @@ class ReviewError(ValueError):
     """The body is not an AdmissionReview request; the message says what is wrong."""
 
 
-def review(body: object) -> dict[str, object]:
+def review(body: object) -> dict[str, Any]:
     """The AdmissionReview answering ``body``."""
     if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
         raise ReviewError('expected an AdmissionReview object ("kind": "AdmissionReview")')
