@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +79,12 @@ class ExtenderProcess:
     """``python -m scheduler_extender`` against a kubeconfig, on a fixed loopback port."""
 
     def __init__(self, kubeconfig: Path, port: int, log_path: Path, *, bind_wait_s: float = 2.0,
-                 policy: str = "binpack") -> None:
+                 policy: str = "binpack", extra_args: Sequence[str] = ()) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._args = [sys.executable, "-m", "scheduler_extender", "--kubeconfig", str(kubeconfig),
                       "--listen", f"127.0.0.1:{port}", "--bind-wait-seconds", str(bind_wait_s),
-                      "--policy", policy, "--log-level", "info"]
+                      "--policy", policy, "--log-level", "info", *extra_args]
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60) -> None:

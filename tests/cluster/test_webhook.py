@@ -1,0 +1,178 @@
+"""The validating admission webhook on the real API server (issue 15, "validation at kubectl apply").
+
+The extender runs as a local process with ``--webhook-listen`` and a self-signed certificate; the
+ValidatingWebhookConfiguration is the shipped one (deploy/scheduler/webhook.yaml) with its
+clientConfig pointed at that process (url + caBundle) and scoped to the test's namespace, so no
+other test's objects reach it. Creating an invalid FaSTPod or Pod fails with the message of
+``fastgshare check``; a valid one is created; with the webhook down, failurePolicy Ignore lets
+objects through, as docs/security.md says (the scheduler-time checks refuse them later).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import kubernetes.client
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from fastgshare import keys
+from tests.cluster.controlplane import ControlPlane, free_ports, wait_until
+from tests.cluster.test_controller import fastpod_crd  # noqa: F401  (a fixture)
+from tests.integration.scheduler_extender.harness import ExtenderProcess
+
+REPO = Path(__file__).resolve().parents[2]
+WEBHOOK_FILE = REPO / "deploy" / "scheduler" / "webhook.yaml"
+GROUP, VERSION, PLURAL = keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, keys.FASTPOD_PLURAL
+SHARE = {keys.GPU_QUOTA_REQUEST: "0.3", keys.GPU_QUOTA_LIMIT: "0.6", keys.GPU_SM_PARTITION: "40",
+         keys.GPU_MEM: "2Gi"}
+SCOPE_LABEL = "fastgshare-webhook-test"
+
+
+@attrs.frozen
+class Webhook:
+    extender: ExtenderProcess
+    config_name: str
+
+
+def fastpod(name: str, **share: str) -> dict[str, Any]:
+    return {"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+            "metadata": {"name": name, "annotations": {**SHARE, **share}},
+            "spec": {"replicas": 1, "podSpec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+
+
+def gpu_pod(name: str, **share: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": {**SHARE, **share}},
+            "spec": {"schedulerName": keys.SCHEDULER_NAME, "containers": [
+                {"name": "c", "image": "busybox", "resources": {"limits": {keys.VGPU_RESOURCE: "1"}}}]}}
+
+
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
+                    "-out", str(cert), "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def webhook_configuration(name: str, url: str, ca: bytes, namespace_scope: str) -> dict[str, Any]:
+    """The shipped configuration, pointed at ``url`` and scoped to the test's namespace."""
+    shipped = next(doc for doc in yaml.safe_load_all(WEBHOOK_FILE.read_text())
+                   if doc["kind"] == "ValidatingWebhookConfiguration")
+    config = copy.deepcopy(shipped)
+    config["metadata"]["name"] = name
+    for hook in config["webhooks"]:
+        hook["clientConfig"] = {"url": f"{url}/validate", "caBundle": base64.b64encode(ca).decode()}
+        hook["namespaceSelector"] = {"matchLabels": {SCOPE_LABEL: namespace_scope}}
+    return config
+
+
+@pytest.fixture
+def webhook(control_plane: ControlPlane, api_client: kubernetes.client.ApiClient, namespace: str,
+            tmp_path: Path, fastpod_crd: None) -> Iterator[Webhook]:  # noqa: F811
+    core = kubernetes.client.CoreV1Api(api_client)
+    core.patch_namespace(namespace, {"metadata": {"labels": {SCOPE_LABEL: namespace}}})
+    cert, key = self_signed(tmp_path)
+    port, webhook_port = free_ports(2)
+    extender = ExtenderProcess(control_plane.kubeconfig, port, tmp_path / "extender.log", extra_args=[
+        "--webhook-listen", f"127.0.0.1:{webhook_port}", "--webhook-cert", str(cert), "--webhook-key", str(key)])
+    registrations = kubernetes.client.AdmissionregistrationV1Api(api_client)
+    name = f"fastgshare-validate-{namespace}"
+    try:
+        extender.start()
+        registrations.create_validating_webhook_configuration(
+            webhook_configuration(name, f"https://127.0.0.1:{webhook_port}", cert.read_bytes(), namespace))
+        yield Webhook(extender, name)
+    finally:
+        try:
+            registrations.delete_validating_webhook_configuration(name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        finally:
+            extender.stop()
+
+
+def create_fastpod(api_client: kubernetes.client.ApiClient, namespace: str, body: dict[str, Any],
+                   dry_run: bool = False) -> None:
+    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body, **({"dry_run": "All"} if dry_run else {}))
+
+
+def denial(call: Any) -> str:
+    """The API server's message when ``call`` is refused; '' when it succeeds."""
+    try:
+        call()
+    except ApiException as error:
+        return str(yaml.safe_load(error.body).get("message", ""))
+    return ""
+
+
+def wait_for_webhook(api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    """The API server picks up a new configuration within a second or so: probe with a dry run."""
+    bad = fastpod("probe", **{keys.GPU_SM_PARTITION: "0"})
+    wait_until(lambda: bool(denial(lambda: create_fastpod(api_client, namespace, bad, dry_run=True))),
+               what="the API server to call the webhook", timeout_s=30)
+
+
+def test_an_invalid_fastpod_is_refused_at_apply_with_the_message_of_check(
+        webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    wait_for_webhook(api_client, namespace)
+    message = denial(lambda: create_fastpod(api_client, namespace, fastpod("bad", **{keys.GPU_SM_PARTITION: "150"})))
+    assert message == ('admission webhook "fastpods.validate.fastgshare.caps.in.tum" denied the request: '
+                       'fastgshare: FaSTPod/bad: fastgshare/gpu_sm_partition: "150" is out of range; allowed: an '
+                       'integer percent of the SMs, 1..100 (e.g. "50")')
+    typo = fastpod("typo")
+    typo["metadata"]["annotations"][keys.GPU_QUOTA_REQUEST + "s"] = typo["metadata"]["annotations"].pop(
+        keys.GPU_QUOTA_REQUEST)
+    message = denial(lambda: create_fastpod(api_client, namespace, typo))
+    assert "fastgshare/gpu_quota_requests" in message
+    assert "did you mean fastgshare/gpu_quota_request" in message
+    objects = kubernetes.client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL)
+    assert objects["items"] == []  # nothing was created
+
+
+def test_a_valid_fastpod_passes_and_an_invalid_update_is_refused(
+        webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    wait_for_webhook(api_client, namespace)
+    create_fastpod(api_client, namespace, fastpod("good"))
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    patch = {"metadata": {"annotations": {keys.GPU_QUOTA_LIMIT: "0.1"}}}  # below the request 0.3
+    message = denial(lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "good", patch))
+    assert message.startswith('admission webhook "fastpods.validate.fastgshare.caps.in.tum" denied the request: '
+                              "fastgshare: FaSTPod/good: ")
+    assert keys.GPU_QUOTA_LIMIT in message
+    stored = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "good")
+    assert stored["metadata"]["annotations"][keys.GPU_QUOTA_LIMIT] == "0.6"
+
+
+def test_an_invalid_gpu_pod_is_refused_and_a_plain_pod_passes(
+        webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    wait_for_webhook(api_client, namespace)
+    core = kubernetes.client.CoreV1Api(api_client)
+    message = denial(lambda: core.create_namespaced_pod(namespace, gpu_pod("bad", **{keys.GPU_MEM: "lots"})))
+    assert message.startswith('admission webhook "pods.validate.fastgshare.caps.in.tum" denied the request: '
+                              "fastgshare: Pod/bad: fastgshare/gpu_mem: ")
+    core.create_namespaced_pod(namespace, gpu_pod("good"))
+    core.create_namespaced_pod(namespace, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+                                           "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    assert sorted(pod.metadata.name for pod in core.list_namespaced_pod(namespace).items) == ["good", "plain"]
+
+
+def test_with_the_webhook_down_objects_are_admitted_as_failure_policy_ignore_says(
+        webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    wait_for_webhook(api_client, namespace)
+    webhook.extender.stop()
+    # Nothing listens now: the API server's call fails and Ignore admits the object.
+    create_fastpod(api_client, namespace, fastpod("unchecked", **{keys.GPU_SM_PARTITION: "150"}))
+    stored = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "unchecked")
+    assert stored["metadata"]["annotations"][keys.GPU_SM_PARTITION] == "150"
