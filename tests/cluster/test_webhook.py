@@ -83,7 +83,7 @@ def webhook(control_plane: ControlPlane, api_client: kubernetes.client.ApiClient
     port, webhook_port = free_ports(2)
     extender = ExtenderProcess(control_plane.kubeconfig, port, tmp_path / "extender.log", extra_args=[
         "--webhook-listen", f"127.0.0.1:{webhook_port}", "--webhook-cert", str(cert), "--webhook-key", str(key)])
-    registrations = kubernetes.client.AdmissionregistrationV1Api(api_client)
+    registrations: Any = kubernetes.client.AdmissionregistrationV1Api(api_client)  # raw dict bodies
     name = f"fastgshare-validate-{namespace}"
     try:
         extender.start()
@@ -102,8 +102,9 @@ def webhook(control_plane: ControlPlane, api_client: kubernetes.client.ApiClient
 
 def create_fastpod(api_client: kubernetes.client.ApiClient, namespace: str, body: dict[str, Any],
                    dry_run: bool = False) -> None:
-    kubernetes.client.CustomObjectsApi(api_client).create_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, body, **({"dry_run": "All"} if dry_run else {}))
+    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body,
+                                           **({"dry_run": "All"} if dry_run else {}))
 
 
 def denial(call: Any) -> str:
@@ -111,7 +112,7 @@ def denial(call: Any) -> str:
     try:
         call()
     except ApiException as error:
-        return str(yaml.safe_load(error.body).get("message", ""))
+        return str(yaml.safe_load(error.body or "{}").get("message", ""))
     return ""
 
 
@@ -135,7 +136,8 @@ def test_an_invalid_fastpod_is_refused_at_apply_with_the_message_of_check(
     message = denial(lambda: create_fastpod(api_client, namespace, typo))
     assert "fastgshare/gpu_quota_requests" in message
     assert "did you mean fastgshare/gpu_quota_request" in message
-    objects = kubernetes.client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+    objects = custom.list_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL)
     assert objects["items"] == []  # nothing was created
 
@@ -144,7 +146,7 @@ def test_a_valid_fastpod_passes_and_an_invalid_update_is_refused(
         webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
     wait_for_webhook(api_client, namespace)
     create_fastpod(api_client, namespace, fastpod("good"))
-    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
     patch = {"metadata": {"annotations": {keys.GPU_QUOTA_LIMIT: "0.1"}}}  # below the request 0.3
     message = denial(lambda: custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "good", patch))
     assert message.startswith('admission webhook "fastpods.validate.fastgshare.caps.in.tum" denied the request: '
@@ -157,7 +159,7 @@ def test_a_valid_fastpod_passes_and_an_invalid_update_is_refused(
 def test_an_invalid_gpu_pod_is_refused_and_a_plain_pod_passes(
         webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
     wait_for_webhook(api_client, namespace)
-    core = kubernetes.client.CoreV1Api(api_client)
+    core: Any = kubernetes.client.CoreV1Api(api_client)  # raw dict bodies
     message = denial(lambda: core.create_namespaced_pod(namespace, gpu_pod("bad", **{keys.GPU_MEM: "lots"})))
     assert message.startswith('admission webhook "pods.validate.fastgshare.caps.in.tum" denied the request: '
                               "fastgshare: Pod/bad: fastgshare/gpu_mem: ")
@@ -173,6 +175,7 @@ def test_with_the_webhook_down_objects_are_admitted_as_failure_policy_ignore_say
     webhook.extender.stop()
     # Nothing listens now: the API server's call fails and Ignore admits the object.
     create_fastpod(api_client, namespace, fastpod("unchecked", **{keys.GPU_SM_PARTITION: "150"}))
-    stored = kubernetes.client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+    custom: Any = kubernetes.client.CustomObjectsApi(api_client)
+    stored = custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, "unchecked")
     assert stored["metadata"]["annotations"][keys.GPU_SM_PARTITION] == "150"
