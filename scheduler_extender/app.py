@@ -57,4 +57,14 @@ def create_app(services: Services, settings: Mapping[str, object] | None = None)
     app.config.update(settings or {})
     app.extensions[EXTENSION] = services
     app.register_blueprint(routes.blueprint)
+    app.register_blueprint(routes.status)
+    return app
+
+
+def create_status_app(services: Services) -> Flask:
+    """Only /healthz, /readyz and /metrics: what may be served beyond the pod's loopback."""
+    app = Flask(__name__)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION] = services
+    app.register_blueprint(routes.status)
     return app

@@ -15,7 +15,7 @@ from types import FrameType
 
 from fastgshare import __version__, keys
 from fastgshare.placement import DEFAULT_POLICY, Policy
-from scheduler_extender.app import build_services, create_app
+from scheduler_extender.app import build_services, create_app, create_status_app
 from scheduler_extender.config import (
     DEFAULT_BIND_WAIT_S,
     DEFAULT_LISTEN,
@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                         help="address to serve on; an empty HOST means all addresses (default: %(default)s)")
+    parser.add_argument("--metrics-listen", default="", metavar="HOST:PORT",
+                        help="also serve only GET /healthz, /readyz and /metrics here (plain HTTP), for probes and "
+                             "Prometheus when --listen is a loopback address (default: not served separately)")
     parser.add_argument("--webhook-listen", default="", metavar="HOST:PORT",
                         help="also serve the validating admission webhook (POST /validate: FaSTPods and pods with "
                              "fastgshare/ annotations, the messages of fastgshare check) over TLS here; needs "
@@ -93,12 +96,20 @@ def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HttpS
     return HttpServer(create_webhook_app(), host, port, ssl_context=tls.context, name="extender-webhook")
 
 
-def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None,
-        webhook: HttpServer | None = None) -> None:
+def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
+        webhook: HttpServer | None = None, metrics_at: tuple[str, int] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
     api = load_api_client(kubeconfig)
     state = ClusterState(bind_wait_s=config.bind_wait_s)
-    server = HttpServer(create_app(build_services(config, state, KubeApi(api))), host, port)
+    services = build_services(config, state, KubeApi(api))
+    server = HttpServer(create_app(services), host, port)
+    extra = [] if webhook is None else [webhook]
+    try:
+        if metrics_at is not None:
+            extra.append(HttpServer(create_status_app(services), *metrics_at, name="extender-status"))
+    except OSError:
+        server.stop()
+        raise
     watch = ClusterWatch(api, state)
     stopping = threading.Event()
 
@@ -117,13 +128,14 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None,
         server.start()
         log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s", server.host, server.port,
                  config.policy.value, config.bind_wait_s)
-        if webhook is not None:
-            webhook.start()
-            log.info("admission webhook listening address=%s:%d (TLS)", webhook.host, webhook.port)
+        for other in extra:
+            other.start()
+            log.info("%s listening address=%s:%d", "admission webhook (TLS)" if other is webhook else
+                     "status endpoints", other.host, other.port)
         stopping.wait()
     finally:
-        if webhook is not None:
-            webhook.stop()
+        for other in extra:
+            other.stop()
         server.stop()
         watch.stop()
         for signum, handler in previous.items():
@@ -137,13 +149,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config, host, port = _settings(parser, args)
+    metrics_at = None
+    if args.metrics_listen:
+        try:
+            metrics_at = parse_listen(args.metrics_listen)
+        except ConfigError as error:
+            parser.error(str(error).replace("--listen", "--metrics-listen"))
     try:
         webhook = _webhook(parser, args)
     except OSError as error:
         log.error("cannot serve the webhook on %s: %s", args.webhook_listen, error)
         return 1
     try:
-        run(config, host, port, args.kubeconfig, webhook)
+        run(config, host, port, args.kubeconfig, webhook=webhook, metrics_at=metrics_at)
     except KubeConfigError as error:
         log.error("%s", error)
         return 1

@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 INSPECT_NAMES = 10  # node names an unknown-node answer lists
 
 blueprint = Blueprint("extender", __name__)
+# The read-only endpoints, also served alone on --metrics-listen (probes and Prometheus reach
+# them over the pod network, while the verbs stay on the loopback address).
+status = Blueprint("extender_status", __name__)
 
 
 def _services() -> Services:
@@ -50,19 +53,19 @@ def bind() -> Response:
     return jsonify(wire.encode_binding_result(_services().binder.bind(args)))
 
 
-@blueprint.get("/healthz")
+@status.get("/healthz")
 def healthz() -> Response:
     return jsonify({"status": "ok"})
 
 
-@blueprint.get("/readyz")
+@status.get("/readyz")
 def readyz() -> tuple[Response, int]:
     if _services().state.synced:
         return jsonify({"status": "ready"}), 200
     return jsonify({"status": "not ready: the cache has not synced with the API server yet"}), 503
 
 
-@blueprint.get("/metrics")
+@status.get("/metrics")
 def metrics() -> Response:
     body, content_type = _services().metrics.exposition()
     return Response(body, content_type=content_type)

@@ -11,7 +11,7 @@ import pytest
 from werkzeug.test import TestResponse
 
 from fastgshare import keys
-from scheduler_extender.app import Services, build_services, create_app
+from scheduler_extender.app import Services, build_services, create_app, create_status_app
 from scheduler_extender.config import ExtenderConfig
 from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.state import ClusterState
@@ -240,3 +240,14 @@ def test_hostile_share_values_get_an_answer_not_a_500(verb: str, annotations: di
         assert len(reason) < 1000
     else:
         assert answer.json == [{"Host": "node-a", "Score": 0}]
+
+
+def test_the_status_app_serves_probes_and_metrics_but_no_verb_and_no_inspection(services: Services) -> None:
+    """What --metrics-listen puts on the pod network while the verbs stay on loopback (issue 15, defect 10)."""
+    client = create_status_app(services).test_client()
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert "fastgshare_extender_cache_nodes" in client.get("/metrics").get_data(as_text=True)
+    for verb in ("filter", "prioritize", "bind"):
+        assert client.post(f"/{verb}", json={}).status_code == 404
+    assert client.get("/inspect").status_code == 404
