@@ -2,7 +2,7 @@
 # Install fastgshare: kubectl apply -k deploy/, with the kube-scheduler configuration and image
 # that the cluster's Kubernetes version runs, then wait until the components are up.
 #
-#   deploy/install.sh
+#   deploy/install.sh [--rotate-webhook-cert]
 #
 # Before applying anything it asks the API server for its version and stops at once if it cannot
 # be reached or is older than 1.20. kube-scheduler reads kubescheduler.config.k8s.io/v1 from 1.25,
@@ -10,6 +10,14 @@
 # scheduler is pointed at the one its version reads. If a component is not ready in time, the
 # script prints the namespace's pods, the logs of those not ready and the recent events, and
 # exits non-zero.
+#
+# The admission webhook's TLS: a CA and a serving certificate for
+# fastgshare-webhook.fastgshare-system.svc, made with openssl and kept in the Secret
+# fastgshare-webhook-tls; the CA goes into the ValidatingWebhookConfiguration's caBundle. A re-run
+# keeps them while the certificate is valid for 30 more days and renews them otherwise, or always
+# with --rotate-webhook-cert. On renewal the caBundle holds the new CA and the previous one, so
+# the API server trusts the extender across the minute the kubelet takes to update the mounted
+# Secret (the extender reloads the files on its next connection; no restart).
 #
 # Environment:
 #   FASTGSHARE_SCHEDULER_IMAGE  the kube-scheduler image (default: registry.k8s.io/kube-scheduler
@@ -23,6 +31,11 @@ NAMESPACE=fastgshare-system
 CONFIG_DIR=/etc/fastgshare
 SHIPPED_CONFIG=kube-scheduler-config.yaml
 SHIPPED_IMAGE_PATTERN='image: registry.k8s.io/kube-scheduler:.*'
+
+WEBHOOK_SECRET=fastgshare-webhook-tls
+WEBHOOK_SERVICE=fastgshare-webhook
+WEBHOOK_DAYS=365
+WEBHOOK_RENEW_BEFORE_S=$((30 * 24 * 3600))
 
 die() {
     echo "install.sh: $*" >&2
@@ -63,10 +76,52 @@ scheduler_config_for() {
     fi
 }
 
-# render CONFIG IMAGE: the kustomize output on stdin with the scheduler's --config and image set.
+# render CONFIG IMAGE [CA_BUNDLE]: the kustomize output on stdin with the scheduler's --config and
+# image set, and the webhook's caBundle (base64) if given.
 render() {
     sed -e "s#--config=$CONFIG_DIR/$SHIPPED_CONFIG#--config=$CONFIG_DIR/$1#" \
-        -e "s#$SHIPPED_IMAGE_PATTERN#image: $2#"
+        -e "s#$SHIPPED_IMAGE_PATTERN#image: $2#" \
+        -e "s#caBundle: \"\"#caBundle: \"${3:-}\"#"
+}
+
+# webhook_cert_valid CERT_BASE64: whether the PEM certificate is valid for 30 more days.
+webhook_cert_valid() {
+    [ -n "$1" ] && printf '%s' "$1" | base64 -d 2>/dev/null |
+        openssl x509 -noout -checkend "$WEBHOOK_RENEW_BEFORE_S" >/dev/null 2>&1
+}
+
+# make_webhook_cert DIR: ca.crt, tls.crt and tls.key in DIR, for the webhook's Service.
+make_webhook_cert() {
+    local dir=$1 dns="$WEBHOOK_SERVICE.$NAMESPACE.svc"
+    openssl req -x509 -newkey rsa:2048 -nodes -days "$WEBHOOK_DAYS" -subj "/CN=fastgshare-webhook-ca" \
+        -keyout "$dir/ca.key" -out "$dir/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$dns" -keyout "$dir/tls.key" -out "$dir/tls.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:%s,DNS:%s.%s,DNS:%s.cluster.local\nextendedKeyUsage=serverAuth\n' \
+        "$dns" "$WEBHOOK_SERVICE" "$NAMESPACE" "$dns" >"$dir/ext"
+    openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+        -days "$WEBHOOK_DAYS" -extfile "$dir/ext" -out "$dir/tls.crt" 2>/dev/null
+}
+
+# webhook_ca_bundle ROTATE: make sure the Secret holds a certificate valid for 30 more days (a new
+# one when it does not, or when ROTATE is 1); print the caBundle (base64) the API server needs.
+webhook_ca_bundle() {
+    local cert old_ca dir bundle
+    cert=$(kubectl -n "$NAMESPACE" get secret "$WEBHOOK_SECRET" -o 'jsonpath={.data.tls\.crt}' 2>/dev/null || true)
+    old_ca=$(kubectl -n "$NAMESPACE" get secret "$WEBHOOK_SECRET" -o 'jsonpath={.data.ca\.crt}' 2>/dev/null || true)
+    if [ "$1" != 1 ] && [ -n "$old_ca" ] && webhook_cert_valid "$cert"; then
+        echo "webhook certificate: kept (valid for more than 30 days; --rotate-webhook-cert renews it)" >&2
+        echo "$old_ca"
+        return
+    fi
+    command -v openssl >/dev/null || die "openssl is not on PATH; install.sh makes the webhook's certificate with it"
+    dir=$(mktemp -d)
+    make_webhook_cert "$dir" || { rm -rf "$dir"; die "openssl could not make the webhook's certificate"; }
+    kubectl -n "$NAMESPACE" create secret generic "$WEBHOOK_SECRET" --from-file="$dir/ca.crt" \
+        --from-file="$dir/tls.crt" --from-file="$dir/tls.key" --dry-run=client -o yaml | kubectl apply -f - >&2
+    bundle=$( { cat "$dir/ca.crt"; printf '%s' "$old_ca" | base64 -d 2>/dev/null || true; } | base64 | tr -d '\n')
+    rm -rf "$dir"
+    echo "webhook certificate: new, valid $WEBHOOK_DAYS days (Secret $NAMESPACE/$WEBHOOK_SECRET)" >&2
+    echo "$bundle"
 }
 
 # report_not_ready TARGET TIMEOUT: what the cluster says about the namespace's pods, on stderr.
@@ -97,14 +152,22 @@ wait_ready() {
 }
 
 main() {
-    local here version config image
+    local here version config image ca_bundle rotate=0
+    for arg in "$@"; do
+        case "$arg" in
+            --rotate-webhook-cert) rotate=1 ;;
+            *) die "unknown argument '$arg'; allowed: --rotate-webhook-cert" ;;
+        esac
+    done
     here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
     command -v kubectl >/dev/null || die "kubectl is not on PATH; install kubectl 1.20 or newer (kustomize is built in)"
     version=$(server_version)
     config=$(scheduler_config_for "$version")
     image=${FASTGSHARE_SCHEDULER_IMAGE:-registry.k8s.io/kube-scheduler:v$version}
     echo "Kubernetes $version: kube-scheduler $image with scheduler/$config"
-    kubectl kustomize "$here" | render "$config" "$image" | kubectl apply -f -
+    kubectl apply -f "$here/namespace.yaml"
+    ca_bundle=$(webhook_ca_bundle "$rotate")
+    kubectl kustomize "$here" | render "$config" "$image" "$ca_bundle" | kubectl apply -f -
     kubectl wait --for=condition=Established crd/fastpods.fastgshare.caps.in.tum --timeout=60s
     wait_ready deployment/fastgshare-controller
     wait_ready deployment/fastgshare-scheduler

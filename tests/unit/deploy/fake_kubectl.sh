@@ -5,6 +5,7 @@
 #   FAKE_STUCK         a rollout target (e.g. deployment/fastgshare-scheduler) that times out
 #   FAKE_FASTPODS      lines "NAMESPACE NAME" of the FaSTPods that exist
 #   FAKE_ANNOTATED     node names carrying the fastgshare/gpu_info annotation
+#   FAKE_SECRET_CERT, FAKE_SECRET_CA  the webhook Secret's tls.crt and ca.crt (base64), if any
 # kubectl apply -f - stores what it was given in $FAKE_LOG.applied.
 set -u
 echo "kubectl $*" >>"$FAKE_LOG"
@@ -42,6 +43,8 @@ YAML
     echo "3m  Warning  BackOff  pod/fastgshare-scheduler-7d9c8b6f5-abcde  Back-off restarting failed container" ;;
   *"logs"*)
     echo "[kube-scheduler] no kind \"KubeSchedulerConfiguration\" is registered for version \"kubescheduler.config.k8s.io/v1\"" ;;
+  *"get secret"*'tls\.crt'*) printf '%s' "${FAKE_SECRET_CERT:-}" ;;
+  *"get secret"*'ca\.crt'*) printf '%s' "${FAKE_SECRET_CA:-}" ;;
   *"get crd"*)
     [ -n "${FAKE_FASTPODS+x}" ] || exit 1 ;;
   *"get fastpods"*)

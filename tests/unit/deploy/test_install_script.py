@@ -8,6 +8,7 @@ serve, and on a timeout show the failing pods' status, logs and recent events.
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from pathlib import Path
@@ -132,3 +133,94 @@ def test_render_rewrites_the_shipped_deployment_and_the_configmap_has_every_form
     [config_map] = [o for o in objects() if o["kind"] == "ConfigMap"]
     assert sorted(config_map["data"]) == ["kube-scheduler-config.v1beta1.yaml", "kube-scheduler-config.v1beta2.yaml",
                                           "kube-scheduler-config.yaml"]
+
+
+# --- the admission webhook's certificate (issue 15: created by install, renewed near expiry) ------
+def make_cert(directory: Path) -> dict[str, str]:
+    """``make_webhook_cert`` into ``directory``; the three files' contents."""
+    result = function("make_webhook_cert", str(directory))
+    assert result.returncode == 0, result.stderr
+    return {name: (directory / name).read_text() for name in ("ca.crt", "tls.crt", "tls.key")}
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_the_webhook_certificate_is_signed_by_its_ca_for_the_service_name(tmp_path: Path) -> None:
+    make_cert(tmp_path)
+    verified = subprocess.run(["openssl", "verify", "-CAfile", str(tmp_path / "ca.crt"), str(tmp_path / "tls.crt")],
+                              capture_output=True, text=True, check=False)
+    assert verified.returncode == 0, verified.stderr
+    text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(tmp_path / "tls.crt")],
+                          capture_output=True, text=True, check=True).stdout
+    assert "DNS:fastgshare-webhook.fastgshare-system.svc" in text
+    assert function("webhook_cert_valid", b64((tmp_path / "tls.crt").read_text())).returncode == 0
+
+
+def test_a_certificate_near_expiry_is_not_valid(tmp_path: Path) -> None:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "10", "-subj", "/CN=x",
+                    "-keyout", str(tmp_path / "k"), "-out", str(tmp_path / "c")], check=True, capture_output=True)
+    assert function("webhook_cert_valid", b64((tmp_path / "c").read_text())).returncode != 0
+    assert function("webhook_cert_valid", "").returncode != 0
+
+
+def ca_bundle(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if not (bin_dir / "kubectl").exists():
+        (bin_dir / "kubectl").symlink_to(FAKE_KUBECTL)
+    log = tmp_path / "kubectl.log"
+    result = subprocess.run(["bash", "-c", f'source "{INSTALL}" && webhook_ca_bundle "$@"', "install.sh", *args],
+                            capture_output=True, text=True, timeout=60, check=False,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(log),
+                                 **env})
+    return result, log.read_text() if log.exists() else ""
+
+
+def test_install_keeps_a_valid_certificate_and_renews_one_near_expiry_or_when_asked(tmp_path: Path) -> None:
+    (tmp_path / "current").mkdir()
+    current = make_cert(tmp_path / "current")
+    secret = {"FAKE_SECRET_CERT": b64(current["tls.crt"]), "FAKE_SECRET_CA": b64(current["ca.crt"])}
+    kept, calls = ca_bundle(tmp_path, "0", **secret)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.strip() == secret["FAKE_SECRET_CA"]
+    assert "create secret" not in calls
+    assert "webhook certificate: kept" in kept.stderr
+
+    rotated, calls = ca_bundle(tmp_path, "1", **secret)
+    assert rotated.returncode == 0, rotated.stderr
+    assert "create secret generic fastgshare-webhook-tls" in calls
+    bundle = base64.b64decode(rotated.stdout.strip()).decode()
+    assert bundle.count("BEGIN CERTIFICATE") == 2  # the new CA, then the old one
+    assert bundle.endswith(current["ca.crt"])
+
+    expiring = tmp_path / "expiring"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "5", "-subj", "/CN=x",
+                    "-keyout", str(expiring.with_suffix(".key")), "-out", str(expiring)], check=True,
+                   capture_output=True)
+    renewed, calls = ca_bundle(tmp_path, "0", FAKE_SECRET_CERT=b64(expiring.read_text()),
+                               FAKE_SECRET_CA=secret["FAKE_SECRET_CA"])
+    assert renewed.returncode == 0, renewed.stderr
+    assert calls.count("create secret generic fastgshare-webhook-tls") == 2
+    assert "webhook certificate: new, valid 365 days" in renewed.stderr
+
+    (tmp_path / "fresh").mkdir()
+    first, _ = ca_bundle(tmp_path / "fresh", "0")  # no Secret yet
+    assert first.returncode == 0, first.stderr
+    assert base64.b64decode(first.stdout.strip()).decode().count("BEGIN CERTIFICATE") == 1
+
+
+def test_render_sets_the_webhooks_ca_bundle() -> None:
+    shipped = (REPO / "deploy" / "scheduler" / "webhook.yaml").read_text()
+    result = subprocess.run(["bash", "-c", f'source "{INSTALL}" && render "$@"', "install.sh", "c.yaml", "i:1",
+                             "Q0E="], input=shipped, capture_output=True, text=True, timeout=30, check=True)
+    assert result.stdout.count('caBundle: "Q0E="') == 2
+    assert 'caBundle: ""' not in result.stdout
+
+
+def test_an_unknown_argument_is_refused(tmp_path: Path) -> None:
+    result = subprocess.run(["bash", str(INSTALL), "--rotate"], capture_output=True, text=True, timeout=30,
+                            check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip() == "install.sh: unknown argument '--rotate'; allowed: --rotate-webhook-cert"
