@@ -41,8 +41,11 @@ class ClusterFacts:
 def read_cluster(api: kubernetes.client.ApiClient, *, node: str | None = None) -> ClusterFacts:
     """Every GPU node (or only ``node``), every unfinished pod assigned to one, and each node's metrics."""
     core = kubernetes.client.CoreV1Api(api)
-    nodes = _nodes(core, node)
-    pods = _pods(core, node)
+    try:
+        nodes = _nodes(core, node)
+        pods = _pods(core, node)
+    except (HTTPError, OSError) as error:
+        raise ReadError(f"cannot reach the API server at {api.configuration.host}: {_cause(error)}") from None
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(nodes)))) as pool:
         scraped = dict(zip((entry.name for entry, _ in nodes), pool.map(lambda n: _scrape(core, n), nodes),
                            strict=True))
@@ -149,6 +152,12 @@ def parse_node_metrics(text: str) -> NodeSamples:
             healthy=None if "fastgshare_gpu_healthy" not in values else values["fastgshare_gpu_healthy"] >= 1,
             memory_allocated_bytes=_int(values.get("fastgshare_gpu_memory_allocated_bytes")),
         ) for uuid, values in gpus.items()})
+
+
+def _cause(error: Exception) -> str:
+    """The innermost reason of a urllib3 error (MaxRetryError wraps the refused connection)."""
+    reason = getattr(error, "reason", None)
+    return str(reason) if reason is not None else str(error)
 
 
 def _int(value: float | None) -> int | None:

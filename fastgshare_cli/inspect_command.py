@@ -49,7 +49,7 @@ def inspect_main(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO
     except KubeConfigError as error:
         err.write(f"fastgshare inspect: {error}\n")
         return 1
-    render = _renderer(args.output)
+    render = _renderer(args.output, qualify=args.namespace is None)
     try:
         with api:
             return _loop(lambda: render(_view(api, args)), args, out, err, stop or threading.Event())
@@ -64,10 +64,6 @@ def _loop(show: Callable[[], str], args: argparse.Namespace, out: TextIO, err: T
             text = show()
         except ReadError as error:
             err.write(f"fastgshare inspect: {error}\n")
-            if not args.watch:
-                return 1
-        except (OSError, kubernetes.client.exceptions.ApiException) as error:
-            err.write(f"fastgshare inspect: cannot reach the API server: {error}\n")
             if not args.watch:
                 return 1
         else:
@@ -85,8 +81,8 @@ def _view(api: kubernetes.client.ApiClient, args: argparse.Namespace) -> list[No
     return build_view(facts.nodes, facts.pods, facts.samples, namespace=args.namespace)
 
 
-def _renderer(output: str) -> Callable[[list[NodeView]], str]:
+def _renderer(output: str, *, qualify: bool) -> Callable[[list[NodeView]], str]:
     if output == "json":
         return lambda view: json.dumps(to_json(view)) + "\n"
     wide = output == "wide"
-    return lambda view: render_table(view, wide=wide)
+    return lambda view: render_table(view, wide=wide, qualify=qualify)

@@ -205,15 +205,17 @@ def gpu_rows(view: Sequence[NodeView]) -> list[tuple[str, ...]]:
     return rows
 
 
-def pod_rows(view: Sequence[NodeView], *, wide: bool = False) -> list[tuple[str, ...]]:
+def pod_rows(view: Sequence[NodeView], *, wide: bool = False, qualify: bool = True) -> list[tuple[str, ...]]:
     """One row per pod, node by node and GPU by GPU: configured next to achieved; a pod below its
-    request is marked with :data:`BELOW_MARK`."""
+    request is marked with :data:`BELOW_MARK`. Pods are ``namespace/name`` unless ``qualify`` is
+    false (one namespace is shown, as ``kubectl -n``)."""
     rows: list[tuple[str, ...]] = []
     for node in view:
         for gpu in node.gpus:
             for pod in gpu.pods:
                 achieved = _share(pod.achieved) + (f" {BELOW_MARK}" if pod.below_request else "")
-                row: tuple[str, ...] = (f"{pod.namespace}/{pod.name}", node.name, str(gpu.index),
+                name = f"{pod.namespace}/{pod.name}" if qualify else pod.name
+                row: tuple[str, ...] = (name, node.name, str(gpu.index),
                        format_fraction(round(pod.request * 1000)), format_fraction(round(pod.limit * 1000)),
                        achieved, f"{pod.sm_percent}%", format_bytes(pod.memory_limit_bytes),
                        _bytes(pod.memory_used_bytes))
@@ -223,11 +225,11 @@ def pod_rows(view: Sequence[NodeView], *, wide: bool = False) -> list[tuple[str,
     return rows
 
 
-def render_table(view: Sequence[NodeView], *, wide: bool = False) -> str:
+def render_table(view: Sequence[NodeView], *, wide: bool = False, qualify: bool = True) -> str:
     """The GPUs, then the pods, as kubectl prints tables: left-aligned columns three spaces apart;
     then a line for each node whose metrics could not be read."""
     parts = [_columns(GPU_COLUMNS, gpu_rows(view))]
-    pods = pod_rows(view, wide=wide)
+    pods = pod_rows(view, wide=wide, qualify=qualify)
     parts.append(_columns(WIDE_POD_COLUMNS if wide else POD_COLUMNS, pods) if pods else "No GPU pods.")
     notes = [f"node {node.name}: no metrics ({node.metrics_error}); ACHIEVED and MEM USED show -"
              for node in view if node.metrics_error and node.gpus]

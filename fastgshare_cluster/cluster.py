@@ -101,6 +101,7 @@ class Cluster:
     containerd_socket: Path
     node_agent_state_dir: Path
     extender_url: str
+    controller_url: str  # /healthz and /metrics
 
     def api_client(self) -> kubernetes.client.ApiClient:
         return kubernetes.config.new_client_from_config(str(self.kubeconfig))
@@ -138,7 +139,8 @@ def _running(state: dict[str, Any]) -> list[dict[str, Any]]:
 def _cluster_of(state_dir: Path, state: dict[str, Any]) -> Cluster:
     return Cluster(state_dir=state_dir, kubeconfig=Path(state["kubeconfig"]), node_name=state["node_name"],
                    containerd_socket=Path(state["containerd_socket"]),
-                   node_agent_state_dir=Path(state["node_agent_state_dir"]), extender_url=state["extender_url"])
+                   node_agent_state_dir=Path(state["node_agent_state_dir"]), extender_url=state["extender_url"],
+                   controller_url=state.get("controller_url", ""))
 
 
 def load(state_dir: Path = DEFAULT_STATE_DIR) -> Cluster:
@@ -374,6 +376,7 @@ class _Startup:
         self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME,
                            "containerd_socket": str(containerd_socket), "node_agent_state_dir": str(agent_state),
                            "extender_url": extender_url, "gpus": options.gpus,
+                           "controller_url": f"http://{LOOPBACK}:{controller_health}",
                            "up_seconds": round(time.monotonic() - self.started, 1)})
         _write_state(self.dir, self.state)
         self.processes.release()

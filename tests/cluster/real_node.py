@@ -6,9 +6,12 @@ cluster, and the share of GPU time each pod got, measured by the simulated GPU i
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +68,33 @@ def kubectl(cluster: Cluster, *args: str, stdin: str | None = None) -> str:
                             capture_output=True, check=False, timeout=120)
     assert result.returncode == 0, f"kubectl {' '.join(args)} failed: {result.stderr}"
     return result.stdout
+
+
+def inspect(cluster: Cluster, *args: str, via_kubectl: bool = False, seconds: float | None = None) -> str:
+    """The output of ``fastgshare inspect ARGS`` (``kubectl fastgshare inspect ARGS``: the plugin found on
+    PATH), with the cluster's kubeconfig in $KUBECONFIG; with ``seconds``, interrupted (Ctrl-C) after
+    that long."""
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    command = ["kubectl", "fastgshare"] if via_kubectl else [sys.executable, "-m", "fastgshare_cli"]
+    with subprocess.Popen([*command, "inspect", *args], env=env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE) as process:
+        try:
+            output, errors = process.communicate(timeout=seconds if seconds is not None else 60)
+        except subprocess.TimeoutExpired:
+            if seconds is None:
+                raise
+            process.send_signal(signal.SIGINT)
+            output, errors = process.communicate(timeout=30)
+    assert process.returncode == 0, f"inspect {' '.join(args)} exited {process.returncode}: {errors}"
+    return output
+
+
+def node_metrics_address(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> str:
+    """host:port of the node agent's /metrics: the node's address and its fastgshare/metrics_port."""
+    node = core.read_node(cluster.node_name)
+    address = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    return f"{address}:{node.metadata.annotations[keys.NODE_METRICS_PORT_ANNOTATION]}"
 
 
 def apply(cluster: Cluster, namespace: str, *documents: Mapping[str, Any]) -> None:

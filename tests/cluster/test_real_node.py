@@ -9,23 +9,29 @@ by the simulated GPU, outside the pod.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes.client
 import pytest
 
 from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.processes import wait_until
+from tests.cluster.prometheus import running_prometheus
 from tests.cluster.real_node import (
     apply,
     assignment_of,
     busy_by_pod,
     fastpod,
     gpu_pod,
+    inspect,
     live_memory,
     log_lines,
     measure_shares,
     node_metrics,
+    node_metrics_address,
     pod_cgroup_exists,
     running_pods,
     share_annotations,
@@ -155,3 +161,60 @@ def test_twenty_pods_created_at_once_each_see_their_own_assignment(
         assert seen == {"visible": assignment.gpu_uuid, "sm": str(assignment.share.sm_percent),
                         "pod": f"{namespace}/{pod.metadata.name}"}, pod.metadata.name
         assert assignment.share.sm_percent == 5 + int(pod.metadata.name[1:])
+
+
+def test_prometheus_and_inspect_show_what_each_pod_was_promised_and_got(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str, tmp_path: Path) -> None:
+    shares = {"small": (0.2, 0.3, 30, "2Gi"), "medium": (0.3, 0.5, 30, "3Gi"), "burst": (0.1, 1.0, 30, "1Gi")}
+    apply(real_cluster, namespace, *(fastpod(name, share_annotations(*share), {"TENANT_KERNEL_US": "2000"})
+                                     for name, share in shares.items()))
+    pods = running_pods(core, namespace, 3)
+    share_of = {pod.metadata.name: shares[pod.metadata.labels["app"]] for pod in pods}
+    jobs = {"fastgshare-node-agents": [node_metrics_address(real_cluster, core)],
+            "fastgshare-controller": [real_cluster.controller_url.removeprefix("http://")],
+            "fastgshare-extender": [real_cluster.extender_url.removeprefix("http://")]}
+    with running_prometheus(jobs, tmp_path / "prometheus") as prometheus:
+        time.sleep(2)  # every tenant attached and past its first window
+        achieved = measure_shares(real_cluster, {assignment_of(pod).gpu_uuid for pod in pods}, 20)
+        end = time.time()
+        time.sleep(1.5)  # the scrape at the end of the measurement has landed
+        # The metric at t covers (t-10 s, t]: the mean of it at `end` and 10 s before is the 20 s measured.
+        scraped = {labels["pod"]: value for labels, value in prometheus.query(
+            f'(fastgshare_pod_gpu_time_share{{namespace="{namespace}"}} + '
+            f'fastgshare_pod_gpu_time_share{{namespace="{namespace}"}} offset 10s) / 2', at=end)}
+        by_name = {pod.metadata.name: achieved[pod.metadata.uid] for pod in pods}
+        print(f"Prometheus {scraped}, simulated GPU {by_name}")
+        assert set(scraped) == set(by_name)
+        for name, value in scraped.items():
+            request, limit, _sm, _memory = share_of[name]
+            assert request - 0.03 <= value <= limit + 0.03, (name, value)
+            assert abs(value - by_name[name]) <= 0.02, (name, value, by_name[name])
+
+        assert prometheus.targets_up() == dict.fromkeys(jobs, "up")
+        totals = {expr: sum(value for _labels, value in prometheus.query(f"sum({expr})")) for expr in (
+            'fastgshare_controller_reconcile_total{result="synced"}',
+            'fastgshare_extender_decisions_total{verb="bind", result="bound"}')}
+        assert all(total >= 3 for total in totals.values()), totals
+        wait_until(lambda: all(rule["health"] == "ok" for rule in prometheus.rules()),
+                   what="every alert rule evaluated without error", timeout_s=10)
+        assert len(prometheus.rules()) == 8
+        assert not prometheus.query('ALERTS{alertname=~"FastGSharePodBelowRequest|FastGShareGpuUnhealthy"}')
+
+    # `fastgshare inspect`, from the kubeconfig alone, lists every pod: configured next to achieved
+    report = json.loads(inspect(real_cluster, "-o", "json"))
+    listed = {pod["name"]: pod for node in report["nodes"] for gpu in node["gpus"] for pod in gpu["pods"]
+              if pod["namespace"] == namespace}
+    assert set(listed) == set(share_of)
+    for name, pod in listed.items():
+        request, limit, sm, _memory = share_of[name]
+        assert (pod["configured"]["request"], pod["configured"]["limit"], pod["configured"]["smPercent"]) == (
+            request, limit, sm)
+        assert request - 0.03 <= pod["achieved"]["share"] <= limit + 0.03, pod
+    table = inspect(real_cluster, "-n", namespace)
+    print(table)
+    assert max(len(line) for line in table.splitlines()) <= 120
+    assert {line.split()[0] for line in table.splitlines()[table.splitlines().index("") + 2:] if line.strip()
+            } >= set(share_of)
+    # `kubectl fastgshare inspect --watch` refreshes
+    watched = inspect(real_cluster, "--watch", "--interval", "1", via_kubectl=True, seconds=6)
+    assert watched.count("Every 1s: fastgshare inspect") >= 2

@@ -9,15 +9,9 @@ import io
 import json
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
-from device_plugin.allocation import PodRecord
-from device_plugin.arbiter.server import ArbiterUsage
-from device_plugin.metrics import NodeMetrics
-from fastgshare import keys
-from fastgshare.codec import PodAssignment, encode_assignment
+from fastgshare.codec import PodAssignment
 from fastgshare.inventory import NodeInventory
-from fastgshare.usage import GpuUsage, PodUsage, UsageSnapshot
 from fastgshare_cli.cluster_reader import parse_node_metrics
 from fastgshare_cli.inspect_command import inspect_main
 from fastgshare_cli.inspection import (
@@ -32,8 +26,8 @@ from fastgshare_cli.inspection import (
     to_json,
 )
 from tests.builders import GiB, make_gpu, make_share
+from tests.node_metrics_samples import NODE, node_agent_exposition
 
-NODE = "gpu-node-1"
 INVENTORY = NodeInventory(node_name=NODE, gpus=(make_gpu(0), make_gpu(1)), slots_per_gpu=16)
 
 
@@ -98,6 +92,9 @@ def test_the_table_fits_120_columns_and_wide_adds_throttling_and_waits() -> None
     assert wide_header.endswith("PHASE     THROTTLED   MEAN WAIT")
     assert "1.5 s" in wide
     assert "UNHEALTHY" in table
+    assert "team-a/resnet-7d9f8-abcde " in table
+    one_namespace = render_table(view(namespace="team-a"), qualify=False)  # as kubectl -n: names only
+    assert "\nresnet-7d9f8-abcde " in one_namespace
 
 
 def test_json_lists_every_pod_with_configured_and_achieved() -> None:
@@ -118,30 +115,8 @@ def test_nodes_without_an_inventory_or_metrics_say_why() -> None:
     assert "node gpu-node-1: no metrics (503 Service Unavailable)" in table
 
 
-class _Pods:
-    def __init__(self, records: list[PodRecord]) -> None:
-        self._records = records
-
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
-        return 1, self._records
-
-
 def test_the_node_agents_own_exposition_parses_into_samples() -> None:
-    assignment = PODS[0].assignment
-    record = PodRecord(uid="u1", namespace="team-a", name="resnet-7d9f8-abcde", node_name=NODE, phase="Running",
-                       resource_version="1",
-                       annotations={keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)})
-    usage = UsageSnapshot(window_s=10.0, pods=(PodUsage(
-        pod="team-a/resnet-7d9f8-abcde", gpu="GPU-0000", share=0.37, used_seconds_total=12.0,
-        throttled_seconds_total=0.5, wait_bucket_counts=(0,) * 11 + (4,), wait_sum_seconds=0.04, wait_count=4),),
-        gpus=(GpuUsage(gpu="GPU-0000", busy_share=0.4),))
-    metrics = NodeMetrics(_Pods([record]),
-                          lambda: ArbiterUsage(usage=usage, memory_bytes={("GPU-0000", "team-a/resnet-7d9f8-abcde"):
-                                                                          GiB}),
-                          lambda: INVENTORY)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(metrics)
-    samples = parse_node_metrics(generate_latest(registry).decode())
+    samples = parse_node_metrics(node_agent_exposition())
     sample = samples.pods[("team-a/resnet-7d9f8-abcde", "GPU-0000")]
     assert (sample.share, sample.memory_used_bytes, sample.throttled_seconds_total, sample.waits) == (
         0.37, GiB, 0.5, 4)
