@@ -8,8 +8,10 @@ contexts, volumes, probes, ... all pass through untouched). The builder only add
   among them, so the extender and the node agent read it from the pod); a controller owner
   reference, so the garbage collector deletes the pods with their FaSTPod;
 - ``spec.schedulerName``: the fastgshare scheduler profile, unless the podSpec names one;
-- ``spec.hostIPC: true`` when the GPUs run MPS (the CUDA clients reach the MPS daemon through
-  the host's IPC namespace), unless the podSpec sets ``hostIPC`` itself;
+- ``spec.hostIPC: true`` only when the controller runs with ``--host-ipc`` (off by default: Pod
+  Security's baseline level forbids it, and the MPS pipe directory that Allocate mounts is what
+  MPS clients need on most drivers); a podSpec that sets ``hostIPC: true`` itself opts in, which
+  passes through like everything else (issue 15, defect 10);
 - on each GPU container: the ``fastgshare.caps.in.tum/vgpu: 1`` limit (and request, if the
   container lists requests), and the downward-API env ``FASTGSHARE_POD_NAME``,
   ``FASTGSHARE_POD_NAMESPACE`` and ``FASTGSHARE_POD`` (``<namespace>/<name>``), unless the
@@ -33,7 +35,7 @@ class PodConfig:
     """How the controller builds pods (from its flags)."""
 
     scheduler_name: str = keys.SCHEDULER_NAME
-    host_ipc: bool = True  # the GPU nodes run MPS
+    host_ipc: bool = False  # give every pod hostIPC (--host-ipc); else only podSpecs that ask
 
 
 def owner_reference(spec: FaSTPodSpec) -> dict[str, Any]:

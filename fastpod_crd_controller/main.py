@@ -47,10 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scheduler-name", default=keys.SCHEDULER_NAME,
                         help="schedulerName of the pods, the kube-scheduler profile with the fastgshare extender; "
                              "a podSpec that names a scheduler keeps it (default: %(default)s)")
-    parser.add_argument("--host-ipc", action=argparse.BooleanOptionalAction, default=True,
-                        help="give pods hostIPC: true so their CUDA clients reach the node's MPS daemon; "
-                             "--no-host-ipc where the GPUs run without MPS. A podSpec that sets hostIPC keeps "
-                             "it (default: on)")
+    parser.add_argument("--host-ipc", action=argparse.BooleanOptionalAction, default=False,
+                        help="give every pod hostIPC: true, for drivers whose MPS clients need the host's IPC "
+                             "namespace (Pod Security's baseline level forbids it). Without it only a podSpec "
+                             "that sets hostIPC: true gets it (default: off)")
     parser.add_argument("--workers", type=int, default=4,
                         help="FaSTPods reconciled in parallel (default: %(default)s)")
     parser.add_argument("--resync-seconds", type=float, default=300.0,

@@ -179,7 +179,7 @@ def test_applying_the_example_gives_pods_of_the_right_shape(cluster: Cluster, co
         assert pod.metadata.labels["app"] == "test-fastpod"
         assert {k: pod.metadata.annotations[k] for k in keys.SHARE_ANNOTATIONS} == {
             k: body["metadata"]["annotations"][k] for k in keys.SHARE_ANNOTATIONS}
-        assert (pod.spec.scheduler_name, pod.spec.host_ipc) == (keys.SCHEDULER_NAME, True)
+        assert (pod.spec.scheduler_name, pod.spec.host_ipc) == (keys.SCHEDULER_NAME, None)  # hostIPC is opt-in
         [container] = pod.spec.containers
         assert container.resources.limits == {keys.VGPU_RESOURCE: "1"}
         assert container.ports[0].container_port == 5000

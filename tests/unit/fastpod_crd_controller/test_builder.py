@@ -50,7 +50,6 @@ def test_the_pod_of_a_minimal_fastpod() -> None:
                 "env": DOWNWARD_ENV,
             }],
             "schedulerName": "fastgshare-scheduler",
-            "hostIPC": True,
         },
     }
 
@@ -94,7 +93,7 @@ def test_every_field_of_the_pod_spec_is_kept() -> None:
                             "limits": {"memory": "8Gi", "fastgshare.caps.in.tum/vgpu": "1"}},
               "env": [{"name": "BATCH", "value": "8"}, *DOWNWARD_ENV]}
     assert pod["spec"] == {**FULL_POD_SPEC, "containers": [server, FULL_POD_SPEC["containers"][1]],
-                           "schedulerName": "fastgshare-scheduler", "hostIPC": True}
+                           "schedulerName": "fastgshare-scheduler"}
 
 
 def test_by_default_every_container_gets_a_gpu_slot() -> None:
@@ -123,10 +122,19 @@ def test_what_the_pod_spec_sets_itself_wins() -> None:
     assert built["resources"] == {"limits": {keys.VGPU_RESOURCE: "1"}}  # one slot per container, always
 
 
-def test_configured_scheduler_and_no_host_ipc_without_mps() -> None:
-    pod, _ = build(fastpod(), PodConfig(scheduler_name="my-scheduler", host_ipc=False))
-    assert pod["spec"]["schedulerName"] == "my-scheduler"
+def test_pods_get_no_host_ipc_unless_the_pod_spec_opts_in() -> None:
+    """Issue 15, defect 10: hostIPC was injected into every pod, which Pod Security's baseline forbids."""
+    pod, _ = build(fastpod(), PodConfig())
     assert "hostIPC" not in pod["spec"]
+    opted_in = {"containers": [dict(CONTAINER)], "hostIPC": True}
+    pod, _ = build(fastpod(pod_spec=opted_in), PodConfig())
+    assert pod["spec"]["hostIPC"] is True
+
+
+def test_configured_scheduler_and_host_ipc_for_every_pod() -> None:
+    pod, _ = build(fastpod(), PodConfig(scheduler_name="my-scheduler", host_ipc=True))
+    assert pod["spec"]["schedulerName"] == "my-scheduler"
+    assert pod["spec"]["hostIPC"] is True
 
 
 def test_labels_come_from_the_fastpod_and_the_selector_and_annotations_skip_bookkeeping() -> None:

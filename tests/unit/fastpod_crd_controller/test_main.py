@@ -28,7 +28,7 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     args = build_parser().parse_args([])
     assert (args.scheduler_name, args.host_ipc, args.leader_elect, args.workers, args.lease_namespace) == (
-        "fastgshare-scheduler", True, True, 4, "fastgshare-system")
+        "fastgshare-scheduler", False, True, 4, "fastgshare-system")
     monkeypatch.setenv("POD_NAMESPACE", "gpu-platform")
     assert build_parser().parse_args([]).lease_namespace == "gpu-platform"
 
