@@ -160,18 +160,49 @@ def kill_pods() -> None:
         _kill_cgroup_tree(hierarchy / KUBEPODS)
 
 
+# What `up` starts (a Python entry point runs as `python .../bin/NAME`), and containerd's shims.
+LEFTOVER_PROGRAMS = frozenset({
+    "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
+    "fastgshare-extender", "fastgshare-controller", "fastgshare-node-agent"})
+SHIM_PREFIX = "containerd-shim"
+
+
+def _is_leftover(argv: list[bytes]) -> bool:
+    names = [os.path.basename(arg.decode(errors="replace")) for arg in argv[:2]]
+    if not names:
+        return False
+    if names[0].startswith("python") and len(names) > 1:
+        return names[1] in LEFTOVER_PROGRAMS
+    return names[0] in LEFTOVER_PROGRAMS or names[0].startswith(SHIM_PREFIX)
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents up to init: never killed, whatever their command line says."""
+    found, pid = set(), os.getpid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rpartition(")")[2].split()[1])
+    return found
+
+
 def kill_leftovers(state_dir: Path) -> None:
-    """SIGKILL every process whose command line names ``state_dir``: the containerd shims (they
-    outlive containerd and name its socket), and anything ``up`` started but could not record."""
+    """SIGKILL the containerd shims (they outlive containerd and name its socket) and the components
+    ``up`` started but could not record, if their command line names ``state_dir``; nothing else (a
+    user's ``tail -f`` of a log there, the shell that runs ``down``)."""
     needle = str(state_dir.resolve()).encode()
+    spared = _ancestors()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not entry.name.isdigit() or int(entry.name) in spared:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if needle in cmdline:
+        if needle in cmdline and _is_leftover(cmdline.split(b"\0")):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(entry.name), signal.SIGKILL)
 
