@@ -136,7 +136,7 @@ def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bo
     }
     mounts = [
         Mount(keys.CONTAINER_HOOK_PATH, paths.hook_library, read_only=True),
-        Mount(keys.CONTAINER_RUN_DIR, paths.run_dir, read_only=False),
+        Mount(keys.CONTAINER_RUN_DIR, paths.run_dir, read_only=True),  # tenants connect; they must not unlink or bind
     ]
     if mps_enabled:
         envs[keys.ENV_MPS_THREAD_PERCENTAGE] = str(assignment.share.sm_percent)

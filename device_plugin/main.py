@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -19,9 +20,17 @@ import attrs
 
 from device_plugin.agent import NodeAgent
 from device_plugin.allocation import Allocator, HostPaths, SimulatedDriver
-from device_plugin.arbiter.runner import ArbiterThread, add_timing_arguments, timing_ns
+from device_plugin.arbiter.probe import arbiter_problem
+from device_plugin.arbiter.runner import (
+    ArbiterThread,
+    add_edge_arguments,
+    add_timing_arguments,
+    edge_options,
+    timing_ns,
+)
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import AssignmentShares
+from device_plugin.arbiter.state import STATE_FILE_NAME, StateFile
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.hook_install import HookInstallError, install_hook, install_library
@@ -56,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device-plugin-dir", default=DEFAULT_PLUGIN_DIR, type=Path,
                         help="kubelet's device-plugin directory (default: %(default)s)")
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, type=Path,
-                        help="where the hook library copy and the arbiter socket live (default: %(default)s)")
+                        help="where the hook library copy, the arbiter socket and the arbiter's saved ledger live "
+                             "(default: %(default)s)")
     parser.add_argument("--fake-gpus", metavar="SPEC",
                         help=f"simulate GPUs instead of asking NVML: {GPU_SPEC_HELP}")
     parser.add_argument("--slots-per-gpu", type=int, default=keys.DEFAULT_SLOTS_PER_GPU,
@@ -80,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where to serve /metrics and /healthz (default: %(default)s; port 0 picks a free one); "
                              "the port is published on the node for `fastgshare inspect`")
     add_timing_arguments(parser)
+    add_edge_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -143,11 +154,16 @@ def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThre
     host, port = parse_listen(args.metrics_listen)
 
     def arbiter_answers() -> bool:
-        try:
-            arbiter.usage(timeout_s=1.0)
-        except Exception:
-            return False
-        return True
+        """The arbiter answers through its socket's path, as the hooks reach it, and its loop answers."""
+        problem = arbiter_problem(arbiter.server.socket_path)
+        if problem is None:
+            try:
+                arbiter.usage(timeout_s=1.0)
+            except Exception as error:
+                problem = f"the arbiter's loop does not answer: {error!r}"
+        if problem is not None:
+            log.error("unhealthy: %s", problem)
+        return problem is None
 
     try:
         return MetricsServer(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory), arbiter_answers)
@@ -188,7 +204,8 @@ def build(args: argparse.Namespace) -> Components:
     arbiter = ArbiterThread(
         ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
                       {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
-                      AssignmentShares(pods), **timing_ns(args)),
+                      AssignmentShares(pods), state=StateFile(args.state_dir / STATE_FILE_NAME),
+                      **timing_ns(args), **edge_options(args)),
         pods)
     metrics = start_metrics(args, pods, arbiter, devices)
     writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)})
@@ -231,8 +248,16 @@ def run(parts: Components) -> None:
     parts.pods.stop()
 
 
+def raise_open_files_limit() -> None:
+    """Hooks hold two connections per process: allow as many descriptors as the system lets us."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    raise_open_files_limit()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:

@@ -41,6 +41,13 @@ class PodMemoryLedger:
         self._held[process] = self._held.get(process, 0) + size
         return True
 
+    def restore(self, process: Hashable, size: int) -> None:
+        """Charge ``size`` bytes the process already holds (reserved before the arbiter restarted),
+        without the limit check: the memory is in use whether or not it fits."""
+        self._check(size, "size")
+        if size:
+            self._held[process] = self._held.get(process, 0) + size
+
     def release(self, process: Hashable, size: int) -> int:
         """Give back up to ``size`` bytes the process holds; returns what was released."""
         self._check(size, "size")

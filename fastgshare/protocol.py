@@ -29,6 +29,8 @@ class MessageType(enum.IntEnum):
     TOKEN = 2
     MEM_RESERVE = 3
     MEM_RELEASE = 4
+    MEM_RESTORE = 5
+    PING = 6
     ERROR = 127
 
 

@@ -59,6 +59,13 @@ class HookClient:
     def reserve(self, size: int) -> MemReserveReply:
         return MemReserveReply.decode(self.call(MessageType.MEM_RESERVE, protocol.encode_u64(size)).payload)
 
+    def restore(self, size: int) -> MemReserveReply:
+        """After a reconnect: this process still holds ``size`` bytes (charged without the limit check)."""
+        return MemReserveReply.decode(self.call(MessageType.MEM_RESTORE, protocol.encode_u64(size)).payload)
+
+    def ping(self) -> None:
+        self.call(MessageType.PING)
+
     def release(self, size: int) -> int:
         """Release ``size`` bytes; returns the pod's memory in use afterwards."""
         return protocol.decode_u64(self.call(MessageType.MEM_RELEASE, protocol.encode_u64(size)).payload)

@@ -10,7 +10,17 @@ leaving removes it from the scheduler.
 
 Identity: in ``trusted_env`` mode the pod named in HELLO is believed (demo, tests);
 otherwise the peer's PID (SO_PEERCRED) is mapped through its cgroup to a pod UID and then
-to the pod by the share book.
+to the pod by the share book. One HELLO per connection.
+
+Restarts (:mod:`.state`): with a state file, every change of the memory ledger is saved
+before its reply goes out, and a restarted arbiter loads it: each process's reservations come
+back as *orphans* that count against the pod's limit until the process reconnects and says
+what it still holds (``MEM_RESTORE``), until the process is gone, or until
+``restore_grace_s`` has passed.
+
+Edge: at most ``max_connections_per_pod`` connections per pod (by the peer's cgroup; per
+process outside pods), a connection that has not said HELLO within ``hello_timeout_s`` is
+closed, and the log lines a client can cause are rate-limited (:mod:`.ratelimit`).
 """
 
 from __future__ import annotations
@@ -27,7 +37,9 @@ from pathlib import Path
 import attrs
 
 from device_plugin.arbiter.identity import peer_pid, pod_uid_of_pid
+from device_plugin.arbiter.ratelimit import RepeatLimiter
 from device_plugin.arbiter.shares import PodShare, ShareBook
+from device_plugin.arbiter.state import SavedPod, StateFile
 from fastgshare import protocol
 from fastgshare.arbitration import GpuArbiter
 from fastgshare.memory import PodMemoryLedger
@@ -45,6 +57,14 @@ from fastgshare.protocol import (
 from fastgshare.usage import UsageMeter, UsageSnapshot
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CONNECTIONS_PER_POD = 64
+DEFAULT_HELLO_TIMEOUT_S = 5.0
+DEFAULT_RESTORE_GRACE_S = 60.0
+
+
+def process_alive(pid: int) -> bool:
+    return pid > 0 and Path(f"/proc/{pid}").exists()
 
 
 @attrs.frozen
@@ -68,15 +88,25 @@ class _Connection:
     pod: str = ""
     gpu: str = ""
     pending_request: int | None = None  # request id of an unanswered TOKEN
+    memory_used: bool = False  # a memory request was made (MEM_RESTORE must come first)
 
     def send(self, message_type: int, request_id: int, payload: bytes = b"") -> None:
         self.writer.write(protocol.encode_frame(message_type, request_id, payload))
+
+
+@attrs.frozen
+class _Orphan:
+    """Memory a process held before the arbiter restarted, until it reconnects (the ledger key)."""
+
+    pid: int
 
 
 @attrs.define(eq=False)
 class _Pod:
     memory: PodMemoryLedger
     connections: set[_Connection] = attrs.field(factory=set)
+    orphans: set[_Orphan] = attrs.field(factory=set)
+    scheduled: bool = False  # a client of the GPU's scheduler (while it has connections)
     queue: deque[_Connection] = attrs.field(factory=deque)  # connections waiting for the pod's token
     holder: _Connection | None = None
     granted_at: int = 0
@@ -86,8 +116,21 @@ class _Pod:
 class ArbiterServer:
     def __init__(self, socket_path: Path, gpus: dict[str, GpuSettings], shares: ShareBook, *,
                  trusted_env: bool = False, window_ns: int = 100_000_000, min_token_ns: int = 2_000_000,
-                 clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 clock: Callable[[], int] = time.monotonic_ns, state: StateFile | None = None,
+                 restore_grace_s: float = DEFAULT_RESTORE_GRACE_S,
+                 max_connections_per_pod: int = DEFAULT_MAX_CONNECTIONS_PER_POD,
+                 hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
+                 alive: Callable[[int], bool] = process_alive) -> None:
         self.socket_path = socket_path
+        self._state = state
+        self._restore_grace_s = restore_grace_s
+        self._max_per_pod = max_connections_per_pod
+        self._hello_timeout_s = hello_timeout_s
+        self._alive = alive
+        self._peers: dict[str, int] = {}  # peer key (pod uid, or pid outside pods) -> open connections
+        self._orphan_sweeper: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._log = RepeatLimiter(log)
         self._shares = shares
         self._trusted = trusted_env
         self._window_ns = window_ns
@@ -107,6 +150,8 @@ class ArbiterServer:
                             {key: pod.memory.used_bytes for key, pod in self._pods.items()})
 
     async def start(self) -> None:
+        if self._state is not None:
+            self._restore(self._state.load())
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.socket_path))
@@ -115,7 +160,9 @@ class ArbiterServer:
                  self._trusted)
 
     async def stop(self) -> None:
-        """Stop listening, drop every connection (their hooks fail closed), remove the socket."""
+        """Stop listening, drop every connection, remove the socket. The saved ledger stays as it
+        is: the hooks reconnect to the next arbiter and keep what they hold."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -124,7 +171,76 @@ class ArbiterServer:
         await asyncio.gather(*self._handlers, return_exceptions=True)
         for timer in self._timers.values():
             timer.cancel()
+        if self._orphan_sweeper is not None:
+            self._orphan_sweeper.cancel()
+            await asyncio.gather(self._orphan_sweeper, return_exceptions=True)
         self.socket_path.unlink(missing_ok=True)
+
+    # --- the ledger across restarts ----------------------------------------------------
+    def _restore(self, saved: list[SavedPod]) -> None:
+        """Bring back what each process held; orphans of processes already gone are dropped."""
+        kept = dropped = 0
+        for entry in saved:
+            if entry.gpu not in self._arbiters:
+                log.warning("saved pod %s is on GPU %s, not on this node: dropped", entry.pod, entry.gpu)
+                continue
+            pod = _Pod(PodMemoryLedger(entry.memory_limit_bytes))
+            for pid, size in entry.held.items():
+                if self._alive(pid):
+                    pod.orphans.add(_Orphan(pid))
+                    pod.memory.restore(_Orphan(pid), size)
+                    kept += 1
+                else:
+                    dropped += 1
+            if pod.orphans:
+                self._pods[(entry.gpu, entry.pod)] = pod
+        if saved:
+            log.info("arbiter state restored: %d pods, %d processes' memory kept until they reconnect "
+                     "(at most %gs), %d of exited processes dropped", len(self._pods), kept,
+                     self._restore_grace_s, dropped)
+        self._save()
+        if any(pod.orphans for pod in self._pods.values()):
+            self._orphan_sweeper = asyncio.get_running_loop().create_task(self._sweep_orphans())
+
+    async def _sweep_orphans(self) -> None:
+        """Every second drop orphans whose process is gone; after the grace period, drop them all."""
+        deadline = time.monotonic() + self._restore_grace_s
+        while any(pod.orphans for pod in self._pods.values()):
+            await asyncio.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
+            expired = time.monotonic() >= deadline
+            changed = False
+            for key, pod in list(self._pods.items()):
+                for orphan in list(pod.orphans):
+                    if expired or not self._alive(orphan.pid):
+                        size = pod.memory.release_process(orphan)
+                        pod.orphans.discard(orphan)
+                        changed = True
+                        log.info("memory of pid %d (pod %s) released: %s, %d bytes", orphan.pid, key[1],
+                                 "it did not reconnect in time" if expired else "the process is gone", size)
+                self._forget_if_idle(key, pod)
+            if changed:
+                self._save()
+
+    def _forget_if_idle(self, key: tuple[str, str], pod: _Pod) -> None:
+        if not pod.connections and not pod.orphans and self._pods.get(key) is pod:
+            del self._pods[key]
+
+    def _save(self) -> None:
+        if self._state is None or self._stopping:
+            return
+        pods = []
+        for (gpu, pod_key), pod in self._pods.items():
+            held: dict[int, int] = {}
+            processes: list[_Connection | _Orphan] = [*pod.connections, *pod.orphans]
+            for process in processes:
+                size = pod.memory.held_by(process)
+                if size:
+                    held[process.pid] = held.get(process.pid, 0) + size
+            pods.append(SavedPod(gpu, pod_key, pod.memory.limit_bytes, held))
+        try:
+            self._state.save(pods)
+        except OSError as error:
+            self._log.log(logging.ERROR, "cannot save the arbiter state to %s: %s", self._state.path, error)
 
     def refresh_shares(self) -> None:
         """Re-read every registered pod's share; changes apply from the next decision."""
@@ -135,6 +251,8 @@ class ArbiterServer:
             if pod.memory.limit_bytes != share.memory_bytes:
                 log.info("memory limit changed pod=%s gpu=%s limit=%d", pod_key, gpu, share.memory_bytes)
                 pod.memory.set_limit(share.memory_bytes)
+            if not pod.scheduled:
+                continue
             arbiter = self._arbiters[gpu]
             if arbiter.share(pod_key) != share.time:
                 log.info("share changed pod=%s gpu=%s share=%s", pod_key, gpu, share.time)
@@ -145,27 +263,59 @@ class ArbiterServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raw: socket.socket = writer.get_extra_info("socket")
         connection = _Connection(writer, peer_pid(raw))
+        peer = self._peer_key(connection.pid)
+        if self._peers.get(peer, 0) >= self._max_per_pod:
+            self._log.warning("refused a connection from pid=%d: its pod (%s) already has %d connections",
+                              connection.pid, peer, self._max_per_pod)
+            writer.close()
+            return
+        self._peers[peer] = self._peers.get(peer, 0) + 1
         frames = FrameReader()
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
+        hello_deadline = time.monotonic() + self._hello_timeout_s
         try:
-            while data := await reader.read(4096):
+            while True:
+                if connection.pod:
+                    data = await reader.read(4096)
+                else:  # an unregistered connection only holds a descriptor: it gets a deadline
+                    data = await asyncio.wait_for(reader.read(4096), max(0.0, hello_deadline - time.monotonic()))
+                if not data:
+                    break
                 for frame in frames.feed(data):
                     self._handle(connection, frame)
                 await writer.drain()
+        except TimeoutError:
+            self._log.info("closed a connection of pid=%d: no HELLO within %gs", connection.pid,
+                           self._hello_timeout_s)
         except ProtocolError as error:
-            log.warning("protocol error pid=%d pod=%s: %s", connection.pid, connection.pod or "?", error)
+            self._log.warning("protocol error pid=%d pod=%s: %s", connection.pid, connection.pod or "?", error)
             connection.send(MessageType.ERROR, 0, ErrorReply(error.code, str(error)).encode())
         except ConnectionError:
             pass
         finally:
+            self._peers[peer] -= 1
+            if not self._peers[peer]:
+                del self._peers[peer]
             self._disconnect(connection)
             writer.close()
             self._handlers.discard(task)
 
+    def _peer_key(self, pid: int) -> str:
+        """Whose connection this is, for the per-pod limit: the pod by its cgroup, else the process."""
+        uid = pod_uid_of_pid(pid)
+        return f"pod {uid}" if uid else f"pid {pid}"
+
     def _handle(self, connection: _Connection, frame: Frame) -> None:
-        if frame.type == MessageType.HELLO:
+        if frame.type == MessageType.PING:
+            connection.send(MessageType.PING | protocol.REPLY_BIT, frame.request_id)
+        elif frame.type == MessageType.HELLO and connection.pod:
+            # One identity per connection: a second HELLO would move the connection (and what it
+            # holds) to another pod's books.
+            self._refuse(connection, frame.request_id, ErrorCode.UNKNOWN_CLIENT,
+                         f"this connection already said HELLO as pod {connection.pod}; open a new one")
+        elif frame.type == MessageType.HELLO:
             self._hello(connection, frame)
         elif not connection.pod:
             self._refuse(connection, frame.request_id, ErrorCode.NOT_REGISTERED, "send HELLO first")
@@ -173,6 +323,8 @@ class ArbiterServer:
             self._token(connection, frame.request_id, protocol.decode_u64(frame.payload))
         elif frame.type in (MessageType.MEM_RESERVE, MessageType.MEM_RELEASE):
             self._memory(connection, frame)
+        elif frame.type == MessageType.MEM_RESTORE:
+            self._memory_restore(connection, frame)
         else:
             self._refuse(connection, frame.request_id, ErrorCode.UNKNOWN_TYPE, f"unknown message type {frame.type}")
 
@@ -197,10 +349,14 @@ class ArbiterServer:
         pod = self._pods.get((share.gpu_uuid, pod_key))
         if pod is None:
             pod = self._pods[(share.gpu_uuid, pod_key)] = _Pod(PodMemoryLedger(share.memory_bytes))
+        if not pod.scheduled:
+            pod.scheduled = True
             self._arbiters[share.gpu_uuid].add_client(pod_key, share.time)
             self._meter.join(share.gpu_uuid, pod_key)
+        if pod.memory.limit_bytes != share.memory_bytes:
+            pod.memory.set_limit(share.memory_bytes)
         pod.connections.add(connection)
-        log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
+        self._log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
         connection.send(MessageType.HELLO | protocol.REPLY_BIT, frame.request_id, self._hello_reply(share).encode())
 
     def _identify(self, connection: _Connection, hello: Hello) -> str | None:
@@ -235,19 +391,42 @@ class ArbiterServer:
         ledger = self._pods[(connection.gpu, connection.pod)].memory
         size = protocol.decode_u64(frame.payload)
         reply_type = frame.type | protocol.REPLY_BIT
+        connection.memory_used = True
         if frame.type == MessageType.MEM_RESERVE:
             granted = ledger.reserve(connection, size)
             if not granted:
-                log.info("memory refused pod=%s pid=%d size=%d used=%d limit=%d", connection.pod, connection.pid,
-                         size, ledger.used_bytes, ledger.limit_bytes)
+                self._log.info("memory refused pod=%s pid=%d size=%d used=%d limit=%d", connection.pod,
+                               connection.pid, size, ledger.used_bytes, ledger.limit_bytes)
+            elif size:
+                self._save()  # on disk before the process may allocate
             reply = MemReserveReply(granted, ledger.used_bytes, ledger.limit_bytes).encode()
             connection.send(reply_type, frame.request_id, reply)
         else:
-            ledger.release(connection, size)
+            if ledger.release(connection, size):
+                self._save()
             connection.send(reply_type, frame.request_id, protocol.encode_u64(ledger.used_bytes))
 
+    def _memory_restore(self, connection: _Connection, frame: Frame) -> None:
+        """A reconnected process says what it still holds: that replaces its orphaned reservations."""
+        pod = self._pods[(connection.gpu, connection.pod)]
+        size = protocol.decode_u64(frame.payload)
+        if connection.memory_used:
+            self._refuse(connection, frame.request_id, ErrorCode.BAD_FRAME,
+                         "MEM_RESTORE must be the first memory request of a connection")
+            return
+        connection.memory_used = True
+        orphan = _Orphan(connection.pid)
+        before = pod.memory.release_process(orphan) if orphan in pod.orphans else 0
+        pod.orphans.discard(orphan)
+        pod.memory.restore(connection, size)
+        self._save()
+        self._log.info("memory restored pod=%s pid=%d bytes=%d (saved before the restart: %d)", connection.pod,
+                       connection.pid, size, before)
+        reply = MemReserveReply(True, pod.memory.used_bytes, pod.memory.limit_bytes).encode()
+        connection.send(frame.type | protocol.REPLY_BIT, frame.request_id, reply)
+
     def _refuse(self, connection: _Connection, request_id: int, code: ErrorCode, message: str) -> None:
-        log.warning("refused pid=%d pod=%s: %s", connection.pid, connection.pod or "?", message)
+        self._log.warning("refused pid=%d pod=%s: %s", connection.pid, connection.pod or "?", message)
         connection.send(MessageType.ERROR, request_id, ErrorReply(code, message).encode())
 
     def _disconnect(self, connection: _Connection) -> None:
@@ -257,7 +436,8 @@ class ArbiterServer:
         pod = self._pods[key]
         arbiter = self._arbiters[connection.gpu]
         pod.connections.discard(connection)
-        pod.memory.release_process(connection)
+        if pod.memory.release_process(connection):
+            self._save()
         if connection in pod.queue:
             pod.queue.remove(connection)
         if pod.holder is connection:  # it cannot report its use: charge the time held, at most the token
@@ -266,11 +446,12 @@ class ArbiterServer:
             held = min(now - pod.granted_at, pod.token_ns)
             arbiter.release(connection.pod, now, held)
             self._meter.used(connection.gpu, connection.pod, pod.granted_at, held)
-        if not pod.connections:
-            del self._pods[key]
+        if not pod.connections and pod.scheduled:
+            pod.scheduled = False
             arbiter.remove_client(connection.pod)
             self._meter.leave(connection.gpu, connection.pod)
-            log.info("pod left gpu=%s pod=%s", connection.gpu, connection.pod)
+            self._log.info("pod left gpu=%s pod=%s", connection.gpu, connection.pod)
+        self._forget_if_idle(key, pod)
         self._pump(connection.gpu)
 
     # --- scheduling --------------------------------------------------------------------

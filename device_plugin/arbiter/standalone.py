@@ -23,9 +23,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from device_plugin.arbiter.runner import add_timing_arguments, timing_ns
+from device_plugin.arbiter.runner import add_edge_arguments, add_timing_arguments, edge_options, timing_ns
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import PodShare, StaticShares
+from device_plugin.arbiter.state import StateFile
 from fastgshare import __version__
 from fastgshare.arbitration import TimeShare
 from fastgshare.errors import InvalidShareSpec
@@ -81,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--shares", required=True, type=Path, help="shares file (see the module docs)")
     parser.add_argument("--trusted-env", action="store_true",
                         help="believe the pod name the hook sends (single-user machines only)")
+    parser.add_argument("--state-file", type=Path, default=None,
+                        help="keep the memory ledger here so a restarted arbiter knows what running processes "
+                             "hold (default: not kept)")
     add_timing_arguments(parser)
+    add_edge_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -107,7 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     server = ArbiterServer(args.socket, gpus, StaticShares(pods), trusted_env=args.trusted_env,
-                           **timing_ns(args))
+                           state=StateFile(args.state_file) if args.state_file else None,
+                           **timing_ns(args), **edge_options(args))
     asyncio.run(serve(server))
     return 0
 

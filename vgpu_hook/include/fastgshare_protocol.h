@@ -28,6 +28,12 @@
  *   MEM_RESERVE r. u32 granted (1 or 0), u64 pod_used_bytes, u64 pod_limit_bytes
  *   MEM_RELEASE    u64 bytes
  *   MEM_RELEASE r. u64 pod_used_bytes
+ *   MEM_RESTORE    u64 bytes: after a reconnect, what this process still holds (reserved before the
+ *                  arbiter restarted); charged without the limit check, at most once per
+ *                  connection and before any MEM_RESERVE or MEM_RELEASE on it
+ *   MEM_RESTORE r. as MEM_RESERVE reply (granted 1)
+ *   PING           empty (needs no HELLO: the node agent's liveness probe)
+ *   PING reply     empty
  *   ERROR          u32 code (FGS_ERR_*), str message
  */
 #ifndef FASTGSHARE_PROTOCOL_H
@@ -41,6 +47,8 @@
 #define FGS_MSG_TOKEN 2
 #define FGS_MSG_MEM_RESERVE 3
 #define FGS_MSG_MEM_RELEASE 4
+#define FGS_MSG_MEM_RESTORE 5
+#define FGS_MSG_PING 6
 #define FGS_MSG_ERROR 127
 #define FGS_REPLY_BIT 128
 

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,12 +33,12 @@ def pod_share(request: int, limit: int, sm: int = 100, gpu: str = GPU) -> PodSha
 
 class RunningArbiter:
     def __init__(self, socket_path: Path, shares: dict[str, PodShare], *, trusted: bool = True,
-                 mps: bool = True, uids: dict[str, str] | None = None) -> None:
+                 mps: bool = True, uids: dict[str, str] | None = None, **options: Any) -> None:
         book = StaticShares(shares)
         if uids is not None:
             book.pod_of_uid = uids.get  # type: ignore[method-assign]
         self.server = ArbiterServer(socket_path, {GPU: GpuSettings(mps_enabled=mps)}, book, trusted_env=trusted,
-                                    window_ns=100 * MS, min_token_ns=2 * MS)
+                                    window_ns=100 * MS, min_token_ns=2 * MS, **options)
         self.shares = shares
         self.loop = asyncio.new_event_loop()
         started = threading.Event()

@@ -75,7 +75,7 @@ def test_allocate_gives_the_assigned_gpu_env_and_mounts(running_agent: RunningAg
     mounts = {(m.container_path, m.host_path, m.read_only) for m in container.mounts}
     assert mounts == {
         (keys.CONTAINER_HOOK_PATH, running_agent.paths.hook_library, True),
-        (keys.CONTAINER_RUN_DIR, running_agent.paths.run_dir, False),
+        (keys.CONTAINER_RUN_DIR, running_agent.paths.run_dir, True),  # tenants connect, never unlink
         ("/tmp/nvidia-mps", "/tmp/nvidia-mps", False),
     }
     assert running_agent.marker.marked == ["team-a/resnet-1"]

@@ -132,3 +132,14 @@ def test_pods_that_left_are_forgotten() -> None:
 def test_preferred_slots(available: list[str], must: list[str], size: int, gpu: str | None,
                          expected: list[str]) -> None:
     assert preferred_slots(available, must, size, gpu) == expected
+
+
+def test_tenants_get_the_arbiter_socket_directory_read_only() -> None:
+    # A root process in a GPU pod must not be able to delete the arbiter's socket or bind its own
+    # in its place; connecting to a socket works through a read-only mount.
+    grant = Allocator(NODE, PATHS).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1,
+                                         mps_enabled=True)
+    [container] = grant.containers
+    mounts = {m.container_path: (m.host_path, m.read_only) for m in container.mounts}
+    assert mounts[keys.CONTAINER_RUN_DIR] == (PATHS.run_dir, True)
+    assert mounts[keys.CONTAINER_HOOK_PATH] == (PATHS.hook_library, True)

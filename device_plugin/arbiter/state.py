@@ -1,0 +1,71 @@
+"""The arbiter's ledger on disk, so a restarted node agent knows what the running pods hold.
+
+What is kept: every pod the arbiter knows (GPU, pod key, memory limit) and, per process (the
+peer PID the kernel gave), the bytes it holds reserved. Time tokens are not kept: the
+scheduling window is 100 ms, far shorter than a restart, and a hook asks for a new token
+when it reconnects.
+
+Written on every change of the ledger, before the reply that depends on it goes out, as a
+new file renamed over the old one (``os.replace``: a reader sees the old or the new file,
+never half of one). Not fsynced: it must survive the agent's process (a crash, an OOM kill, a
+rolling update), not the node; when the node goes down, the processes it describes go too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+log = logging.getLogger(__name__)
+
+STATE_VERSION = 1
+STATE_FILE_NAME = "arbiter-state.json"
+
+
+@attrs.frozen
+class SavedPod:
+    gpu: str
+    pod: str
+    memory_limit_bytes: int
+    held: dict[int, int]  # peer pid -> bytes it holds reserved
+
+
+class StateFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> list[SavedPod]:
+        """The saved pods; none when there is no file. An unreadable file is set aside (and said)."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return []
+        try:
+            data = json.loads(text)
+            if data.get("version") != STATE_VERSION:
+                raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
+            return [SavedPod(str(entry["gpu"]), str(entry["pod"]), int(entry["memory_limit_bytes"]),
+                             {int(pid): int(size) for pid, size in entry["held"].items() if int(size) > 0})
+                    for entry in data["pods"]]
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            aside = self.path.with_suffix(".unreadable")
+            os.replace(self.path, aside)
+            log.error("arbiter state %s is unreadable (%s); moved to %s, starting with an empty ledger",
+                      self.path, error, aside)
+            return []
+
+    def save(self, pods: Iterable[SavedPod]) -> None:
+        data = {"version": STATE_VERSION,
+                "pods": [{"gpu": pod.gpu, "pod": pod.pod, "memory_limit_bytes": pod.memory_limit_bytes,
+                          "held": {str(pid): size for pid, size in sorted(pod.held.items())}} for pod in pods]}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(temporary, "w") as stream:
+            os.fchmod(stream.fileno(), 0o600)
+            json.dump(data, stream, separators=(",", ":"))
+        os.replace(temporary, self.path)

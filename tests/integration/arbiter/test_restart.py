@@ -1,0 +1,111 @@
+"""The arbiter's memory ledger across a restart (issue 13, item 1): saved on every change,
+loaded by the next arbiter, each process's reservations held for it until it reconnects."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from device_plugin.arbiter.client import ArbiterError
+from device_plugin.arbiter.state import SavedPod, StateFile
+from fastgshare.protocol import ErrorCode
+from tests.integration.arbiter.test_server import GPU, RunningArbiter, pod_share
+
+MIB = 1 << 20
+LIMIT = 1 << 30  # pod_share's memory
+
+
+def start(tmp_path: Path, *, alive: Callable[[int], bool] = lambda pid: True, **options: object) -> RunningArbiter:
+    return RunningArbiter(tmp_path / "arbiter.sock", {"ns/a": pod_share(300, 500), "ns/b": pod_share(200, 1000)},
+                          state=StateFile(tmp_path / "state.json"), alive=alive, **options)
+
+
+def eventually(check: Callable[[], bool], within_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_pod_at_its_limit_stays_at_its_limit_after_a_restart(tmp_path: Path) -> None:
+    first = start(tmp_path)
+    try:
+        tenant = first.client()
+        tenant.hello("ns/a", GPU)
+        assert tenant.reserve(900 * MIB).granted
+        assert not tenant.reserve(200 * MIB).granted
+    finally:
+        first.stop()  # a rolling update: every connection drops, the saved ledger stays
+    saved = StateFile(tmp_path / "state.json").load()
+    assert [(p.gpu, p.pod, p.memory_limit_bytes, sum(p.held.values())) for p in saved] == [(GPU, "ns/a", LIMIT,
+                                                                                           900 * MIB)]
+    second = start(tmp_path)
+    try:
+        other = second.client()  # another process of the pod, or the tenant before it re-reports
+        other.hello("ns/a", GPU)
+        assert other.reserve(0).pod_used_bytes == 900 * MIB
+        assert not other.reserve(200 * MIB).granted  # still at its limit
+        tenant = second.client()
+        tenant.hello("ns/a", GPU)
+        restored = tenant.restore(850 * MIB)  # it freed 50 MiB while the arbiter was away
+        assert restored.granted
+        assert restored.pod_used_bytes == 850 * MIB
+        assert other.reserve(100 * MIB).granted
+        assert not other.reserve(100 * MIB).granted
+        tenant.close()  # the process exits: what it holds is free
+        assert eventually(lambda: other.reserve(0).pod_used_bytes == 100 * MIB)
+    finally:
+        second.stop()
+
+
+def test_restore_is_once_and_first_on_a_connection(tmp_path: Path) -> None:
+    arbiter = start(tmp_path)
+    try:
+        tenant = arbiter.client()
+        tenant.hello("ns/a", GPU)
+        assert tenant.reserve(10 * MIB).granted
+        with pytest.raises(ArbiterError) as caught:
+            tenant.restore(900 * MIB)
+        assert caught.value.reply.code == ErrorCode.BAD_FRAME
+    finally:
+        arbiter.stop()
+
+
+def test_memory_of_processes_gone_during_the_restart_is_freed(tmp_path: Path) -> None:
+    StateFile(tmp_path / "state.json").save([SavedPod(GPU, "ns/a", LIMIT, {111: 500 * MIB, 222: 400 * MIB})])
+    living = {111}
+    arbiter = start(tmp_path, alive=lambda pid: pid in living)
+    try:
+        probe = arbiter.client()
+        probe.hello("ns/a", GPU)
+        assert probe.reserve(0).pod_used_bytes == 500 * MIB  # pid 222 had exited: dropped at start
+        living.clear()  # pid 111 exits without reconnecting
+        assert eventually(lambda: probe.reserve(0).pod_used_bytes == 0)
+    finally:
+        arbiter.stop()
+    assert json.loads((tmp_path / "state.json").read_text())["pods"][0]["held"] == {}
+
+
+def test_memory_not_claimed_within_the_grace_period_is_freed(tmp_path: Path) -> None:
+    StateFile(tmp_path / "state.json").save([SavedPod(GPU, "ns/b", LIMIT, {111: 500 * MIB})])
+    arbiter = start(tmp_path, restore_grace_s=0.3)
+    try:
+        probe = arbiter.client()
+        probe.hello("ns/b", GPU)
+        assert probe.reserve(0).pod_used_bytes == 500 * MIB
+        assert eventually(lambda: probe.reserve(0).pod_used_bytes == 0, within_s=2.0)
+    finally:
+        arbiter.stop()
+
+
+def test_an_unreadable_state_file_is_set_aside(tmp_path: Path) -> None:
+    (tmp_path / "state.json").write_text("{not json")
+    assert StateFile(tmp_path / "state.json").load() == []
+    assert (tmp_path / "state.unreadable").read_text() == "{not json"
+    assert not (tmp_path / "state.json").exists()
