@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import kubernetes.client
@@ -17,8 +19,10 @@ from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
 from fastgshare.quantity import format_bytes
 from fastgshare.share import format_fraction
 from fastgshare_cli.pod_shares import measure_shares, use_by_pod
-from fastgshare_cluster import cluster
+from fastgshare_cluster import cluster, image_build, images
 from fastgshare_cluster.cluster import ClusterError, Options
+from fastgshare_cluster.image_build import ImageBuildError
+from fastgshare_cluster.images import ImageError
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,22 +46,33 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     shares = actions.add_parser(
         "shares", help="each GPU pod's configured share next to the GPU time it gets, measured by the simulated GPU")
     shares.add_argument("--seconds", type=float, default=5.0, help="how long to measure (default: %(default)s)")
-    for sub in (up, down, actions.choices["status"], shares):
+    build = actions.add_parser(
+        "build-image", help="build the project's image from its Dockerfile offline (mmdebstrap + buildah), "
+                            "and import it into the running cluster",
+        description="Build the Dockerfile unchanged with buildah, on a Debian base made locally with mmdebstrap "
+                    "(no container registry needed; the Python and Debian package registries are reached as "
+                    "this machine is configured), print its size, write it as an OCI archive and, if a cluster "
+                    "is up, import it into the cluster's containerd.")
+    build.add_argument("--source", type=Path, default=Path.cwd(), help="the checkout with the Dockerfile "
+                       "(default: the current directory)")
+    build.add_argument("--tag", default=image_build.IMAGE, help="the image's name (default: %(default)s)")
+    build.add_argument("--output", type=Path, help="where to write the OCI archive (default: in the state dir)")
+    for sub in (up, down, actions.choices["status"], shares, build):
         sub.add_argument("--state-dir", type=Path, default=cluster.DEFAULT_STATE_DIR,
                          help="where the cluster keeps its state and logs (default: %(default)s)")
 
 
 def cluster_main(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    actions: dict[str, Callable[[], int]] = {
+        "up": lambda: _up(args, console, errors),
+        "down": lambda: 1 if cluster.down(args.state_dir, say=console.print, keep_logs=args.keep_logs) else 0,
+        "shares": lambda: _shares(args.state_dir, args.seconds, console),
+        "build-image": lambda: _build_image(args, console),
+        "status": lambda: _status(args.state_dir, console),
+    }
     try:
-        if args.action == "up":
-            return _up(args, console, errors)
-        if args.action == "down":
-            problems = cluster.down(args.state_dir, say=console.print, keep_logs=args.keep_logs)
-            return 1 if problems else 0
-        if args.action == "shares":
-            return _shares(args.state_dir, args.seconds, console)
-        return _status(args.state_dir, console)
-    except ClusterError as error:
+        return actions[args.action]()
+    except (ClusterError, ImageBuildError, ImageError) as error:
         errors.print(f"fastgshare cluster {args.action}: {error}", markup=False, highlight=False)
         return 1
     except KeyboardInterrupt:
@@ -81,6 +96,25 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
                   f"{args.slots_per_gpu} pods per GPU", markup=False)
     console.print(f"kubeconfig: {running.kubeconfig}", markup=False, highlight=False)
     console.print(f"export KUBECONFIG={running.kubeconfig}", markup=False, highlight=False)
+    return 0
+
+
+def _build_image(args: argparse.Namespace, console: Console) -> int:
+    if not (args.source / "Dockerfile").is_file():
+        raise ImageBuildError(f"--source {args.source}: no Dockerfile there; pass the project's checkout")
+    say = lambda text: console.print(text, markup=False, highlight=False)  # noqa: E731
+    builder = image_build.ImageBuilder(args.source.resolve(), args.state_dir / "image-build", tag=args.tag, say=say)
+    built = builder.build()
+    archive = builder.export(args.output or args.state_dir / "image-build" / "fastgshare-image.tar")
+    say(f"built {built.tag}: {built.size_bytes / 2**20:.0f} MiB unpacked, in {built.build_seconds:.0f} s"
+        + (f" (+ {built.base_seconds:.0f} s for the base image)" if built.base_seconds else "")
+        + f"; OCI archive {archive} ({archive.stat().st_size / 2**20:.0f} MiB)")
+    try:
+        running = cluster.load(args.state_dir)
+    except ClusterError:
+        return 0
+    images.import_images(shutil.which("ctr") or "ctr", running.containerd_socket, [archive])
+    say(f"imported into the cluster's containerd ({running.containerd_socket})")
     return 0
 
 

@@ -10,6 +10,8 @@ by the simulated GPU, outside the pod.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import kubernetes.client
 import pytest
 
 from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.image_build import IMAGE
 from fastgshare_cluster.processes import wait_until
 from tests.cluster.prometheus import running_prometheus
 from tests.cluster.real_node import (
@@ -27,6 +30,7 @@ from tests.cluster.real_node import (
     fastpod,
     gpu_pod,
     inspect,
+    kubectl,
     live_memory,
     log_lines,
     measure_shares,
@@ -40,6 +44,7 @@ from tests.cluster.real_node import (
 
 pytestmark = pytest.mark.realnode
 
+REPOSITORY = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.02  # points of GPU time
 GiB = 1 << 30
 
@@ -218,3 +223,30 @@ def test_prometheus_and_inspect_show_what_each_pod_was_promised_and_got(
     # `kubectl fastgshare inspect --watch` refreshes
     watched = inspect(real_cluster, "--watch", "--interval", "1", via_kubectl=True, seconds=6)
     assert watched.count("Every 1s: fastgshare inspect") >= 2
+
+
+def test_the_image_builds_offline_and_runs_as_a_pod(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """The project's Dockerfile, built unchanged with no registry (`fastgshare cluster build-image`),
+    imported into the node's containerd and run by the kubelet: every component is in it, the hook
+    too, and no compiler."""
+    result = subprocess.run([sys.executable, "-m", "fastgshare_cli", "cluster", "build-image", "--state-dir",
+                             str(real_cluster.state_dir), "--source", str(REPOSITORY)],
+                            capture_output=True, text=True, timeout=1500, check=False)
+    print(result.stdout)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "imported into the cluster's containerd" in result.stdout
+    checks = ("fastgshare --version && fastgshare-node-agent --version && fastgshare-extender --version && "
+              "fastgshare-controller --version && test -f /usr/lib/fastgshare/libfastgshare-hook.so && "
+              "python -c 'import device_plugin._api.deviceplugin_pb2_grpc' && "
+              "! command -v gcc && ! command -v cc && id -u")
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "image-check"},
+           "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1, "containers": [{
+               "name": "check", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", checks]}]}}
+    apply(real_cluster, namespace, pod)
+    wait_until(lambda: core.read_namespaced_pod("image-check", namespace).status.phase in ("Succeeded", "Failed"),
+               what="the image-check pod to finish", timeout_s=120)
+    logs = kubectl(real_cluster, "logs", "-n", namespace, "image-check")
+    assert core.read_namespaced_pod("image-check", namespace).status.phase == "Succeeded", logs
+    assert "fastgshare 0.1.0" in logs
+    assert logs.split()[-1] == "10001"  # not root
