@@ -144,6 +144,7 @@ static const char *message_name(uint16_t type)
     case FGS_MSG_TOKEN: return "TOKEN";
     case FGS_MSG_MEM_RESERVE: return "MEM_RESERVE";
     case FGS_MSG_MEM_RELEASE: return "MEM_RELEASE";
+    case FGS_MSG_MEM_RESTORE: return "MEM_RESTORE";
     default: return "request";
     }
 }
@@ -184,6 +185,7 @@ static void describe_error(uint16_t request_type, const uint8_t *payload, size_t
 static int request(struct fgs_client *c, uint16_t type, const uint8_t *payload, size_t payload_len,
                    uint8_t *reply, size_t reply_len, char *err, size_t err_len)
 {
+    c->refused = 0;
     if (c->fd < 0) {
         snprintf(err, err_len, "not connected to the arbiter");
         return -1;
@@ -224,6 +226,7 @@ static int request(struct fgs_client *c, uint16_t type, const uint8_t *payload, 
     }
     if (reply_type == FGS_MSG_ERROR) {
         describe_error(type, body, body_len, err, err_len);
+        c->refused = 1;
         return -1;
     }
     if (reply_type != (type | FGS_REPLY_BIT) || body_len != reply_len) {
@@ -242,6 +245,7 @@ void fgs_client_init(struct fgs_client *c, int timeout_ms)
     c->fd = -1;
     c->next_request_id = 1;
     c->timeout_ms = timeout_ms;
+    c->refused = 0;
 }
 
 /* connect() interrupted by a signal goes on in the background: wait for it and fetch its result. */
@@ -354,6 +358,43 @@ int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, u
     *pod_used = get_u64(body + 4);
     *pod_limit = get_u64(body + 12);
     return 0;
+}
+
+int fgs_client_mem_restore(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len)
+{
+    uint8_t payload[U64_SIZE], body[MEM_RESERVE_REPLY_SIZE];
+    put_u64(payload, bytes);
+    if (request(c, FGS_MSG_MEM_RESTORE, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
+        return -1;
+    *pod_used = get_u64(body + 4);
+    return 0;
+}
+
+int fgs_client_reconnect(struct fgs_client *c, const char *socket_path, uint32_t pid, const char *pod,
+                         const char *gpu_uuid, int bound_ms, struct fgs_hello_reply *reply, uint64_t *waited_ms,
+                         char *err, size_t err_len)
+{
+    uint64_t start = now_ms(), deadline = start + (uint64_t)bound_ms;
+    uint64_t delay_ms = 10;
+    for (;;) {
+        fgs_client_close(c);
+        fgs_client_init(c, c->timeout_ms);
+        if (fgs_client_connect(c, socket_path, err, err_len) == 0 &&
+            fgs_client_hello(c, pid, pod, gpu_uuid, reply, err, err_len) == 0) {
+            *waited_ms = now_ms() - start;
+            return 0;
+        }
+        uint64_t now = now_ms();
+        if (now >= deadline) {
+            fgs_client_close(c);
+            return -1;
+        }
+        uint64_t pause = delay_ms < deadline - now ? delay_ms : deadline - now;
+        struct timespec ts = {.tv_sec = (time_t)(pause / 1000), .tv_nsec = (long)(pause % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+        delay_ms = delay_ms * 2 > 200 ? 200 : delay_ms * 2;
+    }
 }
 
 int fgs_client_mem_release(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len)

@@ -27,6 +27,7 @@ struct fgs_client {
     int fd; /* -1 when not connected */
     uint32_t next_request_id;
     int timeout_ms; /* per reply, and for connect/send on a stuck peer */
+    int refused;    /* the last failed call was an ERROR reply (the arbiter answered "no"), not a lost link */
 };
 
 void fgs_client_init(struct fgs_client *c, int timeout_ms);
@@ -47,6 +48,18 @@ int fgs_client_token(struct fgs_client *c, uint64_t used_ns, uint64_t *token_ns,
  * 0 bytes reserves nothing: it reads the pod's ledger. */
 int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, uint64_t *pod_used,
                            uint64_t *pod_limit, char *err, size_t err_len);
+
+/* MEM_RESTORE: after a reconnect, `bytes` this process still holds (charged without the limit
+ * check; the first memory request on the connection). 0 with *pod_used set, or -1 with err set. */
+int fgs_client_mem_restore(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len);
+
+/* Connect and HELLO again after the connection was lost (the arbiter restarted), retrying with
+ * backoff (10 ms doubling to 200 ms) for up to bound_ms, HELLO refusals included (a restarted
+ * arbiter may not know the pod yet). 0 when registered again, with *waited_ms set; -1 with err
+ * set to the last failure. */
+int fgs_client_reconnect(struct fgs_client *c, const char *socket_path, uint32_t pid, const char *pod,
+                         const char *gpu_uuid, int bound_ms, struct fgs_hello_reply *reply, uint64_t *waited_ms,
+                         char *err, size_t err_len);
 
 /* MEM_RELEASE: gives back up to `bytes` this connection holds. 0 with *pod_used set, or -1. */
 int fgs_client_mem_release(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len);

@@ -53,6 +53,24 @@ static void read_timeout(struct fgs_config *cfg)
     cfg->reply_timeout_ms = (int)ms;
 }
 
+static void read_reconnect(struct fgs_config *cfg)
+{
+    const char *value = getenv(FGS_ENV_RECONNECT_S);
+    cfg->reconnect_ms = FGS_DEFAULT_RECONNECT_S * 1000;
+    if (value == NULL || *value == '\0')
+        return;
+    char *end;
+    errno = 0;
+    double seconds = strtod(value, &end);
+    if (errno != 0 || *end != '\0' || !(seconds >= 0) || seconds > 24.0 * 3600) {
+        if (cfg->error[0] == '\0')
+            snprintf(cfg->error, sizeof cfg->error, FGS_ENV_RECONNECT_S "=%.64s is not a number of seconds "
+                     "from 0 to 86400", value);
+        return;
+    }
+    cfg->reconnect_ms = (int)(seconds * 1000);
+}
+
 static void read_log_level(struct fgs_config *cfg)
 {
     const char *value = getenv(FGS_ENV_HOOK_LOG);
@@ -76,5 +94,6 @@ void fgs_config_from_env(struct fgs_config *cfg)
     copy_env(cfg, FGS_ENV_GPU_UUID, cfg->gpu_uuid, sizeof cfg->gpu_uuid);
     read_sync_flag(cfg);
     read_timeout(cfg);
+    read_reconnect(cfg);
     read_log_level(cfg);
 }

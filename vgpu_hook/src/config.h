@@ -7,6 +7,8 @@
  *   FASTGSHARE_GPU_UUID                the GPU this container was given, sent in HELLO
  *   FASTGSHARE_SYNC_AT_TOKEN_END       1: cuCtxSynchronize before returning an expired token
  *   FASTGSHARE_HOOK_REPLY_TIMEOUT_MS   how long to wait for any arbiter reply (default 30000)
+ *   FASTGSHARE_HOOK_RECONNECT_S        after losing a registered connection (the node agent restarts),
+ *                                      how long to reconnect before failing closed (default 30; 0: never)
  *   FASTGSHARE_HOOK_LOG                error | info | debug (default error)
  */
 #ifndef FASTGSHARE_HOOK_CONFIG_H
@@ -18,6 +20,8 @@
 #define FGS_ENV_REPLY_TIMEOUT_MS "FASTGSHARE_HOOK_REPLY_TIMEOUT_MS"
 #define FGS_ENV_HOOK_LOG "FASTGSHARE_HOOK_LOG"
 #define FGS_DEFAULT_REPLY_TIMEOUT_MS 30000
+#define FGS_ENV_RECONNECT_S "FASTGSHARE_HOOK_RECONNECT_S"
+#define FGS_DEFAULT_RECONNECT_S 30
 
 struct fgs_config {
     char socket_path[108]; /* "" when unset; sized like sockaddr_un.sun_path */
@@ -25,6 +29,7 @@ struct fgs_config {
     char gpu_uuid[128];
     int sync_at_token_end;
     int reply_timeout_ms;
+    int reconnect_ms; /* 0: a lost connection fails closed at once */
     enum fgs_log_level log_level;
     char error[256];   /* why a setting is unusable ("" when all are fine): launches fail closed */
     char warning[256]; /* a setting ignored with a default used instead ("" when none) */

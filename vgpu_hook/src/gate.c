@@ -8,9 +8,13 @@
  * driver is loaded BEFORE the lock is taken, so a driver constructor calling back into the hook
  * cannot deadlock on it (pitfall 7).
  *
- * A failure is permanent for the process (a restarted arbiter is not reconnected to): the
- * application sees launch errors, which frameworks treat as fatal, rather than a token state
- * that silently restarted from zero.
+ * A lost connection (the node agent restarts: the socket closes, or the arbiter stops
+ * answering) is not a failure yet: the gate reconnects and says HELLO again with backoff for up
+ * to FASTGSHARE_HOOK_RECONNECT_S (default 30 s), launches waiting meanwhile, then asks for a
+ * token again; one stderr line says the link was lost and one that it is back. Past the bound,
+ * or when the arbiter answers with an ERROR (it refuses this process), the failure is permanent
+ * for the process: the application sees launch errors, which frameworks treat as fatal, rather
+ * than launches nobody arbitrates.
  */
 #define _GNU_SOURCE
 #include "gate.h"
@@ -79,6 +83,26 @@ static int connect_locked(char *err, size_t err_len)
     return 0;
 }
 
+/* The registered connection was lost (err says how): connect and HELLO again within the bound.
+ * 0 when registered again; -1 with err set to why not. */
+static int reconnect_locked(char *err, size_t err_len)
+{
+    const struct fgs_config *cfg = g.cfg;
+    FGS_ERROR("lost the arbiter (%s); reconnecting for up to %d ms, GPU launches of process %d wait", err,
+              cfg->reconnect_ms, (int)getpid());
+    struct fgs_hello_reply hello;
+    uint64_t waited_ms = 0;
+    char last[320];
+    if (fgs_client_reconnect(&g.client, cfg->socket_path, (uint32_t)getpid(), cfg->pod, cfg->gpu_uuid,
+                             cfg->reconnect_ms, &hello, &waited_ms, last, sizeof last) != 0) {
+        snprintf(err, err_len, "no arbiter within %d ms of losing it (last: %.200s)", cfg->reconnect_ms, last);
+        return -1;
+    }
+    FGS_ERROR("reconnected to the arbiter after %llu ms; GPU launches of process %d resume",
+              (unsigned long long)waited_ms, (int)getpid());
+    return 0;
+}
+
 /* Queued work of the expiring token must not run into the next holder's slice on a real GPU. */
 static void sync_before_return_locked(void)
 {
@@ -103,8 +127,12 @@ static CUresult renew_locked(void)
         fgs_quota_note_activity(&g.quota); /* the token's work ran until now */
     }
     uint64_t used_ns = fgs_quota_used_ns(&g.quota), token_ns;
-    if (fgs_client_token(&g.client, used_ns, &token_ns, err, sizeof err) != 0)
-        return fail_locked(err);
+    /* A lost link is reconnected (a few times: the arbiter may restart again meanwhile). */
+    for (int attempt = 0; fgs_client_token(&g.client, used_ns, &token_ns, err, sizeof err) != 0; attempt++) {
+        if (g.client.refused || g.cfg->reconnect_ms <= 0 || attempt >= 3 || reconnect_locked(err, sizeof err) != 0)
+            return fail_locked(err);
+        used_ns = 0; /* the new arbiter never granted the old token */
+    }
     /* The reply itself grants the launch that asked, even for a 0 ns token. */
     fgs_quota_grant(&g.quota, token_ns);
     FGS_DEBUG("returned a token after %llu ns; granted %llu ns", (unsigned long long)used_ns,

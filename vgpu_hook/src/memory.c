@@ -5,6 +5,13 @@
  * Locking: `lock` guards everything below and is held across one request/reply round trip, so
  * concurrent allocating threads take turns on the one connection (the arbiter answers memory
  * requests at once, never after a wait). Nothing else is locked while it is held.
+ *
+ * Restarts: `held` is what this process holds reserved (reservations granted minus releases).
+ * When the registered connection is lost (the node agent restarts), a reservation or ledger
+ * read reconnects with backoff for up to FASTGSHARE_HOOK_RECONNECT_S, says HELLO, reports `held`
+ * (MEM_RESTORE: the new arbiter loaded the same from its saved ledger and now hands it to this
+ * connection), then retries the request. A release while the link is lost only lowers `held`
+ * (frees never wait for the arbiter); the next reservation reconnects.
  */
 #define _GNU_SOURCE
 #include "memory.h"
@@ -16,13 +23,14 @@
 #include <stdio.h>
 #include <unistd.h>
 
-enum link_state { LINK_UNCONNECTED, LINK_CONNECTED, LINK_FAILED };
+enum link_state { LINK_UNCONNECTED, LINK_CONNECTED, LINK_LOST, LINK_FAILED };
 
 static struct {
     pthread_mutex_t lock;
     const struct fgs_config *cfg; /* set once by fgs_memory_configure */
     enum link_state link;
     struct fgs_client client;
+    uint64_t held; /* bytes this process holds reserved in the pod's ledger */
     int failure_reported;
 } m = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -48,6 +56,48 @@ static void fail_locked(const char *reason)
     }
 }
 
+/* The registered link was lost (err says how): reconnect within the bound and report `held`.
+ * 0 when connected again; -1 after fail_locked. */
+static int reconnect_locked(const char *why)
+{
+    const struct fgs_config *cfg = m.cfg;
+    char err[320];
+    if (cfg->reconnect_ms <= 0) {
+        fail_locked(why);
+        return -1;
+    }
+    FGS_ERROR("lost the arbiter's memory link (%s); reconnecting for up to %d ms, GPU memory allocations of "
+              "process %d wait", why, cfg->reconnect_ms, (int)getpid());
+    struct fgs_hello_reply hello;
+    uint64_t waited_ms = 0, used = 0;
+    char last[320];
+    if (fgs_client_reconnect(&m.client, cfg->socket_path, (uint32_t)getpid(), cfg->pod, cfg->gpu_uuid,
+                             cfg->reconnect_ms, &hello, &waited_ms, last, sizeof last) != 0) {
+        snprintf(err, sizeof err, "no arbiter within %d ms of losing it (last: %.200s)", cfg->reconnect_ms, last);
+        fail_locked(err);
+        return -1;
+    }
+    if (fgs_client_mem_restore(&m.client, m.held, &used, err, sizeof err) != 0) {
+        fail_locked(err);
+        return -1;
+    }
+    m.link = LINK_CONNECTED;
+    FGS_ERROR("reconnected the memory link after %llu ms; this process holds %llu bytes, the pod %llu of %llu",
+              (unsigned long long)waited_ms, (unsigned long long)m.held, (unsigned long long)used,
+              (unsigned long long)hello.memory_limit_bytes);
+    return 0;
+}
+
+/* A request failed with err: refusals fail closed; a lost link is reconnected. 0: retry it. */
+static int recover_locked(const char *err)
+{
+    if (m.client.refused) {
+        fail_locked(err);
+        return -1;
+    }
+    return reconnect_locked(err);
+}
+
 /* 0 when connected (connecting and saying HELLO on first use); -1 after fail_locked. */
 static int ready_locked(void)
 {
@@ -55,6 +105,8 @@ static int ready_locked(void)
         return 0;
     if (m.link == LINK_FAILED)
         return -1;
+    if (m.link == LINK_LOST)
+        return reconnect_locked("a release could not reach it");
     char err[320];
     const struct fgs_config *cfg = m.cfg;
     if (cfg == NULL) {
@@ -94,10 +146,16 @@ CUresult fgs_memory_reserve(uint64_t bytes, const char *what)
     uint64_t used = 0, limit = 0;
     char err[320];
     if (ready_locked() == 0) {
-        if (fgs_client_mem_reserve(&m.client, bytes, &granted, &used, &limit, err, sizeof err) != 0)
+        int sent = fgs_client_mem_reserve(&m.client, bytes, &granted, &used, &limit, err, sizeof err);
+        if (sent != 0 && recover_locked(err) == 0)
+            sent = fgs_client_mem_reserve(&m.client, bytes, &granted, &used, &limit, err, sizeof err);
+        if (sent != 0 && m.link != LINK_FAILED)
             fail_locked(err);
-        else
+        else if (sent == 0) {
             result = granted ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+            if (granted)
+                m.held += bytes;
+        }
     }
     pthread_mutex_unlock(&m.lock);
     if (result == CUDA_SUCCESS)
@@ -117,12 +175,21 @@ void fgs_memory_release(uint64_t bytes, const char *what)
     uint64_t used = 0;
     char err[320];
     int released = 0;
-    /* Never connect just to release: without a connection this process holds nothing. */
+    /* The process no longer has the memory, whether or not the arbiter hears of it now. */
+    m.held -= bytes < m.held ? bytes : m.held;
+    /* Never connect just to release: without a connection this process holds nothing, and after
+     * a lost link the next reservation reports the lower `held`. */
     if (m.link == LINK_CONNECTED) {
-        if (fgs_client_mem_release(&m.client, bytes, &used, err, sizeof err) != 0)
-            fail_locked(err);
-        else
+        if (fgs_client_mem_release(&m.client, bytes, &used, err, sizeof err) == 0)
             released = 1;
+        else if (m.client.refused || m.cfg->reconnect_ms <= 0)
+            fail_locked(err);
+        else {
+            fgs_client_close(&m.client);
+            m.link = LINK_LOST;
+            FGS_INFO("a release of %llu bytes could not reach the arbiter (%s); reported when it is back",
+                     (unsigned long long)bytes, err);
+        }
     }
     pthread_mutex_unlock(&m.lock);
     if (released)
@@ -137,9 +204,12 @@ CUresult fgs_memory_ledger(uint64_t *used, uint64_t *limit)
     int granted = 0;
     char err[320];
     if (ready_locked() == 0) {
-        if (fgs_client_mem_reserve(&m.client, 0, &granted, used, limit, err, sizeof err) != 0)
+        int sent = fgs_client_mem_reserve(&m.client, 0, &granted, used, limit, err, sizeof err);
+        if (sent != 0 && recover_locked(err) == 0)
+            sent = fgs_client_mem_reserve(&m.client, 0, &granted, used, limit, err, sizeof err);
+        if (sent != 0 && m.link != LINK_FAILED)
             fail_locked(err);
-        else
+        else if (sent == 0)
             result = CUDA_SUCCESS;
     }
     pthread_mutex_unlock(&m.lock);
@@ -152,5 +222,6 @@ void fgs_memory_after_fork_child(void)
     pthread_mutex_init(&m.lock, NULL);
     fgs_client_close(&m.client); /* the parent's reservations stay the parent's */
     m.link = LINK_UNCONNECTED;
+    m.held = 0;
     m.failure_reported = 0;
 }

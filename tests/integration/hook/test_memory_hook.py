@@ -119,7 +119,7 @@ def test_an_arbiter_that_goes_away_refuses_later_allocations_but_frees_still_wor
         build: Build, gpu_dir: Path, start_arbiter: StartArbiter) -> None:
     arbiter = start_arbiter(Script(memory_limit=64 * MIB, close_after_memory=2))
     replies = _shell(build, gpu_dir, ["alloc 1048576", "alloc 1048576", "alloc 1048576", "alloc 1048576", "free 0",
-                                      "quit"], arbiter=arbiter)
+                                      "quit"], arbiter=arbiter, env={"FASTGSHARE_HOOK_RECONNECT_S": "0"})
     assert [(r["op"], r["result"]) for r in replies] == [("alloc", 0), ("alloc", 0), ("alloc", NOT_PERMITTED),
                                                         ("alloc", NOT_PERMITTED), ("free", 0)]
 
@@ -140,21 +140,21 @@ def test_pynvml_sees_the_pods_slice(build: Build, gpu_dir: Path, start_arbiter: 
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def _shell_run(build: Build, gpu_dir: Path, commands: list[str],
-               arbiter: FakeArbiter | None = None) -> tuple[list[dict[str, int]], subprocess.CompletedProcess[str]]:
+def _shell_run(build: Build, gpu_dir: Path, commands: list[str], arbiter: FakeArbiter | None = None,
+               env: dict[str, str] | None = None) -> tuple[list[dict[str, int]], subprocess.CompletedProcess[str]]:
     """``memcheck shell`` with the commands: its replies after "ready", and the finished process."""
     result = subprocess.run([str(build.memcheck), "shell"], input="".join(f"{c}\n" for c in commands),
                             capture_output=True, text=True, timeout=30,
-                            env=tenant_env(build, gpu_dir, hook=True, arbiter=arbiter), check=False)
+                            env=tenant_env(build, gpu_dir, hook=True, arbiter=arbiter, extra=env), check=False)
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert lines, result.stderr
     assert lines[0]["op"] == "ready", result.stderr
     return lines[1:], result
 
 
-def _shell(build: Build, gpu_dir: Path, commands: list[str],
-           arbiter: FakeArbiter | None = None) -> list[dict[str, int]]:
-    return _shell_run(build, gpu_dir, commands, arbiter)[0]
+def _shell(build: Build, gpu_dir: Path, commands: list[str], arbiter: FakeArbiter | None = None,
+           env: dict[str, str] | None = None) -> list[dict[str, int]]:
+    return _shell_run(build, gpu_dir, commands, arbiter, env)[0]
 
 
 def test_each_lookup_version_gets_the_wrapper_of_its_own_abi(build: Build, gpu_dir: Path) -> None:
