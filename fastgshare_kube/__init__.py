@@ -1,5 +1,15 @@
-"""The Kubernetes layer the services share: for now, how each of them loads its API client.
+"""The Kubernetes layer the services share; the only package that imports ``kubernetes``.
 
-Only a service's own Kubernetes adapter (its ``kube.py``) imports this package; the rest of the
-layer (one informer, leader election, events, one API error type) is issue 15's next step.
+- :mod:`.client`: loading an API client (``--kubeconfig``, in-cluster, ``~/.kube/config``);
+- :mod:`.rest`: calls through the official client as plain JSON, lists and watches, Leases and
+  Events over the API, every failure as the one :class:`~.errors.ApiError`;
+- :mod:`.errors`: that error type, and :class:`~.errors.KubeConfigError`;
+- :mod:`.reflector`: the one list/watch loop (informer) that keeps a store equal to the API's view;
+- :mod:`.leader`: Lease-based leader election;
+- :mod:`.events`: an event recorder that aggregates repeats as client-go's does.
+
+:mod:`.errors`, :mod:`.reflector`, :mod:`.leader` and :mod:`.events` import no client: they work
+through small ports (``ListWatch``, ``Sink``, ``LeasePort``, ``EventSink``) that :mod:`.rest`
+implements and tests fake. Each service keeps one adapter (its ``kube.py``) that maps the API's
+dicts to its own records; only that adapter imports :mod:`.client` and :mod:`.rest`.
 """

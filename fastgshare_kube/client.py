@@ -7,12 +7,12 @@ import os
 
 from kubernetes import client, config
 
+from fastgshare_kube.errors import KubeConfigError
 
-class KubeConfigError(Exception):
-    """No usable way to reach the API server; the message says which source failed and the fix."""
+ApiClient = client.ApiClient  # for annotations in modules that do not import kubernetes
 
 
-def load_api_client(kubeconfig: str | None) -> client.ApiClient:
+def load_api_client(kubeconfig: str | None) -> ApiClient:
     """An API client from ``kubeconfig`` if given, else in-cluster, else the default kubeconfig; raises
     :class:`KubeConfigError` saying which of them is unusable and why."""
     if kubeconfig and not os.path.isfile(kubeconfig):

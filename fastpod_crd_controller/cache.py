@@ -1,6 +1,6 @@
 """The controller's in-memory view of the cluster: FaSTPods and the pods they own.
 
-Two stores, each fed by a :class:`~fastpod_crd_controller.reflector.Reflector`. The FaSTPod
+Two stores, each fed by a :class:`~fastgshare_kube.reflector.Reflector`. The FaSTPod
 store keeps the objects whole (the builder needs the podSpec); the pod store keeps a
 :class:`PodInfo` per pod, the few fields reconcile looks at, indexed by owner. Every change,
 relists included (a relist is diffed against the store), is reported to a handler with the old

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from fastgshare import keys
+from fastgshare_kube.reflector import ListWatch, Reflector
 from fastpod_crd_controller import names
 from fastpod_crd_controller.builder import PodConfig, make_pod
 from fastpod_crd_controller.cache import FaSTPodStore, PodStore
@@ -33,7 +34,6 @@ from fastpod_crd_controller.expectations import Expectations
 from fastpod_crd_controller.plan import Plan, plan
 from fastpod_crd_controller.pods import PodInfo
 from fastpod_crd_controller.ports import KubePort, NoObserver, ReconcileObserver
-from fastpod_crd_controller.reflector import ListWatch, Reflector
 from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod
 from fastpod_crd_controller.status import Outcome, compute_status
 from fastpod_crd_controller.workqueue import WorkQueue

@@ -1,9 +1,9 @@
 """The controller's exceptions, free of any Kubernetes client type.
 
-:class:`ApiError` is how :mod:`.kube` (and the test fakes) report a failed API call, so the
-rest of the controller never sees ``kubernetes.client.ApiException``. :class:`InvalidFaSTPod`
-collects everything wrong with one FaSTPod; its message is what the ``InvalidSpec``
-condition and the Warning event show.
+:class:`ApiError` (the one API error type of :mod:`fastgshare_kube.errors`) is how the Kubernetes
+layer and the test fakes report a failed API call, so the controller never sees
+``kubernetes.client.ApiException``. :class:`InvalidFaSTPod` collects everything wrong with one
+FaSTPod; its message is what the ``InvalidSpec`` condition and the Warning event show.
 """
 
 from __future__ import annotations
@@ -11,43 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from fastgshare.errors import FieldProblem
+from fastgshare_kube.errors import CONFLICT, GONE, INVALID, NOT_FOUND, ApiError  # noqa: F401 - re-exported
+from fastgshare_kube.errors import KubeConfigError as ConfigError  # noqa: F401 - re-exported
 
-NOT_FOUND = 404
-CONFLICT = 409
-GONE = 410
-INVALID = 422
-
-
-class ApiError(Exception):
-    """An API call failed with HTTP ``status``; ``message`` is the server's explanation.
-
-    ``causes`` lists ``(field, problem)`` pairs of an invalid body (422), fields as paths in the
-    object sent (``spec.containers[0].image``), whether the API server or the client refused it.
-    """
-
-    def __init__(self, status: int, reason: str = "", message: str = "",
-                 causes: tuple[tuple[str, str], ...] = ()) -> None:
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.causes = causes
-        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == NOT_FOUND
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == CONFLICT
-
-    @property
-    def gone(self) -> bool:
-        return self.status == GONE
-
-
-class ConfigError(Exception):
-    """The controller is configured so that it cannot work; the message says what and how to fix it."""
+# ConfigError: the controller is configured so that it cannot work (no usable kubeconfig, no Lease
+# namespace); the message says what and how to fix it.
 
 
 class InvalidFaSTPod(Exception):

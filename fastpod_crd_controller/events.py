@@ -1,112 +1,19 @@
-"""Events on FaSTPods, as ``kubectl describe fastpod`` shows them (core ``v1`` Events).
-
-The v1.20 API server serves both ``v1`` and ``events.k8s.io/v1`` Events over one store;
-``kubectl describe`` lists the ``v1`` form, which is what this recorder writes. Like client-go's
-recorder, a repeat of the same event (same object, type, reason and message) within
-``aggregate_s`` bumps the first one's ``count`` and ``lastTimestamp`` instead of adding another.
-A failed event write is logged and never fails a reconcile.
-"""
+"""Events on FaSTPods, as ``kubectl describe fastpod`` shows them: the shared recorder
+(:mod:`fastgshare_kube.events`) set to report on FaSTPods as the controller."""
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
 from typing import Any
 
-import attrs
-
 from fastgshare import keys
+from fastgshare_kube import events
+from fastgshare_kube.events import NORMAL, WARNING, EventSink, rfc3339  # noqa: F401 - re-exported
 from fastpod_crd_controller import names
-from fastpod_crd_controller.errors import ApiError
-from fastpod_crd_controller.ports import KubePort
-
-log = logging.getLogger(__name__)
-
-NORMAL = "Normal"
-WARNING = "Warning"
-MAX_MESSAGE = 1024
-REMEMBERED = 4096
 
 
-@attrs.define
-class _Sent:
-    name: str
-    count: int
-    first: str
-    at: float
+class EventRecorder(events.EventRecorder):
+    """Writes events about FaSTPods, from the controller."""
 
-
-class EventRecorder:
-    """Writes events about FaSTPods through a :class:`~fastpod_crd_controller.ports.KubePort`."""
-
-    def __init__(self, kube: KubePort, *, instance: str, aggregate_s: float = 600.0,
-                 clock: Callable[[], float] = time.time, timestamp: Callable[[], str] | None = None) -> None:
-        self._kube = kube
-        self._instance = instance
-        self._aggregate_s = aggregate_s
-        self._clock = clock
-        self._timestamp = timestamp or (lambda: rfc3339(self._clock()))
-        self._lock = threading.Lock()  # guards _sent; workers record events concurrently
-        self._sent: OrderedDict[tuple[str, str, str, str], _Sent] = OrderedDict()
-
-    def event(self, fastpod: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
-        metadata = fastpod.get("metadata") or {}
-        namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
-        message = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
-        key = (uid, kind, reason, message)
-        now, stamp = self._clock(), self._timestamp()
-        with self._lock:
-            sent = self._sent.get(key)
-            repeat = sent is not None and now - sent.at < self._aggregate_s
-            if sent is not None and repeat:
-                sent.count, sent.at = sent.count + 1, now
-                patch = (sent.name, {"count": sent.count, "lastTimestamp": stamp})
-        try:
-            if repeat:
-                self._kube.patch_event(namespace, *patch)
-                return
-            body = self._body(metadata, kind, reason, message, stamp)
-            self._kube.create_event(namespace, body)
-            self._remember(key, _Sent(body["metadata"]["name"], 1, stamp, now))
-        except ApiError as error:
-            log.warning("cannot write event fastpod=%s/%s reason=%s error=%s", namespace, metadata.get("name"),
-                        reason, error)
-            with self._lock:
-                self._sent.pop(key, None)
-
-    def _remember(self, key: tuple[str, str, str, str], sent: _Sent) -> None:
-        with self._lock:
-            self._sent[key] = sent
-            while len(self._sent) > REMEMBERED:
-                self._sent.popitem(last=False)
-
-    def _body(self, metadata: Mapping[str, Any], kind: str, reason: str, message: str,
-              stamp: str) -> dict[str, Any]:
-        name = str(metadata.get("name", ""))
-        return {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": metadata.get("namespace")},
-            "involvedObject": {
-                "apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND, "name": name,
-                "namespace": metadata.get("namespace"), "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
-            },
-            "type": kind,
-            "reason": reason,
-            "message": message,
-            "source": {"component": names.COMPONENT},
-            "reportingComponent": names.COMPONENT,
-            "reportingInstance": self._instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
-        }
-
-
-def rfc3339(seconds: float) -> str:
-    """Seconds since the epoch as the API writes times: ``2026-01-31T12:00:00Z``."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    def __init__(self, kube: EventSink, *, instance: str, **options: Any) -> None:
+        super().__init__(kube, component=names.COMPONENT, instance=instance, api_version=keys.FASTPOD_API_VERSION,
+                         kind=keys.FASTPOD_KIND, **options)

@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from fastgshare import __version__, keys
+from fastgshare_kube.leader import LeaderElector
 from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
 from fastpod_crd_controller.errors import ConfigError
 from fastpod_crd_controller.events import EventRecorder
 from fastpod_crd_controller.health import HealthServer
-from fastpod_crd_controller.leader import LeaderElector
 from fastpod_crd_controller.metrics import ControllerMetrics
 
 log = logging.getLogger("fastpod_crd_controller")

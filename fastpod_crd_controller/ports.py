@@ -1,7 +1,7 @@
 """The narrow interfaces the controller writes through; :mod:`.kube` implements them for real.
 
 Bodies are plain dicts as the API serves them. Failures are
-:class:`~fastpod_crd_controller.errors.ApiError`. Tests pass in-memory fakes that record
+:class:`~fastgshare_kube.errors.ApiError`. Tests pass in-memory fakes that record
 the calls, as client-go's fake clientset does.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
+
+from fastgshare_kube.leader import LeasePort  # noqa: F401 - the Lease calls, re-exported
 
 
 class KubePort(Protocol):
@@ -29,20 +31,6 @@ class KubePort(Protocol):
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None: ...
 
     def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None: ...
-
-
-class LeasePort(Protocol):
-    """A ``coordination.k8s.io/v1`` Lease, read and written as a dict."""
-
-    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The lease, or ``None`` if there is none."""
-        ...
-
-    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
-
-    def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Replace the lease; 409 Conflict if its resourceVersion is stale."""
-        ...
 
 
 class ReconcileObserver(Protocol):

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from fastgshare_kube.leader import LeaderElector
 from fastpod_crd_controller.errors import ApiError
-from fastpod_crd_controller.leader import LeaderElector
 from tests.unit.fastpod_crd_controller.fakes import FakeKube
 
 NS, NAME = "fastgshare-system", "fastgshare-controller"

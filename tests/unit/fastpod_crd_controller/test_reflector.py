@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from fastgshare_kube.reflector import Reflector
 from fastpod_crd_controller.cache import PodStore
 from fastpod_crd_controller.errors import ApiError
 from fastpod_crd_controller.pods import PodInfo
-from fastpod_crd_controller.reflector import Reflector
 from tests.unit.fastpod_crd_controller.fakes import ScriptedListWatch
 from tests.unit.fastpod_crd_controller.objects import pod
 

@@ -7,7 +7,12 @@ server ends with 410 Gone (the version left its history) is followed by a relist
 failure waits and relists, the wait doubling from ``retry_delay_s`` up to ``max_retry_delay_s``
 while failures follow each other. ``hints`` add what to do to the log line of an HTTP status
 (for example a 404 listing FaSTPods: the CRD is not installed). The API calls sit behind :class:`ListWatch`, so
-this loop is tested with fakes and the real one lives in :mod:`.kube`.
+this loop is tested with fakes; the real one is :class:`fastgshare_kube.rest.RawListWatch`.
+
+This is the one list/watch loop of the project: the controller's FaSTPod and pod caches, the
+extender's node and pod caches and the node agent's pods of its node all run it, each with its own
+:class:`Sink` that turns the API's dicts into that service's records. BOOKMARK events (which the
+watch asks for) only move the version on; ERROR events become :class:`ApiError`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
-from fastpod_crd_controller.errors import ApiError
+from fastgshare_kube.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,8 @@ class ListWatch(Protocol):
 
 
 class Sink(Protocol):
+    """Where a reflector puts what it sees: a whole list, then each change."""
+
     def replace(self, objects: list[dict[str, Any]]) -> None: ...
 
     def upsert(self, obj: Mapping[str, Any]) -> None: ...
@@ -128,4 +135,5 @@ class Reflector:
                 self._sink.delete(obj)
             elif kind in ("ADDED", "MODIFIED"):
                 self._sink.upsert(obj)
+            # BOOKMARK: only its resourceVersion counts, read above
         return resource_version

@@ -8,6 +8,11 @@ Every write carries the resourceVersion it read, so two candidates never both wi
 gets 409 Conflict). The leader renews every ``retry_period_s``; if it cannot renew for
 ``renew_deadline_s`` it has lost the Lease and must stop reconciling at once. On a clean stop
 it releases the Lease (empty holder), so a standby takes over without waiting out the duration.
+
+Why not the official client's ``kubernetes.leaderelection`` (see docs/architecture.md): its
+``LeaseLock`` builds its API from the global default configuration (not the ``--kubeconfig``
+client), its loops cannot be stopped, it never releases the Lease on a clean stop, it judges expiry
+by the wall clock, and a missing namespace is one more failed attempt, retried forever.
 """
 
 from __future__ import annotations
@@ -18,12 +23,25 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from fastpod_crd_controller.errors import ApiError, ConfigError
-from fastpod_crd_controller.ports import LeasePort
+from fastgshare_kube.errors import ApiError, KubeConfigError
 
 log = logging.getLogger(__name__)
+
+
+class LeasePort(Protocol):
+    """A ``coordination.k8s.io/v1`` Lease, read and written as a dict."""
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The lease, or ``None`` if there is none."""
+        ...
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the lease; 409 Conflict if its resourceVersion is stale."""
+        ...
 
 
 def micro_time(seconds: float) -> str:
@@ -75,7 +93,7 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True if this candidate holds the Lease afterwards. Raises
-        :class:`ConfigError` if the Lease's namespace does not exist: waiting cannot help."""
+        :class:`KubeConfigError` if the Lease's namespace does not exist: waiting cannot help."""
         now = self._wall()
         try:
             lease = self._leases.get_lease(self.namespace, self.name)
@@ -98,7 +116,7 @@ class LeaderElector:
             self._leases.create_lease(self.namespace, self._lease(None, now))
         except ApiError as error:
             if error.not_found:  # creating in a namespace that is not there
-                raise ConfigError(f"the leader-election namespace {self.namespace!r} does not exist; create it, "
+                raise KubeConfigError(f"the leader-election namespace {self.namespace!r} does not exist; create it, "
                                   "pass --lease-namespace NAMESPACE, or --no-leader-elect for a single replica"
                                   ) from None
             raise
