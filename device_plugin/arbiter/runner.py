@@ -17,7 +17,6 @@ from typing import Protocol, TypedDict
 from device_plugin.arbiter.server import (
     DEFAULT_HELLO_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS_PER_POD,
-    DEFAULT_RESTORE_GRACE_S,
     ArbiterServer,
     ArbiterUsage,
 )
@@ -45,27 +44,23 @@ def timing_ns(args: argparse.Namespace) -> Timing:
 
 
 def add_edge_arguments(parser: argparse.ArgumentParser) -> None:
-    """Connection limits and the restart grace; read them back with :func:`edge_options`."""
+    """Connection limits; read them back with :func:`edge_options`."""
     parser.add_argument("--max-connections-per-pod", type=int, default=DEFAULT_MAX_CONNECTIONS_PER_POD,
                         help="connections one pod (by its cgroup; one process outside pods) may hold open to the "
                              "arbiter; a hooked process uses two (default: %(default)s)")
     parser.add_argument("--hello-timeout-seconds", type=float, default=DEFAULT_HELLO_TIMEOUT_S,
                         help="close a connection that has not said HELLO within this long (default: %(default)s)")
-    parser.add_argument("--restore-grace-seconds", type=float, default=DEFAULT_RESTORE_GRACE_S,
-                        help="after a restart, keep the memory a process held for this long for it to reconnect "
-                             "(freed at once when the process is gone) (default: %(default)s)")
 
 
 class EdgeOptions(TypedDict):
     max_connections_per_pod: int
     hello_timeout_s: float
-    restore_grace_s: float
 
 
 def edge_options(args: argparse.Namespace) -> EdgeOptions:
     """The matching keyword arguments of :class:`ArbiterServer`."""
     return EdgeOptions(max_connections_per_pod=args.max_connections_per_pod,
-                       hello_timeout_s=args.hello_timeout_seconds, restore_grace_s=args.restore_grace_seconds)
+                       hello_timeout_s=args.hello_timeout_seconds)
 
 
 class ChangeSource(Protocol):

@@ -15,8 +15,8 @@ to the pod by the share book. One HELLO per connection.
 Restarts (:mod:`.state`): with a state file, every change of the memory ledger is saved
 before its reply goes out, and a restarted arbiter loads it: each process's reservations come
 back as *orphans* that count against the pod's limit until the process reconnects and says
-what it still holds (``MEM_RESTORE``), until the process is gone, or until
-``restore_grace_s`` has passed.
+what it still holds (``MEM_RESTORE``) or is gone (``/proc/<pid>``, checked every second; the
+agent runs with the node's PIDs).
 
 Edge: at most ``max_connections_per_pod`` connections per pod (by the peer's cgroup; per
 process outside pods), a connection that has not said HELLO within ``hello_timeout_s`` is
@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CONNECTIONS_PER_POD = 64
 DEFAULT_HELLO_TIMEOUT_S = 5.0
-DEFAULT_RESTORE_GRACE_S = 60.0
+ORPHAN_CHECK_S = 1.0
 
 
 def process_alive(pid: int) -> bool:
@@ -117,13 +117,11 @@ class ArbiterServer:
     def __init__(self, socket_path: Path, gpus: dict[str, GpuSettings], shares: ShareBook, *,
                  trusted_env: bool = False, window_ns: int = 100_000_000, min_token_ns: int = 2_000_000,
                  clock: Callable[[], int] = time.monotonic_ns, state: StateFile | None = None,
-                 restore_grace_s: float = DEFAULT_RESTORE_GRACE_S,
                  max_connections_per_pod: int = DEFAULT_MAX_CONNECTIONS_PER_POD,
                  hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
                  alive: Callable[[int], bool] = process_alive) -> None:
         self.socket_path = socket_path
         self._state = state
-        self._restore_grace_s = restore_grace_s
         self._max_per_pod = max_connections_per_pod
         self._hello_timeout_s = hello_timeout_s
         self._alive = alive
@@ -195,28 +193,25 @@ class ArbiterServer:
             if pod.orphans:
                 self._pods[(entry.gpu, entry.pod)] = pod
         if saved:
-            log.info("arbiter state restored: %d pods, %d processes' memory kept until they reconnect "
-                     "(at most %gs), %d of exited processes dropped", len(self._pods), kept,
-                     self._restore_grace_s, dropped)
+            log.info("arbiter state restored: %d pods, %d processes' memory kept until they reconnect or exit, "
+                     "%d of exited processes dropped", len(self._pods), kept, dropped)
         self._save()
         if any(pod.orphans for pod in self._pods.values()):
             self._orphan_sweeper = asyncio.get_running_loop().create_task(self._sweep_orphans())
 
     async def _sweep_orphans(self) -> None:
-        """Every second drop orphans whose process is gone; after the grace period, drop them all."""
-        deadline = time.monotonic() + self._restore_grace_s
+        """Every second drop the orphans whose process is gone (its memory went with it)."""
         while any(pod.orphans for pod in self._pods.values()):
-            await asyncio.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
-            expired = time.monotonic() >= deadline
+            await asyncio.sleep(ORPHAN_CHECK_S)
             changed = False
             for key, pod in list(self._pods.items()):
                 for orphan in list(pod.orphans):
-                    if expired or not self._alive(orphan.pid):
+                    if not self._alive(orphan.pid):
                         size = pod.memory.release_process(orphan)
                         pod.orphans.discard(orphan)
                         changed = True
-                        log.info("memory of pid %d (pod %s) released: %s, %d bytes", orphan.pid, key[1],
-                                 "it did not reconnect in time" if expired else "the process is gone", size)
+                        log.info("memory of pid %d (pod %s) released: the process is gone, %d bytes", orphan.pid,
+                                 key[1], size)
                 self._forget_if_idle(key, pod)
             if changed:
                 self._save()

@@ -21,6 +21,7 @@
 
 #include "arbiter_client.h"
 #include "log.h"
+#include "memory.h"
 #include "quota.h"
 
 #include <pthread.h>
@@ -100,6 +101,7 @@ static int reconnect_locked(char *err, size_t err_len)
     }
     FGS_ERROR("reconnected to the arbiter after %llu ms; GPU launches of process %d resume",
               (unsigned long long)waited_ms, (int)getpid());
+    fgs_memory_relink(); /* the memory link reports what it holds to the new arbiter now */
     return 0;
 }
 

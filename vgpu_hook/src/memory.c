@@ -216,6 +216,20 @@ CUresult fgs_memory_ledger(uint64_t *used, uint64_t *limit)
     return result;
 }
 
+void fgs_memory_relink(void)
+{
+    lock_initialised();
+    char err[320];
+    int granted = 0;
+    uint64_t used = 0, limit = 0;
+    if (m.link == LINK_LOST)
+        reconnect_locked("a release could not reach it");
+    else if (m.link == LINK_CONNECTED &&
+             fgs_client_mem_reserve(&m.client, 0, &granted, &used, &limit, err, sizeof err) != 0)
+        recover_locked(err);
+    pthread_mutex_unlock(&m.lock);
+}
+
 void fgs_memory_after_fork_child(void)
 {
     /* Only the forking thread exists in the child; the lock may have been held by another. */

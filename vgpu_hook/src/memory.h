@@ -43,6 +43,11 @@ void fgs_memory_release(uint64_t bytes, const char *what);
  * or FGS_MEMORY_REFUSED. */
 CUresult fgs_memory_ledger(uint64_t *used, uint64_t *limit);
 
+/* The gate reconnected to a restarted arbiter: if this process has a memory link, make sure it
+ * is connected to the new arbiter and has reported what it holds (a process that allocated
+ * once at start and never again would otherwise not report it). */
+void fgs_memory_relink(void);
+
 /* fork() child handler: the child opens its own connection on its first memory call. */
 void fgs_memory_after_fork_child(void);
 

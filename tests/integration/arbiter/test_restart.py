@@ -92,14 +92,14 @@ def test_memory_of_processes_gone_during_the_restart_is_freed(tmp_path: Path) ->
     assert json.loads((tmp_path / "state.json").read_text())["pods"][0]["held"] == {}
 
 
-def test_memory_not_claimed_within_the_grace_period_is_freed(tmp_path: Path) -> None:
+def test_memory_of_a_living_process_that_has_not_reconnected_stays_charged(tmp_path: Path) -> None:
     StateFile(tmp_path / "state.json").save([SavedPod(GPU, "ns/b", LIMIT, {111: 500 * MIB})])
-    arbiter = start(tmp_path, restore_grace_s=0.3)
+    arbiter = start(tmp_path)  # pid 111 lives (alive says so) but does not reconnect
     try:
         probe = arbiter.client()
         probe.hello("ns/b", GPU)
+        time.sleep(1.5)  # past a sweep of the orphans
         assert probe.reserve(0).pod_used_bytes == 500 * MIB
-        assert eventually(lambda: probe.reserve(0).pod_used_bytes == 0, within_s=2.0)
     finally:
         arbiter.stop()
 

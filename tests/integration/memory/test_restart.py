@@ -20,7 +20,7 @@ import attrs
 import pytest
 
 from fastgshare_cli.sandbox import GPU_UUID, HookBuild, Sandbox, TenantSpec, sandbox
-from tests.integration.memory.conftest import MIB, OOM, LedgerProbe, OpenProbe, StartTenant
+from tests.integration.memory.conftest import MIB, OOM, LedgerProbe, OpenProbe, StartTenant, hooked_env
 
 LIMIT = 100 * MIB
 
@@ -135,3 +135,29 @@ def test_tenants_keep_launching_through_arbiter_restarts(hook_build: HookBuild,
         for name, summary in summaries.items():
             assert summary["errors"] == 0, (name, summary)
             assert shares[name] <= 0.6 + 0.05, (name, shares)  # never past its limit, restarts included
+
+
+def test_a_launching_tenant_reports_its_memory_to_the_new_arbiter_without_allocating_again(
+        hook_build: HookBuild, restartable: list[RestartableArbiter]) -> None:
+    spec = pod("server")
+    with sandbox(hook_build, [spec], arbiter=False) as box:
+        arbiter = RestartableArbiter(box, [spec])
+        restartable.append(arbiter)
+        arbiter.start()
+        tenant = subprocess.Popen([str(hook_build.tenant), "--alloc", str(40 * MIB), "--seconds", "4",
+                                   "--duration-us", "2000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=hooked_env(hook_build, box, spec))
+        try:
+            time.sleep(1.0)
+            arbiter.kill()
+            arbiter.start()
+            stdout, stderr = tenant.communicate(timeout=30)
+        finally:
+            if tenant.poll() is None:
+                tenant.kill()
+                tenant.communicate()
+        assert tenant.returncode == 0, stderr
+        assert json.loads(stdout.strip().splitlines()[-1])["errors"] == 0
+        log = (box.workdir / "arbiter.log").read_text()
+        # The gate reconnected for its next token and had the memory link report what it holds.
+        assert f"memory restored pod={spec.pod} pid={tenant.pid} bytes={40 * MIB}" in log, log[-2000:]
