@@ -1,4 +1,4 @@
-"""``fastgshare cluster up | down | status | shares``: the user's side of :mod:`fastgshare_cluster`."""
+"""``fastgshare cluster up | down | status | shares | restart``: the user's side of :mod:`fastgshare_cluster`."""
 
 from __future__ import annotations
 
@@ -43,6 +43,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = actions.add_parser("down", help="stop everything up started and leave the host as it was")
     down.add_argument("--keep-logs", action="store_true", help="keep <state-dir>/logs")
     actions.add_parser("status", help="list the components, their state and log file")
+    restart = actions.add_parser(
+        "restart", help="restart one component as a rollout (SIGTERM, then start again) or, with --kill, a crash would",
+        description="Stop one component of the running cluster and start it again with the same command line, "
+                    "environment and log file: as a rolling update would (SIGTERM, up to 10 s to exit), or "
+                    "with --kill as a crash or an OOM kill would (SIGKILL). Pods keep running.")
+    restart.add_argument("component", choices=list(cluster.RESTARTABLE), metavar="COMPONENT",
+                         help=f"one of: {', '.join(cluster.RESTARTABLE)}")
+    restart.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
     shares = actions.add_parser(
         "shares", help="each GPU pod's configured share next to the GPU time it gets, measured by the simulated GPU")
     shares.add_argument("--seconds", type=float, default=5.0, help="how long to measure (default: %(default)s)")
@@ -57,7 +65,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        "(default: the current directory)")
     build.add_argument("--tag", default=image_build.IMAGE, help="the image's name (default: %(default)s)")
     build.add_argument("--output", type=Path, help="where to write the OCI archive (default: in the state dir)")
-    for sub in (up, down, actions.choices["status"], shares, build):
+    for sub in (up, down, actions.choices["status"], shares, build, restart):
         sub.add_argument("--state-dir", type=Path, default=cluster.DEFAULT_STATE_DIR,
                          help="where the cluster keeps its state and logs (default: %(default)s)")
 
@@ -69,6 +77,7 @@ def cluster_main(args: argparse.Namespace, console: Console, errors: Console) ->
         "shares": lambda: _shares(args.state_dir, args.seconds, console),
         "build-image": lambda: _build_image(args, console),
         "status": lambda: _status(args.state_dir, console),
+        "restart": lambda: _restart(args, console),
     }
     try:
         return actions[args.action]()
@@ -115,6 +124,12 @@ def _build_image(args: argparse.Namespace, console: Console) -> int:
         return 0
     images.import_images(shutil.which("ctr") or "ctr", running.containerd_socket, [archive])
     say(f"imported into the cluster's containerd ({running.containerd_socket})")
+    return 0
+
+
+def _restart(args: argparse.Namespace, console: Console) -> int:
+    cluster.restart(args.state_dir, args.component, kill=args.kill,
+                    say=lambda text: console.print(text, markup=False, highlight=False))
     return 0
 
 

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -458,6 +459,57 @@ def _remove(path: Path) -> None:
     else:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+# --- restart ------------------------------------------------------------------------------------
+
+RESTARTABLE = {"node-agent": "node-agent", "extender": "fastgshare-extender", "controller": "fastgshare-controller",
+               "kubelet": "kubelet", "containerd": "containerd"}
+
+
+def _process_image(pid: int) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment a running process was started with."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError as error:
+        raise ClusterError(f"cannot read how pid {pid} was started: {error}") from None
+    env = dict(entry.decode().split("=", 1) for entry in environ if b"=" in entry)
+    return [arg.decode() for arg in argv if arg], env
+
+
+def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = print) -> ComponentStatus:
+    """Restart one component of the running cluster as a rollout (SIGTERM, wait, start again) or,
+    with ``kill``, as a crash (SIGKILL) would; the same command line, environment and log file.
+    Returns the new process's status."""
+    name = RESTARTABLE.get(component)
+    if name is None:
+        raise ClusterError(f"cannot restart {component!r}; one of: {', '.join(RESTARTABLE)}")
+    state = _read_state(state_dir)
+    if state is None or "kubeconfig" not in state:
+        raise ClusterError(f"no cluster in {state_dir}; start one with: fastgshare cluster up")
+    entries = [c for c in state.get("components", []) if c["name"] == name]
+    if not entries or not is_running(entries[-1]["pid"], entries[-1].get("start_time")):
+        raise ClusterError(f"{name} is not running (see fastgshare cluster status)")
+    entry = entries[-1]
+    args, env = _process_image(entry["pid"])
+    started = time.monotonic()
+    if kill:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(entry["pid"], signal.SIGKILL)
+        wait_until(lambda: not is_running(entry["pid"], entry.get("start_time")), what=f"{name} to exit",
+                   timeout_s=30)
+    else:
+        stop_recorded(entry["pid"], entry.get("start_time"))
+    stopped = time.monotonic()
+    process = ManagedProcess(name, args, Path(entry["log"]), die_with_parent=False, env=env)
+    entry.update({"pid": process.pid, "start_time": process.start_time})
+    _write_state(state_dir, state)
+    time.sleep(0.5)
+    if not is_running(process.pid, process.start_time):
+        raise ClusterError(f"{name} exited right after the restart; see {entry['log']}")
+    say(f"{name} {'killed' if kill else 'stopped'} in {stopped - started:.1f}s and started again (pid {process.pid})")
+    return ComponentStatus(name, True, process.pid, entry["log"])
 
 
 @dataclass(frozen=True)
