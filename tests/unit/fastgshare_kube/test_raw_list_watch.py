@@ -1,4 +1,5 @@
-"""The list-then-watch loop of the kube adapter against a scripted API: events, 410 Gone, failures.
+"""The layer's list-then-watch loop (:class:`Reflector` over :class:`RawListWatch`) against a scripted
+generated ``list_*`` call: events, bookmarks, paging, 410 Gone, failures.
 
 On a real API server a watch of pods or nodes rarely expires (they are served from the watch
 cache), so the relist path is driven here by a watch that ends with an ERROR 410 event.
@@ -11,7 +12,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from scheduler_extender.kube import ResourceWatch
+from fastgshare_kube.reflector import Reflector
+from fastgshare_kube.rest import RawListWatch
 
 
 class FakeResponse:
@@ -55,20 +57,30 @@ class ScriptedApi:
         return step
 
 
+class Recorder:
+    """A sink that writes down what reached it."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, object]] = []
+
+    def replace(self, objects: list[dict[str, Any]]) -> None:
+        self.seen.append(("list", [item["metadata"]["name"] for item in objects]))
+
+    def upsert(self, obj: Any) -> None:
+        self.seen.append(("ADDED", obj["metadata"]["name"]))
+
+    def delete(self, obj: Any) -> None:
+        self.seen.append(("DELETED", obj["metadata"]["name"]))
+
+
 def run(script: list[FakeResponse | Exception]) -> tuple[ScriptedApi, list[tuple[str, object]]]:
-    seen: list[tuple[str, object]] = []
     api = ScriptedApi(script)
-    stop = threading.Event()
-    tokens = iter(range(100))
-    watch = ResourceWatch("pods", api, begin=lambda: next(tokens),
-                          on_list=lambda items, token: seen.append(("list", [i["metadata"]["name"] for i in items])),
-                          on_event=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
-                          stop=stop, retry_delay_s=0.01)
-    watch.thread.start()
+    sink = Recorder()
+    reflector = Reflector("pods", RawListWatch(api), sink, retry_delay_s=0.01, max_retry_delay_s=0.05)
+    reflector.start()
     assert api.done.wait(10)
-    stop.set()
-    watch.thread.join(5)
-    return api, seen
+    reflector.stop()
+    return api, sink.seen
 
 
 def test_lists_then_watches_from_the_list_version() -> None:
