@@ -11,6 +11,9 @@ the API), decides with pure functions and converges:
 4. write the status through the status subresource if it changed.
 
 A failed reconcile is retried with a per-key exponential backoff; a success resets it.
+
+Pods are created in batches of 1, 2, 4, ... at a time (the ReplicaSet controller's slow start):
+a FaSTPod whose pods are refused costs one call, one that is accepted gets its pods in parallel.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import attrs
@@ -55,6 +59,7 @@ class Settings:
     workers: int = 2
     resync_s: float = 300.0  # every FaSTPod is reconciled at least this often
     shutdown_grace_s: float = 30.0  # how long stop() waits for reconciles in flight
+    create_parallelism: int = 16  # pod creates in flight at once, over all workers
 
 
 class Controller:
@@ -77,6 +82,8 @@ class Controller:
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        self._creators = ThreadPoolExecutor(max_workers=self._settings.create_parallelism,
+                                            thread_name_prefix="create")
 
     # --- event handlers -----------------------------------------------------------------------
     def pod_changed(self, old: PodInfo | None, new: PodInfo | None) -> None:
@@ -154,15 +161,27 @@ class Controller:
         return deleted, None
 
     def _create(self, spec: FaSTPodSpec, count: int) -> tuple[list[str], ApiError | None]:
+        """Create ``count`` pods in slow-start batches (1, 2, 4, ...), each batch in parallel; stop
+        after the first batch with a failure."""
         created: list[str] = []
         body = make_pod(spec, self._pod_config)
-        for attempt in range(count):
-            try:
-                created.append(str(self._kube.create_pod(spec.namespace, body)["metadata"]["name"]))
-            except ApiError as error:
-                self._unexpect_creates(spec.key, count - attempt)  # none of these will be observed
-                return created, error
-        return created, None
+        batch = 1
+        while len(created) < count:
+            size = min(batch, count - len(created))
+            results = list(self._creators.map(lambda _: self._create_one(spec.namespace, body), range(size)))
+            created += [result for result in results if isinstance(result, str)]
+            failures = [result for result in results if isinstance(result, ApiError)]
+            if failures:
+                self._unexpect_creates(spec.key, count - len(created))  # none of these will be observed
+                return sorted(created), failures[0]
+            batch *= 2
+        return sorted(created), None
+
+    def _create_one(self, namespace: str, body: Mapping[str, Any]) -> str | ApiError:
+        try:
+            return str(self._kube.create_pod(namespace, body)["metadata"]["name"])
+        except ApiError as error:
+            return error
 
     def _unexpect_creates(self, key: str, count: int) -> None:
         for _ in range(count):
@@ -222,6 +241,7 @@ class Controller:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         for reflector in self._reflectors:
             reflector.stop()
+        self._creators.shutdown(wait=True)
 
     @property
     def healthy(self) -> bool:

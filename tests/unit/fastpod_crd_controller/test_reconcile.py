@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import itertools
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -181,6 +184,42 @@ def test_a_failed_create_is_reported_and_retried(f: Fixture) -> None:
         "message": "cannot create pods: exceeded quota: gpu, requested: pods=1", "lastTransitionTime": NOW}
     assert [e["reason"] for e in f.kube.events] == ["FailedCreate"]
     assert [a[0] for a in f.sync()] == ["create", "create", "patch"]  # expectations were released
+
+
+def test_pods_are_created_in_slow_start_batches_that_stop_at_the_first_failure(f: Fixture) -> None:
+    f.given(fastpod(replicas=7))
+    # batch of 1 succeeds; in the batch of 2 one create fails; the 4 pods after it are not tried
+    f.kube.errors["create/pods"] = [None, None, ApiError(500, "InternalError", "etcd timeout")]  # type: ignore[list-item]
+    with pytest.raises(ApiError):
+        f.controller.reconcile(KEY)
+    assert [a[0] for a in f.kube.actions if a[1] == "pods"] == ["create"] * 3
+    assert len(f.kube.created) == 2
+    assert f.kube.events[0]["message"] == "Created pods: web-00001, web-00002"
+    f.observe_created()
+    assert [a[0] for a in f.sync()] == ["create"] * 5 + ["patch"]  # the 5 missing, in batches of 1, 2, 2
+
+
+class BatchObservingKube(FakeKube):
+    """Creates wait until every create of their slow-start batch (1, 2, 4) is in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        one, two, four = (threading.Barrier(size, timeout=5) for size in (1, 2, 4))
+        self.batches = [one, two, two, four, four, four, four]  # the barrier of each create, in call order
+        self._calls = itertools.count()
+
+    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.batches[next(self._calls)].wait()
+        return super().create_pod(namespace, body)
+
+
+def test_each_slow_start_batch_is_created_in_parallel() -> None:
+    kube = BatchObservingKube()
+    controller = Controller(kube, PodConfig(), EventRecorder(kube, instance="t", timestamp=lambda: NOW),
+                            now=lambda: NOW)
+    controller.fastpods.upsert(fastpod(replicas=7))
+    controller.reconcile(KEY)  # a serial create would leave a batch's barrier waiting and break it
+    assert len(kube.created) == 7
 
 
 def test_a_failed_delete_releases_all_its_expectations(f: Fixture) -> None:
