@@ -34,6 +34,19 @@ class PodRecord:
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     gpu_containers: tuple[str, ...] = ()  # containers requesting the vgpu resource, in order
     deleting: bool = False
+    # The extender's assignment, decoded once when the record is made (None without one, or when
+    # it cannot be read: ``assignment_problem`` then says why).
+    assignment: PodAssignment | None = attrs.field(init=False, default=None)
+    assignment_problem: str | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        text = self.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
+        if text is None:
+            return
+        try:
+            object.__setattr__(self, "assignment", decode_assignment(text))
+        except CodecError as error:
+            object.__setattr__(self, "assignment_problem", str(error))
 
     @property
     def key(self) -> str:
@@ -97,14 +110,12 @@ def candidates(pods: Iterable[PodRecord], node_name: str) -> tuple[list[Candidat
     found: list[Candidate] = []
     problems: list[str] = []
     for pod in pods:
-        text = pod.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
-        if (pod.node_name != node_name or text is None or pod.allocated or pod.deleting
-                or pod.phase in _FINISHED_PHASES):
+        if (pod.node_name != node_name or keys.POD_ASSIGNMENT_ANNOTATION not in pod.annotations or pod.allocated
+                or pod.deleting or pod.phase in _FINISHED_PHASES):
             continue
-        try:
-            assignment = decode_assignment(text)
-        except CodecError as error:
-            problems.append(f"pod {pod.key}: {error}")
+        assignment = pod.assignment
+        if assignment is None:
+            problems.append(f"pod {pod.key}: {pod.assignment_problem}")
             continue
         if assignment.node_name != node_name:
             problems.append(f"pod {pod.key}: assigned to node {assignment.node_name} but bound to {node_name}")
