@@ -12,6 +12,9 @@ is bound:
 - ``plain_unthrottled``: as ``plain``, with the scheduler's API client rate limit (50 QPS,
   burst 100 by default, and the bound of ``plain``'s binds) lifted. The extender binds with its
   own client, so that limit does not bound the ``extender`` phase.
+- ``null_extender`` and ``null_extender_binding``: the ``extender`` phase's pods and scheduler
+  configuration (client limits lifted) with :mod:`bench.null_extender` instead of ours: the
+  protocol's floor, when the scheduler binds and when the extender binds with one API call a pod.
 
 Throughput is (pods - 1) / (last bind - first bind), so start-up is not counted. No kubelet
 runs: a stand-in marks bound pods allocated as the node agents would, so the extender's
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import threading
 import time
@@ -231,6 +235,9 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
                 ours["allocations_simulated"] = marker.marked
             ours["extender_mean_ms"] = server_side_means(extender_process.url)
             extender_process.stop()
+            floors = {name: null_phase(api, start, plane.kubeconfig, workdir, binding=binding, pods=pods,
+                                       timeout_s=timeout_s)
+                      for name, binding in (("null_extender", False), ("null_extender_binding", True))}
             for scheduler in started:
                 scheduler.stop_all()
         finally:
@@ -241,7 +248,30 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
             "gpus_per_node": GPUS_PER_NODE, "pods": pods, "node_setup_s": round(nodes_s, 1),
             "plain": plain, "extender": {"policy": policy, **ours}, "ratio_extender_to_plain": ratio,
             "plain_unthrottled": {"client_qps": UNTHROTTLED["qps"], **unthrottled},
-            "ratio_extender_to_plain_unthrottled": round(ours_rate / float(str(unthrottled["pods_per_s"])), 3)}
+            "ratio_extender_to_plain_unthrottled": round(ours_rate / float(str(unthrottled["pods_per_s"])), 3),
+            **floors, **{f"ratio_{name}_to_plain_unthrottled": round(float(str(floor["pods_per_s"])) / float(str(
+                unthrottled["pods_per_s"])), 3) for name, floor in floors.items()}}
+
+
+def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
+               kubeconfig: Path, workdir: Path, *, binding: bool, pods: int, timeout_s: float) -> dict[str, object]:
+    """The extender phase with :mod:`bench.null_extender`: binding itself, or leaving it to the scheduler."""
+    (port,) = controlplane.free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    processes = controlplane.ProcessSet()
+    try:
+        processes.start("null-extender", [sys.executable, "-m", "bench.null_extender", "--listen",
+                                          f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig),
+                                          *(["--bind"] if binding else [])], workdir / f"null-extender-{port}.log")
+        controlplane.wait_until(lambda: controlplane.http_ok(f"{url}/healthz"), what="the null extender",
+                                timeout_s=30)
+        config = scheduler_config(url, bindVerb="bind" if binding else "")
+        config["clientConnection"] = UNTHROTTLED
+        return {"binds": "extender" if binding else "scheduler",
+                **run_phase(api, start, config, pods=pods, extender=True,
+                            namespace=f"null-{'binding' if binding else 'scheduler'}", timeout_s=timeout_s)}
+    finally:
+        processes.stop_all()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,0 +1,104 @@
+"""A scheduler extender that decides nothing: the protocol's floor for ``bench.scheduling_throughput``.
+
+``/filter`` passes every node (``nodeCacheCapable``: names in, names out), ``/prioritize`` scores
+every node 0 (in the Go field names, see :mod:`scheduler_extender.wire`), and, with ``--bind``,
+``/bind`` binds the pod with one API call (a ``Binding``, the answer not decoded). It is as cheap
+as a Python extender can be: a threaded HTTP/1.1 server with keep-alive and ``TCP_NODELAY``
+(without it, Nagle's algorithm and delayed ACKs cost ~40 ms a request), JSON in and out, nothing
+else. Whatever our extender costs above this is ours to cut.
+
+Run: ``python -m bench.null_extender --listen 127.0.0.1:PORT [--bind --kubeconfig FILE]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kubernetes.client
+import kubernetes.config
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+
+    def server_bind(self) -> None:
+        super().server_bind()
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def handler(core: Any | None) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the scheduler's client expects
+
+        def setup(self) -> None:
+            super().setup()
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def do_POST(self) -> None:  # the name http.server calls
+            raw = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+            body = {key.casefold(): value for key, value in raw.items()}  # Go decodes keys case-insensitively
+            verb = self.path.rstrip("/").rsplit("/", 1)[-1]
+            names = body.get("nodenames") or []  # nodeCacheCapable: names in, names out
+            if verb == "filter":
+                answer: Any = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
+            elif verb == "prioritize":
+                answer = [{"Host": name, "Score": 0} for name in names]
+            elif verb == "bind" and core is not None:
+                answer = {"Error": self._bind(body)}
+            else:
+                self.send_error(404)
+                return
+            self._send(answer)
+
+        def do_GET(self) -> None:
+            self._send({"ok": True})
+
+        def _bind(self, args: dict[str, Any]) -> str:
+            name, namespace, node = args.get("podname"), args.get("podnamespace"), args.get("node")
+            try:
+                core.create_namespaced_binding(namespace, {  # type: ignore[union-attr]
+                    "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, _preload_content=False)
+            except kubernetes.client.exceptions.ApiException as error:
+                return f"bind {namespace}/{name}: {error.status} {error.reason}"
+            return ""
+
+        def _send(self, answer: Any) -> None:
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", required=True, metavar="HOST:PORT")
+    parser.add_argument("--bind", action="store_true", help="also serve /bind, with one API call per pod")
+    parser.add_argument("--kubeconfig", help="for --bind")
+    args = parser.parse_args(argv)
+    host, _, port = args.listen.rpartition(":")
+    core = None
+    if args.bind:
+        core = kubernetes.client.CoreV1Api(kubernetes.config.new_client_from_config(config_file=args.kubeconfig))
+    server = _Server((host, int(port)), handler(core))
+    print(f"null extender on {args.listen} bind={args.bind}", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
