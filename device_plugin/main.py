@@ -1,6 +1,11 @@
 """``fastgshare-node-agent``: flags, wiring and signal handling (the composition root).
 
 Everything is created here and passed in; no module keeps global state.
+
+The arbiter starts first, before the modules that talk to kubelet and the API server are even
+imported (they take seconds to load): after a restart the hooks of running pods reconnect within
+a fraction of a second, and the arbiter serves them from its saved ledger until the pod cache is
+loaded (see docs/architecture.md, "Restarting the node agent").
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import attrs
 
-from device_plugin.agent import NodeAgent
 from device_plugin.allocation import Allocator, HostPaths, SimulatedDriver
 from device_plugin.arbiter.probe import arbiter_problem
 from device_plugin.arbiter.runner import (
@@ -29,18 +34,20 @@ from device_plugin.arbiter.runner import (
     timing_ns,
 )
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
-from device_plugin.arbiter.shares import AssignmentShares
+from device_plugin.arbiter.shares import AssignmentShares, DeferredShares
 from device_plugin.arbiter.state import STATE_FILE_NAME, StateFile
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.hook_install import HookInstallError, install_hook, install_library
-from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_client, missing_node
-from device_plugin.metrics import MetricsServer, NodeMetrics
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
-from device_plugin.servicer import DevicePluginServicer
 from fastgshare import __version__, keys
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, parse_gpu_spec
+
+if TYPE_CHECKING:  # imported where used: they load kubernetes, grpc and prometheus (seconds)
+    from device_plugin.agent import NodeAgent
+    from device_plugin.kube import NodePods
+    from device_plugin.metrics import MetricsServer
 
 log = logging.getLogger("device_plugin")
 
@@ -151,6 +158,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThread,
                   devices: DeviceState) -> MetricsServer:
+    from device_plugin.metrics import MetricsServer, NodeMetrics  # noqa: PLC0415 - after the arbiter starts
+
     host, port = parse_listen(args.metrics_listen)
 
     def arbiter_answers() -> bool:
@@ -172,25 +181,57 @@ def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThre
                            f"{error.strerror or error}") from None
 
 
-def build(args: argparse.Namespace) -> Components:
-    """Create and wire every part of the agent (nothing runs yet)."""
+@attrs.define
+class EarlyArbiter:
+    """The arbiter, started before the rest of the agent, and what it needed."""
+
+    backend: GpuBackend
+    run_dir: Path
+    shares: DeferredShares
+    thread: ArbiterThread
+
+
+def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
+    """Check the flags, find the GPUs and start serving the hooks (with the saved ledger)."""
     if not args.node_name:
         raise StartupError("--node-name is required (or set $NODE_NAME, e.g. from the downward API)", 2)
     if args.slots_per_gpu < 1:
         raise StartupError(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}", 2)
     try:
         backend = make_backend(args)
-        hook = install_hook(args.hook_library, args.state_dir / "lib")
-        driver = simulated_driver(args, backend.devices())
     except InvalidInventory as error:
         raise StartupError(f"--fake-gpus: {error}", 2) from None
     except NvmlUnavailable as error:
         raise StartupError(f"no GPUs: {error}; on a machine without NVIDIA GPUs pass --fake-gpus SPEC "
                            "(e.g. 2x80GiB:132sm)") from None
-    except HookInstallError as error:
-        raise StartupError(str(error)) from None
     run_dir = args.state_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
+    shares = DeferredShares()
+    thread = ArbiterThread(
+        ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
+                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
+                      shares, state=StateFile(args.state_dir / STATE_FILE_NAME), **timing_ns(args),
+                      **edge_options(args)))
+    try:
+        thread.start()
+    except OSError as error:
+        backend.close()
+        raise StartupError(f"cannot start the arbiter: {error}") from None
+    return EarlyArbiter(backend, run_dir, shares, thread)
+
+
+def build(args: argparse.Namespace, early: EarlyArbiter) -> Components:
+    """Create and wire every other part of the agent (nothing of it runs yet)."""
+    from device_plugin.agent import NodeAgent  # noqa: PLC0415 - heavy: after the arbiter started
+    from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_client, missing_node  # noqa: PLC0415
+    from device_plugin.servicer import DevicePluginServicer  # noqa: PLC0415
+
+    backend, run_dir, arbiter = early.backend, early.run_dir, early.thread
+    try:
+        hook = install_hook(args.hook_library, args.state_dir / "lib")
+        driver = simulated_driver(args, backend.devices())
+    except HookInstallError as error:
+        raise StartupError(str(error)) from None
 
     stopping = threading.Event()
     try:
@@ -200,13 +241,8 @@ def build(args: argparse.Namespace) -> Components:
     if (problem := missing_node(api, args.node_name, args.node_wait_seconds)) is not None:
         raise StartupError(problem, 2)
     pods = NodePods(api, args.node_name)
+    early.shares.attach(AssignmentShares(pods))
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
-    arbiter = ArbiterThread(
-        ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
-                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
-                      AssignmentShares(pods), state=StateFile(args.state_dir / STATE_FILE_NAME),
-                      **timing_ns(args), **edge_options(args)),
-        pods)
     metrics = start_metrics(args, pods, arbiter, devices)
     writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)})
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
@@ -233,12 +269,7 @@ def run(parts: Components) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     parts.pods.start()
-    try:
-        parts.arbiter.start()
-    except OSError as error:
-        parts.pods.stop()
-        parts.metrics.stop()
-        raise StartupError(f"cannot start the arbiter: {error}") from None
+    parts.arbiter.follow(parts.pods)
     parts.metrics.start()
     parts.agent.start()
     parts.stopping.wait()
@@ -261,8 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        run(build(args))
+        early = start_arbiter(args)
     except StartupError as error:
+        log.error("%s", error)
+        return error.code
+    try:
+        run(build(args, early))
+    except StartupError as error:
+        early.thread.stop()
+        early.backend.close()
         log.error("%s", error)
         return error.code
     log.info("node agent stopped node=%s", args.node_name)

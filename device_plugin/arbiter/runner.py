@@ -70,7 +70,7 @@ class ChangeSource(Protocol):
 
 
 class ArbiterThread:
-    def __init__(self, server: ArbiterServer, changes: ChangeSource) -> None:
+    def __init__(self, server: ArbiterServer, changes: ChangeSource | None = None) -> None:
         self.server = server
         self._changes = changes
         self._loop = asyncio.new_event_loop()
@@ -81,12 +81,21 @@ class ArbiterThread:
                          threading.Thread(target=self._follow_changes, name="arbiter-shares", daemon=True)]
 
     def start(self, timeout_s: float = 10) -> None:
-        """Start serving; raises if the socket could not be opened."""
+        """Start serving (and following share changes, if the source was given); raises if the socket
+        could not be opened."""
         self._threads[0].start()
         self._ready.wait(timeout_s)
         if self._failure is not None:
             raise self._failure
+        if self._changes is not None:
+            self._threads[1].start()
+
+    def follow(self, changes: ChangeSource) -> None:
+        """Re-read registered pods' shares whenever ``changes`` changes (the agent's pod cache, once it
+        has one: the arbiter starts before it)."""
+        self._changes = changes
         self._threads[1].start()
+        self._loop.call_soon_threadsafe(self.server.refresh_shares)
 
     def usage(self, timeout_s: float = 2.0) -> ArbiterUsage:
         """The arbiter's usage snapshot, taken on its own loop (any thread may call this)."""
@@ -116,8 +125,10 @@ class ArbiterThread:
         self._loop.run_forever()
 
     def _follow_changes(self) -> None:
-        version, _ = self._changes.snapshot()
+        changes = self._changes
+        assert changes is not None
+        version, _ = changes.snapshot()
         while not self._stop.is_set():
-            if self._changes.wait_for_change(version, timeout_s=1.0):
-                version, _ = self._changes.snapshot()
+            if changes.wait_for_change(version, timeout_s=1.0):
+                version, _ = changes.snapshot()
                 self._loop.call_soon_threadsafe(self.server.refresh_shares)

@@ -107,6 +107,8 @@ class _Pod:
     connections: set[_Connection] = attrs.field(factory=set)
     orphans: set[_Orphan] = attrs.field(factory=set)
     scheduled: bool = False  # a client of the GPU's scheduler (while it has connections)
+    share: PodShare | None = None  # as last known, saved for a restarted arbiter
+    uid: str = ""  # the pod's UID when found by cgroup
     queue: deque[_Connection] = attrs.field(factory=deque)  # connections waiting for the pod's token
     holder: _Connection | None = None
     granted_at: int = 0
@@ -128,6 +130,8 @@ class ArbiterServer:
         self._peers: dict[str, int] = {}  # peer key (pod uid, or pid outside pods) -> open connections
         self._orphan_sweeper: asyncio.Task[None] | None = None
         self._stopping = False
+        self._saved_shares: dict[str, PodShare] = {}  # what the last arbiter knew, until the book is ready
+        self._saved_uids: dict[str, str] = {}
         self._log = RepeatLimiter(log)
         self._shares = shares
         self._trusted = trusted_env
@@ -182,7 +186,12 @@ class ArbiterServer:
             if entry.gpu not in self._arbiters:
                 log.warning("saved pod %s is on GPU %s, not on this node: dropped", entry.pod, entry.gpu)
                 continue
-            pod = _Pod(PodMemoryLedger(entry.memory_limit_bytes))
+            if entry.share is not None:
+                self._saved_shares[entry.pod] = PodShare(entry.gpu, entry.share, entry.memory_limit_bytes)
+                if entry.uid:
+                    self._saved_uids[entry.uid] = entry.pod
+            pod = _Pod(PodMemoryLedger(entry.memory_limit_bytes), share=self._saved_shares.get(entry.pod),
+                       uid=entry.uid)
             for pid, size in entry.held.items():
                 if self._alive(pid):
                     pod.orphans.add(_Orphan(pid))
@@ -219,6 +228,7 @@ class ArbiterServer:
     def _forget_if_idle(self, key: tuple[str, str], pod: _Pod) -> None:
         if not pod.connections and not pod.orphans and self._pods.get(key) is pod:
             del self._pods[key]
+            self._save()
 
     def _save(self) -> None:
         if self._state is None or self._stopping:
@@ -231,7 +241,13 @@ class ArbiterServer:
                 size = pod.memory.held_by(process)
                 if size:
                     held[process.pid] = held.get(process.pid, 0) + size
-            pods.append(SavedPod(gpu, pod_key, pod.memory.limit_bytes, held))
+            pods.append(SavedPod(gpu, pod_key, pod.memory.limit_bytes, held,
+                                 pod.share.time if pod.share else None, pod.uid))
+        if self._saved_shares and not self._shares.ready():  # not yet re-registered: keep them
+            known = {pod.pod for pod in pods}
+            pods += [SavedPod(share.gpu_uuid, key, share.memory_bytes, {}, share.time,
+                              next((uid for uid, k in self._saved_uids.items() if k == key), ""))
+                     for key, share in self._saved_shares.items() if key not in known]
         try:
             self._state.save(pods)
         except OSError as error:
@@ -239,10 +255,14 @@ class ArbiterServer:
 
     def refresh_shares(self) -> None:
         """Re-read every registered pod's share; changes apply from the next decision."""
+        if self._saved_shares and self._shares.ready():
+            self._saved_shares.clear()  # the book knows every pod now
+            self._saved_uids.clear()
         for (gpu, pod_key), pod in self._pods.items():
             share = self._shares.by_pod(pod_key)
             if share is None or share.gpu_uuid != gpu:
                 continue
+            pod.share = share
             if pod.memory.limit_bytes != share.memory_bytes:
                 log.info("memory limit changed pod=%s gpu=%s limit=%d", pod_key, gpu, share.memory_bytes)
                 pod.memory.set_limit(share.memory_bytes)
@@ -325,8 +345,8 @@ class ArbiterServer:
 
     def _hello(self, connection: _Connection, frame: Frame) -> None:
         hello = Hello.decode(frame.payload)
-        pod_key = self._identify(connection, hello)
-        share = self._shares.by_pod(pod_key) if pod_key else None
+        pod_key, uid = self._identify(connection, hello)
+        share = self._share_of(pod_key) if pod_key else None
         if pod_key is None or share is None:
             self._refuse(connection, frame.request_id, ErrorCode.UNKNOWN_CLIENT,
                          f"pid {connection.pid} belongs to no pod with a fastgshare assignment on this node"
@@ -343,7 +363,10 @@ class ArbiterServer:
         connection.pod, connection.gpu = pod_key, share.gpu_uuid
         pod = self._pods.get((share.gpu_uuid, pod_key))
         if pod is None:
-            pod = self._pods[(share.gpu_uuid, pod_key)] = _Pod(PodMemoryLedger(share.memory_bytes))
+            pod = self._pods[(share.gpu_uuid, pod_key)] = _Pod(PodMemoryLedger(share.memory_bytes), share=share,
+                                                               uid=uid)
+            self._save()
+        pod.share, pod.uid = share, uid or pod.uid
         if not pod.scheduled:
             pod.scheduled = True
             self._arbiters[share.gpu_uuid].add_client(pod_key, share.time)
@@ -354,11 +377,25 @@ class ArbiterServer:
         self._log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
         connection.send(MessageType.HELLO | protocol.REPLY_BIT, frame.request_id, self._hello_reply(share).encode())
 
-    def _identify(self, connection: _Connection, hello: Hello) -> str | None:
+    def _identify(self, connection: _Connection, hello: Hello) -> tuple[str | None, str]:
+        """The connecting process's pod key (None if it has none here), and its UID if found by cgroup."""
         if self._trusted:
-            return hello.pod or None
+            return hello.pod or None, ""
         uid = pod_uid_of_pid(connection.pid)
-        return self._shares.pod_of_uid(uid) if uid else None
+        if not uid:
+            return None, ""
+        key = self._shares.pod_of_uid(uid)
+        if key is None and not self._shares.ready():
+            key = self._saved_uids.get(uid)
+        return key, uid
+
+    def _share_of(self, pod_key: str) -> PodShare | None:
+        """The pod's share; until the book is ready (the agent's pod cache is loading after a
+        restart), also what the previous arbiter saved."""
+        share = self._shares.by_pod(pod_key)
+        if share is None and not self._shares.ready():
+            share = self._saved_shares.get(pod_key)
+        return share
 
     def _hello_reply(self, share: PodShare) -> HelloReply:
         return HelloReply(window_us=self._window_ns // 1000, request_permille=share.time.request_permille,

@@ -31,6 +31,11 @@ class ShareBook(Protocol):
 
     def pod_of_uid(self, uid: str) -> str | None: ...
 
+    def ready(self) -> bool:
+        """False while the book cannot know every pod yet (the agent's pod cache is still loading):
+        the arbiter then also believes what it saved before a restart."""
+        ...
+
 
 class StaticShares:
     """A fixed table ``pod key -> share``."""
@@ -44,9 +49,14 @@ class StaticShares:
     def pod_of_uid(self, uid: str) -> str | None:
         return None
 
+    def ready(self) -> bool:
+        return True
+
 
 class PodSnapshot(Protocol):
     def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+
+    def wait_synced(self, timeout_s: float) -> bool: ...
 
 
 class AssignmentShares:
@@ -63,6 +73,29 @@ class AssignmentShares:
 
     def pod_of_uid(self, uid: str) -> str | None:
         return next((pod.key for pod in self._pods.snapshot()[1] if pod.uid == uid), None)
+
+    def ready(self) -> bool:
+        return self._pods.wait_synced(0)
+
+
+class DeferredShares:
+    """A book the node agent fills in once it has its pod cache (:meth:`attach`), so the arbiter can
+    listen before the agent has reached the API server; until then it knows no pod and is not ready."""
+
+    def __init__(self) -> None:
+        self._book: ShareBook | None = None
+
+    def attach(self, book: ShareBook) -> None:
+        self._book = book
+
+    def by_pod(self, pod_key: str) -> PodShare | None:
+        return self._book.by_pod(pod_key) if self._book is not None else None
+
+    def pod_of_uid(self, uid: str) -> str | None:
+        return self._book.pod_of_uid(uid) if self._book is not None else None
+
+    def ready(self) -> bool:
+        return self._book is not None and self._book.ready()
 
 
 def share_of(pod: PodRecord) -> PodShare | None:

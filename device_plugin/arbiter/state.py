@@ -1,9 +1,10 @@
 """The arbiter's ledger on disk, so a restarted node agent knows what the running pods hold.
 
-What is kept: every pod the arbiter knows (GPU, pod key, memory limit) and, per process (the
-peer PID the kernel gave), the bytes it holds reserved. Time tokens are not kept: the
-scheduling window is 100 ms, far shorter than a restart, and a hook asks for a new token
-when it reconnects.
+What is kept: every pod the arbiter knows (GPU, pod key, UID, memory limit, time share) and,
+per process (the peer PID the kernel gave), the bytes it holds reserved. The shares let a
+restarted arbiter serve the pods it knew before the agent has its pod cache again. Time tokens
+are not kept: the scheduling window is 100 ms, far shorter than a restart, and a hook asks
+for a new token when it reconnects.
 
 Written on every change of the ledger, before the reply that depends on it goes out, as a
 new file renamed over the old one (``os.replace``: a reader sees the old or the new file,
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import attrs
 
+from fastgshare.arbitration import TimeShare
+
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
@@ -33,6 +36,8 @@ class SavedPod:
     pod: str
     memory_limit_bytes: int
     held: dict[int, int]  # peer pid -> bytes it holds reserved
+    share: TimeShare | None = None
+    uid: str = ""  # the pod's UID, when the arbiter found the pod by its cgroup
 
 
 class StateFile:
@@ -50,7 +55,9 @@ class StateFile:
             if data.get("version") != STATE_VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
             return [SavedPod(str(entry["gpu"]), str(entry["pod"]), int(entry["memory_limit_bytes"]),
-                             {int(pid): int(size) for pid, size in entry["held"].items() if int(size) > 0})
+                             {int(pid): int(size) for pid, size in entry["held"].items() if int(size) > 0},
+                             TimeShare(*(int(v) for v in entry["share"])) if entry.get("share") else None,
+                             str(entry.get("uid", "")))
                     for entry in data["pods"]]
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             aside = self.path.with_suffix(".unreadable")
@@ -61,7 +68,9 @@ class StateFile:
 
     def save(self, pods: Iterable[SavedPod]) -> None:
         data = {"version": STATE_VERSION,
-                "pods": [{"gpu": pod.gpu, "pod": pod.pod, "memory_limit_bytes": pod.memory_limit_bytes,
+                "pods": [{"gpu": pod.gpu, "pod": pod.pod, "uid": pod.uid, "memory_limit_bytes": pod.memory_limit_bytes,
+                          "share": [pod.share.request_permille, pod.share.limit_permille, pod.share.sm_percent]
+                          if pod.share else None,
                           "held": {str(pid): size for pid, size in sorted(pod.held.items())}} for pod in pods]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")

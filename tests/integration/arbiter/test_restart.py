@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from device_plugin.arbiter.client import ArbiterError
+from device_plugin.arbiter.shares import PodShare
 from device_plugin.arbiter.state import SavedPod, StateFile
 from fastgshare.protocol import ErrorCode
 from tests.integration.arbiter.test_server import GPU, RunningArbiter, pod_share
@@ -109,3 +110,47 @@ def test_an_unreadable_state_file_is_set_aside(tmp_path: Path) -> None:
     assert StateFile(tmp_path / "state.json").load() == []
     assert (tmp_path / "state.unreadable").read_text() == "{not json"
     assert not (tmp_path / "state.json").exists()
+
+
+class LoadingBook:
+    """A share book like the agent's pod cache: knows nothing and is not ready until loaded."""
+
+    def __init__(self, shares: dict[str, PodShare], uids: dict[str, str]) -> None:
+        self._shares, self._uids, self.loaded = shares, uids, False
+
+    def by_pod(self, pod_key: str) -> PodShare | None:
+        return self._shares.get(pod_key) if self.loaded else None
+
+    def pod_of_uid(self, uid: str) -> str | None:
+        return self._uids.get(uid) if self.loaded else None
+
+    def ready(self) -> bool:
+        return self.loaded
+
+
+def test_a_restarted_arbiter_serves_known_pods_before_the_pod_cache_is_loaded(tmp_path: Path) -> None:
+    shares = {"ns/a": pod_share(300, 500)}
+    first = start(tmp_path)
+    try:
+        tenant = first.client()
+        tenant.hello("ns/a", GPU)
+        tenant.token()  # a pod that holds no memory: its share is saved all the same
+    finally:
+        first.stop()
+    book = LoadingBook(shares, {})
+    second = RunningArbiter(tmp_path / "arbiter.sock", {}, state=StateFile(tmp_path / "state.json"),
+                            alive=lambda pid: True)
+    second.server._shares = book  # the agent's pod cache, still loading
+    try:
+        tenant = second.client()
+        reply = tenant.hello("ns/a", GPU)  # from the saved ledger
+        assert (reply.request_permille, reply.limit_permille) == (300, 500)
+        assert tenant.token() == 30 * 1_000_000
+        with pytest.raises(ArbiterError):
+            second.client().hello("ns/unknown", GPU)
+        book.loaded, book._shares = True, {}  # loaded: the pod is gone from this node
+        with pytest.raises(ArbiterError) as caught:
+            second.client().hello("ns/a", GPU)
+        assert caught.value.reply.code == ErrorCode.UNKNOWN_CLIENT
+    finally:
+        second.stop()
