@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from device_plugin.allocation import (
@@ -143,3 +144,15 @@ def test_tenants_get_the_arbiter_socket_directory_read_only() -> None:
     mounts = {m.container_path: (m.host_path, m.read_only) for m in container.mounts}
     assert mounts[keys.CONTAINER_RUN_DIR] == (PATHS.run_dir, True)
     assert mounts[keys.CONTAINER_HOOK_PATH] == (PATHS.hook_library, True)
+
+
+def test_a_pod_record_decodes_its_assignment_once_when_it_is_made() -> None:
+    """Issue 15: the assignment used to be decoded again on each path that read it."""
+    good = pod_record("good", NODE, assigned=assignment(NODE, "GPU-1"))
+    assert good.assignment == assignment(NODE, "GPU-1")
+    assert good.assignment_problem is None
+    bad = pod_record("bad", NODE, raw_assignment="{oops")
+    assert bad.assignment is None
+    assert bad.assignment_problem
+    assert pod_record("none", NODE).assignment is None
+    assert attrs.evolve(good, phase="Running").assignment == good.assignment
