@@ -18,10 +18,7 @@ import attrs
 import grpc
 import kubernetes.client
 import pytest
-from kubernetes import watch
-from kubernetes.client.exceptions import ApiException
 
-from device_plugin import kube
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.agent import NodeAgent
@@ -33,6 +30,7 @@ from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, decode_node_inventory, encode_assignment
 from fastgshare.inventory import GpuDevice, parse_gpu_spec
+from fastgshare_kube.rest import RawListWatch
 from tests.builders import make_share
 from tests.cluster.conftest import unique_name
 from tests.cluster.controlplane import wait_until
@@ -189,26 +187,31 @@ def test_marking_a_pod_that_was_replaced_is_refused(api_client: kubernetes.clien
         core.read_namespaced_pod("phoenix", namespace).metadata.annotations or {})
 
 
-class ExpiringOnceWatch(watch.Watch):
-    """The first stream ends as the client reports an expired watch (410 Gone).
+class ExpiringOnce:
+    """The first watch ends as the API server ends an expired one: an ERROR event, Status 410 Gone.
 
     The API server keeps at least 75 s of pod events in its watch cache, too long for a
-    test to wait for a real expiry; the error is raised exactly as the client raises it.
+    test to wait for a real expiry; the event is the one the server sends then.
     """
 
     expired = 0
+    real_watch = RawListWatch.watch
 
-    def stream(self, func: Any, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        if ExpiringOnceWatch.expired == 0:
-            ExpiringOnceWatch.expired += 1
-            raise ApiException(status=410, reason="Expired: too old resource version")
-        yield from super().stream(func, *args, **kwargs)
+    @staticmethod
+    def watch(source: RawListWatch, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        if ExpiringOnce.expired == 0:
+            ExpiringOnce.expired += 1
+            yield {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                               "message": "too old resource version", "reason": "Expired",
+                                               "code": 410}}
+            return
+        yield from ExpiringOnce.real_watch(source, resource_version, timeout_s)
 
 
 def test_pod_cache_relists_after_410_and_follows_the_api(
         api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kube.watch, "Watch", ExpiringOnceWatch)
+    monkeypatch.setattr(RawListWatch, "watch", ExpiringOnce.watch)
     node = unique_name("cache-node")
     bound_pod(core, namespace, "before", node, None)
     pods = NodePods(api_client, node, retry_delay_s=0.1)
@@ -219,7 +222,7 @@ def test_pod_cache_relists_after_410_and_follows_the_api(
         bound_pod(core, namespace, "elsewhere", unique_name("other"), None)
         wait_until(lambda: {p.name for p in pods.snapshot()[1]} == {"before", "after-relist"},
                    what="the cache to see both pods", timeout_s=30)
-        assert ExpiringOnceWatch.expired == 1
+        assert ExpiringOnce.expired == 1
         core.delete_namespaced_pod("before", namespace, grace_period_seconds=0)
         wait_until(lambda: {p.name for p in pods.snapshot()[1]} == {"after-relist"},
                    what="the cache to drop the deleted pod", timeout_s=30)
