@@ -79,16 +79,23 @@ def test_restarting_the_node_agent_five_times_keeps_tenants_running(
     for turn in range(5):
         time.sleep(2)
         local_cluster.restart(real_cluster.state_dir, "node-agent", kill=turn % 2 == 0, say=lambda _t: None)
-        ready = time.monotonic()
+        started_again = time.monotonic() - 0.5  # restart() returns 0.5 s after the new agent was started
+        busy = {uid: ns for gpu in gpus for uid, ns in busy_by_pod(real_cluster, gpu).items()}
+
+        def all_launching(busy: dict[str, int] = busy) -> bool:
+            now = {uid: ns for gpu in gpus for uid, ns in busy_by_pod(real_cluster, gpu).items()}
+            return all(now[pod.metadata.uid] > busy[pod.metadata.uid] for pod in pods)
+
+        wait_until(all_launching, what="every tenant launching again", timeout_s=60, interval_s=0.02)
+        resumed.append(time.monotonic() - started_again)
         wait_until(lambda: agent_healthy(real_cluster, core), what="the node agent's /healthz", timeout_s=60)
-        resumed.append(time.monotonic() - ready)
     time.sleep(3)
     elapsed = time.monotonic() - started
     busy_after = {uid: ns for gpu in gpus for uid, ns in busy_by_pod(real_cluster, gpu).items()}
     shares = {pod.metadata.name: (busy_after[pod.metadata.uid] - busy_before[pod.metadata.uid]) / 1e9 / elapsed
               for pod in pods}
-    print(f"node agent healthy again {', '.join(f'{s:.1f}s' for s in resumed)} after each restart; "
-          f"shares over {elapsed:.0f}s with 5 restarts: {shares}")
+    print(f"every tenant launching again {', '.join(f'{s:.2f}s' for s in resumed)} after the new agent was "
+          f"started; shares over {elapsed:.0f}s with 5 restarts: {shares}")
     for pod in core.list_namespaced_pod(namespace).items:
         assert all(status.restart_count == 0 for status in pod.status.container_statuses), pod.metadata.name
         reports = [line for line in log_lines(real_cluster, namespace, pod.metadata.name)
@@ -96,8 +103,8 @@ def test_restarting_the_node_agent_five_times_keeps_tenants_running(
         assert reports, pod.metadata.name
         assert reports[-1]["errors"] == 0, (pod.metadata.name, reports[-1])  # no launch ever refused
     for pod in pods:
-        _request, limit = SHARES[pod.metadata.name.rsplit("-", 1)[0]]
-        assert shares[pod.metadata.name] <= limit + 0.03, shares
+        request, limit = SHARES[pod.metadata.name.rsplit("-", 1)[0]]
+        assert request - 0.03 <= shares[pod.metadata.name] <= limit + 0.03, shares
     # Memory: the arbiter's ledger and the simulated GPU agree, each tenant's 256 MiB counted once.
     metrics = node_metrics(real_cluster, core)
     charged = {dict(labels)["pod"]: value for (name, labels), value in metrics.items()
