@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_CONNECTIONS_PER_POD = 64
 DEFAULT_HELLO_TIMEOUT_S = 5.0
 ORPHAN_CHECK_S = 1.0
+SAVE_DELAY_S = 0.05
 
 
 def process_alive(pid: int) -> bool:
@@ -130,6 +131,7 @@ class ArbiterServer:
         self._peers: dict[str, int] = {}  # peer key (pod uid, or pid outside pods) -> open connections
         self._orphan_sweeper: asyncio.Task[None] | None = None
         self._stopping = False
+        self._save_timer: asyncio.TimerHandle | None = None
         self._saved_shares: dict[str, PodShare] = {}  # what the last arbiter knew, until the book is ready
         self._saved_uids: dict[str, str] = {}
         self._log = RepeatLimiter(log)
@@ -173,6 +175,8 @@ class ArbiterServer:
         await asyncio.gather(*self._handlers, return_exceptions=True)
         for timer in self._timers.values():
             timer.cancel()
+        if self._save_timer is not None:
+            self._save_timer.cancel()
         if self._orphan_sweeper is not None:
             self._orphan_sweeper.cancel()
             await asyncio.gather(self._orphan_sweeper, return_exceptions=True)
@@ -228,9 +232,18 @@ class ArbiterServer:
     def _forget_if_idle(self, key: tuple[str, str], pod: _Pod) -> None:
         if not pod.connections and not pod.orphans and self._pods.get(key) is pod:
             del self._pods[key]
-            self._save()
+            self._save_soon()
+
+    def _save_soon(self) -> None:
+        """Save within 50 ms (releases: a ledger on disk that lags them only over-counts, and a
+        reconnecting process reports what it really holds)."""
+        if self._state is not None and self._save_timer is None and not self._stopping:
+            self._save_timer = asyncio.get_running_loop().call_later(SAVE_DELAY_S, self._save)
 
     def _save(self) -> None:
+        if self._save_timer is not None:
+            self._save_timer.cancel()
+            self._save_timer = None
         if self._state is None or self._stopping:
             return
         pods = []
@@ -435,7 +448,7 @@ class ArbiterServer:
             connection.send(reply_type, frame.request_id, reply)
         else:
             if ledger.release(connection, size):
-                self._save()
+                self._save_soon()
             connection.send(reply_type, frame.request_id, protocol.encode_u64(ledger.used_bytes))
 
     def _memory_restore(self, connection: _Connection, frame: Frame) -> None:
@@ -469,7 +482,7 @@ class ArbiterServer:
         arbiter = self._arbiters[connection.gpu]
         pod.connections.discard(connection)
         if pod.memory.release_process(connection):
-            self._save()
+            self._save_soon()
         if connection in pod.queue:
             pod.queue.remove(connection)
         if pod.holder is connection:  # it cannot report its use: charge the time held, at most the token

@@ -72,9 +72,15 @@ class StateFile:
                           "share": [pod.share.request_permille, pod.share.limit_permille, pod.share.sm_percent]
                           if pod.share else None,
                           "held": {str(pid): size for pid, size in sorted(pod.held.items())}} for pod in pods]}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        encoded = json.dumps(data, separators=(",", ":")).encode()
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(temporary, "w") as stream:
-            os.fchmod(stream.fileno(), 0o600)
-            json.dump(data, stream, separators=(",", ":"))
+        try:
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(descriptor, encoded)
+        finally:
+            os.close(descriptor)
         os.replace(temporary, self.path)
