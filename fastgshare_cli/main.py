@@ -35,6 +35,8 @@ from fastgshare_cli.demo import TENANT_HELP, demo_main
 from fastgshare_cli.documents import DocumentError, load_documents
 from fastgshare_cli.inspect_command import add_parser as add_inspect_parser
 from fastgshare_cli.inspect_command import inspect_main
+from fastgshare_cli.plan_command import add_parser as add_plan_parser
+from fastgshare_cli.plan_command import run_plan
 
 EXIT_OK, EXIT_INVALID = 0, 1
 PIPE_WIDTH = 400
@@ -87,6 +89,7 @@ def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
     demo.add_argument("--tenant", action="append", metavar="SPEC", dest="tenants",
                       help=f"a tenant {TENANT_HELP}; repeat for more (default: three built-in tenants)")
     demo.add_argument("--plot", metavar="FILE", help="write a PNG of each tenant's share over time")
+    add_plan_parser(commands)
     add_inspect_parser(commands)
     add_cluster_parser(commands)
     return parser
@@ -108,6 +111,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
         return demo_main(args.tenants, args.seconds, args.plot, console, errors)
     if args.command == "cluster":
         return cluster_main(args, console, errors)
+    if args.command == "plan":
+        return run_plan(args, console, errors)
     return run_pack(args, console, errors)
 
 

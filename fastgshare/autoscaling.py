@@ -1,0 +1,133 @@
+"""How many pods of which configuration a function needs for a demand, from its profile: the
+FaST-GShare heuristic ("RPR", residual-process-rate), pure.
+
+Each configuration (a profile point) has an SLO capacity ``T`` (requests/s one pod serves within
+the SLO, :func:`fastgshare.profile.slo_capacity`) and a cost, the share of one GPU a pod of it
+takes:
+
+- ``dominant`` (default): the largest of its guaranteed time × SM area, its memory share and its
+  slot share — the resource that runs out first (tiny configurations run out of memory and slots
+  long before time × SM area);
+- ``area``: its time × SM area alone, the paper's resource unit.
+
+Only configurations that meet the SLO at some load (``T > 0``) and fit the GPU's memory are used.
+The plan fills the demand with the most efficient configuration (largest ``T / cost``) and covers
+the remainder with the cheapest pods of one configuration that suffice. Rounding can make a plan of
+one configuration alone cheaper (a pod of a larger configuration may cover what two of the best
+would), so those are candidates too, and the cheapest candidate wins (then the one with fewer pods).
+The plan's capacity is at least the demand; no plan of one configuration is cheaper; and its cost
+exceeds the cheapest possible plan's by less than one pod of the most efficient configuration (the
+fractional bound: no plan costs less than ``demand / (T / cost)`` of the best).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from fastgshare import keys
+from fastgshare.errors import FastGShareError
+from fastgshare.profile import ProfilePoint, Slo, slo_capacity
+
+EPSILON_RPS = 1e-9
+
+
+class PlanError(FastGShareError):
+    """No plan is possible (no configuration meets the SLO and fits the GPU); the message says why."""
+
+
+class CostModel(enum.Enum):
+    DOMINANT = "dominant"
+    AREA = "area"
+
+
+@attrs.frozen(kw_only=True)
+class GpuBudget:
+    """What one GPU offers a function's pods."""
+
+    memory_bytes: int
+    slots: int = keys.DEFAULT_SLOTS_PER_GPU
+
+
+@attrs.frozen(kw_only=True)
+class Option:
+    """A configuration the planner may use: its point, SLO capacity and cost."""
+
+    point: ProfilePoint
+    capacity_rps: float
+    cost: float
+
+    @property
+    def efficiency(self) -> float:
+        return self.capacity_rps / self.cost
+
+
+@attrs.frozen(kw_only=True)
+class PlannedConfig:
+    option: Option
+    replicas: int
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    configs: tuple[PlannedConfig, ...]
+
+    @property
+    def capacity_rps(self) -> float:
+        return sum(c.option.capacity_rps * c.replicas for c in self.configs)
+
+    @property
+    def cost(self) -> float:
+        return sum(c.option.cost * c.replicas for c in self.configs)
+
+    @property
+    def replicas(self) -> int:
+        return sum(c.replicas for c in self.configs)
+
+
+def cost_of(point: ProfilePoint, gpu: GpuBudget, model: CostModel = CostModel.DOMINANT) -> float:
+    """The share of one GPU a pod of ``point`` takes (0..1]."""
+    area = point.quota_request * point.sm_partition / 100
+    if model is CostModel.AREA:
+        return area
+    return max(area, point.memory_bytes / gpu.memory_bytes, 1 / gpu.slots)
+
+
+def options(points: Iterable[ProfilePoint], slo: Slo, gpu: GpuBudget,
+            model: CostModel = CostModel.DOMINANT) -> list[Option]:
+    """The usable configurations, most efficient first (ties: larger capacity, then smaller quota)."""
+    usable = [Option(point=point, capacity_rps=capacity, cost=cost_of(point, gpu, model))
+              for point in points if point.memory_bytes <= gpu.memory_bytes
+              and (capacity := slo_capacity(point, slo)) > 0]
+    return sorted(usable, key=lambda o: (-o.efficiency, -o.capacity_rps, o.point.quota_request, o.point.key))
+
+
+def plan(demand_rps: float, usable: Sequence[Option]) -> Plan:
+    """Pods per configuration serving ``demand_rps`` (see the module docstring)."""
+    if not math.isfinite(demand_rps) or demand_rps < 0:
+        raise PlanError(f"demand must be a finite number of requests per second >= 0, got {demand_rps}")
+    if demand_rps <= EPSILON_RPS:
+        return Plan(configs=())
+    if not usable:
+        raise PlanError("no configuration of the profile meets the SLO at any load and fits the GPU's memory")
+    best = max(usable, key=lambda o: (o.efficiency, o.capacity_rps, -o.point.quota_request))
+    count = math.floor(demand_rps / best.capacity_rps + EPSILON_RPS)
+    remainder = demand_rps - count * best.capacity_rps
+    filled = {best: count}
+    if remainder > EPSILON_RPS:
+        cover = min(usable, key=lambda o: (_pods(remainder, o) * o.cost, _pods(remainder, o)))
+        filled[cover] = filled.get(cover, 0) + _pods(remainder, cover)
+    candidates = [_plan(filled), *(_plan({o: _pods(demand_rps, o)}) for o in usable)]
+    return min(candidates, key=lambda p: (round(p.cost, 9), p.replicas))
+
+
+def _pods(demand_rps: float, option: Option) -> int:
+    """Pods of ``option`` that serve ``demand_rps``."""
+    return max(1, math.ceil(demand_rps / option.capacity_rps - EPSILON_RPS))
+
+
+def _plan(replicas: dict[Option, int]) -> Plan:
+    return Plan(configs=tuple(PlannedConfig(option=o, replicas=n) for o, n in replicas.items() if n > 0))

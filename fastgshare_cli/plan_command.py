@@ -1,0 +1,89 @@
+"""``fastgshare plan``: how many pods of which (quota, SM) configuration serve a demand within the SLO,
+from a function's profile (:mod:`fastgshare.autoscaling`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fastgshare.autoscaling import CostModel, GpuBudget, PlanError, options, plan
+from fastgshare.errors import InvalidInventory
+from fastgshare.gpu_models import KNOWN_MODELS, gpu_model_spec
+from fastgshare.profile import PERCENTILES, ProfileError, Slo, decode_profile
+from fastgshare.quantity import format_bytes
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "plan", help="pods per (quota, SM) configuration for a demand, from a function's profile",
+        description="From a profile (fastgshare profile document, JSON), choose how many pods of which "
+                    "configuration serve RPS requests per second within the SLO at near-minimal cost: the most "
+                    "efficient configuration fills the demand, the cheapest pods that suffice cover the rest. "
+                    "Only configurations that meet the SLO and fit the GPU's memory are used.")
+    parser.add_argument("--profile", required=True, type=Path, metavar="FILE", help="the profile document")
+    parser.add_argument("--rps", required=True, type=float, help="the demand, requests per second")
+    parser.add_argument("--cost", choices=[m.value for m in CostModel], default=CostModel.DOMINANT.value,
+                        help="a pod's cost: dominant (largest of time x SM area, memory and slot share of the GPU) "
+                             "or area (time x SM only) (default: %(default)s)")
+    parser.add_argument("--gpu", metavar="MODEL", help=f"the GPU ({', '.join(KNOWN_MODELS)} or a spec like "
+                        "16GiB:80sm; default: the profile's gpuModel if it is one of them)")
+    parser.add_argument("--slo-ms", type=float, help="the SLO latency (default: the profile's)")
+    parser.add_argument("--percentile", type=int, choices=PERCENTILES, default=None,
+                        help="the SLO's latency percentile (default: the profile's, else 95)")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+
+def run_plan(args: argparse.Namespace, console: Console, errors: Console) -> int:
+    try:
+        text = args.profile.read_text()
+    except OSError as error:
+        errors.print(f"--profile {args.profile}: cannot be read: {error.strerror}", markup=False, highlight=False)
+        return 2
+    try:
+        profile = decode_profile(text)
+        slo = _slo(args, profile.slo)
+        gpu_name = args.gpu or profile.gpu_model
+        if not gpu_name:
+            raise PlanError("the profile names no gpuModel; pass --gpu MODEL")
+        gpu = gpu_model_spec(gpu_name)
+        budget = GpuBudget(memory_bytes=gpu.memory_bytes)
+        model = CostModel(args.cost)
+        result = plan(args.rps, options(profile.points, slo, budget, model))
+    except (ProfileError, PlanError, InvalidInventory) as error:
+        errors.print(f"fastgshare plan: {error}", markup=False, highlight=False)
+        return 1
+    configs = [{"config": c.option.point.key, "quotaRequest": c.option.point.quota_request,
+                "quotaLimit": c.option.point.quota_limit, "smPartition": c.option.point.sm_partition,
+                "memoryBytes": c.option.point.memory_bytes, "replicas": c.replicas,
+                "sloRps": round(c.option.capacity_rps, 3), "cost": round(c.option.cost, 6)} for c in result.configs]
+    if args.output == "json":
+        console.print_json(json.dumps({
+            "function": profile.function, "demandRps": args.rps, "slo": {"percentile": slo.percentile,
+                                                                          "latencyMs": slo.latency_ms},
+            "gpu": gpu.model, "costModel": model.value, "configs": configs,
+            "capacityRps": round(result.capacity_rps, 3), "cost": round(result.cost, 6)}))
+        return 0
+    table = Table(title=f"{profile.function}: {args.rps:g} req/s within p{slo.percentile} <= {slo.latency_ms:g} ms "
+                        f"on {gpu.model} ({model.value} cost)")
+    for column in ("config", "quota", "SM %", "memory", "pods", "req/s per pod", "capacity", "GPUs (cost)"):
+        table.add_column(column, justify="left" if column == "config" else "right")
+    for planned in result.configs:
+        point, pods = planned.option.point, planned.replicas
+        table.add_row(point.key, f"{point.quota_request:g}", str(point.sm_partition), format_bytes(point.memory_bytes),
+                      str(pods), f"{planned.option.capacity_rps:.3g}", f"{planned.option.capacity_rps * pods:.4g}",
+                      f"{planned.option.cost * pods:.3f}")
+    table.add_row("total", "", "", "", str(result.replicas), "", f"{result.capacity_rps:.4g}", f"{result.cost:.3f}")
+    console.print(table)
+    return 0
+
+
+def _slo(args: argparse.Namespace, from_profile: Slo | None) -> Slo:
+    latency = args.slo_ms if args.slo_ms is not None else from_profile.latency_ms if from_profile else None
+    if latency is None:
+        raise PlanError("the profile has no slo; pass --slo-ms MS (and --percentile)")
+    percentile = args.percentile or (from_profile.percentile if from_profile else 95)
+    return Slo(percentile=percentile, latency_ms=latency)

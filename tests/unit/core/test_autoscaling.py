@@ -1,0 +1,113 @@
+"""The planner: capacity covers the demand, no plan of one configuration is cheaper, the cost is
+within one pod of the best configuration of the cheapest plan (by brute force on small cases),
+monotone in demand, and only configurations that meet the SLO and fit the GPU are used."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fastgshare.autoscaling import CostModel, GpuBudget, Option, Plan, PlanError, cost_of, options, plan
+from fastgshare.profile import LoadStep, ProfilePoint, Slo
+
+GiB = 2**30
+GPU = GpuBudget(memory_bytes=16 * GiB, slots=16)
+SLO = Slo(percentile=95, latency_ms=100)
+
+
+def point(quota: float, sm: int, rps: float, *, p95: float = 50, memory: int = GiB) -> ProfilePoint:
+    return ProfilePoint(quota_request=quota, quota_limit=quota, sm_partition=sm, memory_bytes=memory, max_rps=rps,
+                        p95_ms=p95)
+
+
+option_strategy = st.builds(
+    lambda quota, sm, rps, memory: Option(point=point(quota / 10, sm, rps, memory=memory * GiB), capacity_rps=rps,
+                                          cost=cost_of(point(quota / 10, sm, rps, memory=memory * GiB), GPU)),
+    st.integers(1, 10), st.sampled_from([6, 12, 24, 50, 100]), st.floats(0.5, 80), st.integers(1, 8))
+
+
+def covers(result: Plan, demand: float) -> bool:
+    return result.capacity_rps >= demand - 1e-6
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(option_strategy, min_size=1, max_size=6, unique_by=lambda o: o.point.key),
+       st.floats(0, 500))
+def test_the_plan_covers_the_demand_and_no_single_configuration_is_cheaper(usable: list[Option],
+                                                                           demand: float) -> None:
+    result = plan(demand, usable)
+    assert covers(result, demand)
+    for option in usable:
+        alone = max(1, math.ceil(demand / option.capacity_rps - 1e-9)) * option.cost if demand > 1e-9 else 0
+        assert result.cost <= alone + 1e-9
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(option_strategy, min_size=1, max_size=3, unique_by=lambda o: o.point.key),
+       st.floats(0.1, 60))
+def test_the_cost_is_within_one_pod_of_the_best_configuration_of_the_cheapest_plan(usable: list[Option],
+                                                                                   demand: float) -> None:
+    result = plan(demand, usable)
+    bound = [math.ceil(demand / o.capacity_rps) for o in usable]
+    cheapest = min(sum(n * o.cost for n, o in zip(counts, usable, strict=True))
+                   for counts in itertools.product(*(range(b + 1) for b in bound))
+                   if sum(n * o.capacity_rps for n, o in zip(counts, usable, strict=True)) >= demand - 1e-9)
+    best = max(usable, key=lambda o: o.efficiency)
+    assert result.cost < cheapest + best.cost + 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(option_strategy, min_size=1, max_size=5, unique_by=lambda o: o.point.key),
+       st.floats(0, 300), st.floats(0, 50))
+def test_more_demand_never_costs_less(usable: list[Option], demand: float, more: float) -> None:
+    assert plan(demand + more, usable).cost >= plan(demand, usable).cost - 1e-9
+
+
+def test_only_configurations_that_meet_the_slo_and_fit_the_gpu_are_used() -> None:
+    fast = point(0.4, 12, 30, p95=60)
+    too_slow = point(0.2, 6, 100, p95=95)  # 95 ms > (1 - 0.1) x 100 ms
+    too_big = point(0.5, 50, 500, memory=32 * GiB)
+    usable = options([fast, too_slow, too_big], SLO, GPU)
+    assert [o.point for o in usable] == [fast]
+    result = plan(70, usable)
+    assert [(c.option.point, c.replicas) for c in result.configs] == [(fast, 3)]
+
+
+def test_the_most_efficient_configuration_fills_and_a_smaller_one_covers_the_rest() -> None:
+    # efficiency = capacity / dominant cost: (0.4, 12 %) costs max(0.048, 1/16 GiB, 1/16) = 0.0625
+    small = point(0.4, 12, 30)   # 480 req/s per GPU
+    large = point(1.0, 100, 100, memory=4 * GiB)  # cost 1: 100 per GPU
+    tiny = point(0.2, 6, 10)     # cost 1/16 too, but 160 per GPU
+    usable = options([small, large, tiny], SLO, GPU)
+    assert usable[0].point == small
+    result = plan(95, usable)  # 3 x 30 = 90, then 5 req/s: one tiny pod costs as much as a small one
+    assert {c.option.point.key: c.replicas for c in result.configs} == {"q40-s12": 4}
+    assert result.capacity_rps == 120
+
+
+def test_the_area_cost_model_counts_time_times_sm_only() -> None:
+    config = point(0.4, 12, 30)
+    assert cost_of(config, GPU, CostModel.AREA) == pytest.approx(0.048)
+    assert cost_of(config, GPU, CostModel.DOMINANT) == pytest.approx(1 / 16)
+
+
+def test_measured_steps_decide_the_slo_capacity() -> None:
+    steps = (LoadStep(offered_rps=10, achieved_rps=10, p50_ms=20, p95_ms=40, p99_ms=50),
+             LoadStep(offered_rps=20, achieved_rps=20, p50_ms=30, p95_ms=80, p99_ms=90),
+             LoadStep(offered_rps=30, achieved_rps=25, p50_ms=60, p95_ms=120, p99_ms=200))
+    measured = ProfilePoint(quota_request=0.4, quota_limit=0.4, sm_partition=12, memory_bytes=GiB, max_rps=25,
+                            steps=steps)
+    (option,) = options([measured], SLO, GPU)
+    assert option.capacity_rps == pytest.approx(20 + (90 - 80) / (120 - 80) * 5)  # bound 90 ms, interpolated
+
+
+def test_no_demand_needs_no_pods_and_bad_input_says_why() -> None:
+    assert plan(0, []).configs == ()
+    with pytest.raises(PlanError, match="no configuration of the profile meets the SLO"):
+        plan(5, [])
+    with pytest.raises(PlanError, match="demand must be a finite number"):
+        plan(float("nan"), options([point(0.4, 12, 30)], SLO, GPU))
