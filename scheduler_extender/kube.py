@@ -146,9 +146,9 @@ class KubeApi:
         except ApiError as error:
             message = error.message or error.reason
             if error.unreachable:
-                raise ApiFailure(f"API server unreachable: {message}") from None
+                raise ApiFailure(f"API server unreachable: {message}", error.status) from None
             if error.not_found:
                 raise PodNotFound(message) from None
             if error.conflict:
                 raise ApiConflict(message) from None
-            raise ApiFailure(f"HTTP {error.status}: {message}") from None
+            raise ApiFailure(f"HTTP {error.status}: {message}", error.status) from None
