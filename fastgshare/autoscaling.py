@@ -18,13 +18,17 @@ would), so those are candidates too, and the cheapest candidate wins (then the o
 The plan's capacity is at least the demand; no plan of one configuration is cheaper; and its cost
 exceeds the cheapest possible plan's by less than one pod of the most efficient configuration (the
 fractional bound: no plan costs less than ``demand / (T / cost)`` of the best).
+
+:func:`step` is one tick of the scaler around the plan: it scales up at once by the missing
+capacity, scales down only after a delay and below a dead band (least efficient pods first), and
+trusts a short rate window over the long one when it shows a burst (Knative's "panic" mode).
 """
 
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -131,3 +135,71 @@ def _pods(demand_rps: float, option: Option) -> int:
 
 def _plan(replicas: dict[Option, int]) -> Plan:
     return Plan(configs=tuple(PlannedConfig(option=o, replicas=n) for o, n in replicas.items() if n > 0))
+
+
+# --- the scaling step --------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class ScalingSettings:
+    """How eagerly a function scales (FaSTFunc ``spec.scaling``)."""
+
+    headroom: float = 0.5  # plan for rate x (1 + headroom)
+    scale_down_delay_s: float = 60.0  # no scale-down within this long of the last scale-up or -down
+    dead_band: float = 0.25  # scale down only when the target is below (1 - dead_band) x capacity
+    panic: bool = True  # trust the short window when it shows twice the capacity (a burst)
+    min_pods: int = 0
+    max_pods: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class ScalerState:
+    """What the scaler decided last: pods per configuration (by key) and when it last scaled."""
+
+    pods: Mapping[str, int] = attrs.field(factory=dict)
+    last_up_s: float = -math.inf
+    last_down_s: float = -math.inf
+
+    def capacity(self, by_key: Mapping[str, Option]) -> float:
+        return sum(by_key[key].capacity_rps * n for key, n in self.pods.items() if key in by_key)
+
+
+def step(state: ScalerState, usable: Sequence[Option], *, rate_long: float, rate_short: float, now_s: float,
+         settings: ScalingSettings = ScalingSettings()) -> ScalerState:
+    """One tick of the scaler: scale up at once by the missing capacity (planned for the missing
+    rate alone, so running pods stay); scale down only after the delay and below the dead band,
+    least efficient pods first; then keep the pod count within [min_pods, max_pods]."""
+    by_key = {option.point.key: option for option in usable}
+    pods = {key: n for key, n in state.pods.items() if key in by_key and n > 0}
+    current = ScalerState(pods=pods, last_up_s=state.last_up_s, last_down_s=state.last_down_s)
+    capacity = current.capacity(by_key)
+    rate = rate_long
+    if settings.panic and rate_short >= 2 * capacity:
+        rate = max(rate_long, rate_short)
+    target = rate * (1 + settings.headroom)
+    if target > capacity + EPSILON_RPS:
+        for planned in plan(target - capacity, usable).configs:
+            key = planned.option.point.key
+            pods[key] = pods.get(key, 0) + planned.replicas
+        current = ScalerState(pods=pods, last_up_s=now_s, last_down_s=state.last_down_s)
+    elif (target < (1 - settings.dead_band) * capacity
+          and now_s - state.last_up_s >= settings.scale_down_delay_s
+          and now_s - state.last_down_s >= settings.scale_down_delay_s):
+        surplus = capacity - target
+        for key in sorted(pods, key=lambda k: (by_key[k].efficiency, k)):  # least efficient first
+            while pods[key] > 0 and surplus >= by_key[key].capacity_rps - EPSILON_RPS:
+                pods[key] -= 1
+                surplus -= by_key[key].capacity_rps
+        current = ScalerState(pods={k: n for k, n in pods.items() if n > 0}, last_up_s=state.last_up_s,
+                              last_down_s=now_s)
+    return _clamp(current, usable, settings)
+
+
+def _clamp(state: ScalerState, usable: Sequence[Option], settings: ScalingSettings) -> ScalerState:
+    pods = dict(state.pods)
+    if usable and sum(pods.values()) < settings.min_pods:
+        best = max(usable, key=lambda o: (o.efficiency, o.capacity_rps))
+        pods[best.point.key] = pods.get(best.point.key, 0) + settings.min_pods - sum(pods.values())
+    by_key = {option.point.key: option for option in usable}
+    while sum(pods.values()) > settings.max_pods:
+        worst = min((k for k, n in pods.items() if n > 0), key=lambda k: (by_key[k].efficiency, k))
+        pods[worst] -= 1
+    return attrs.evolve(state, pods={k: n for k, n in pods.items() if n > 0})

@@ -11,7 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastgshare.autoscaling import CostModel, GpuBudget, Option, Plan, PlanError, cost_of, options, plan
+from fastgshare.autoscaling import (
+    CostModel,
+    GpuBudget,
+    Option,
+    Plan,
+    PlanError,
+    ScalerState,
+    ScalingSettings,
+    cost_of,
+    options,
+    plan,
+    step,
+)
 from fastgshare.profile import LoadStep, ProfilePoint, Slo
 
 GiB = 2**30
@@ -111,3 +123,60 @@ def test_no_demand_needs_no_pods_and_bad_input_says_why() -> None:
         plan(5, [])
     with pytest.raises(PlanError, match="demand must be a finite number"):
         plan(float("nan"), options([point(0.4, 12, 30)], SLO, GPU))
+
+
+# --- the scaling step ----------------------------------------------------------------------
+STEP_OPTIONS = options([point(0.4, 12, 30), point(1.0, 100, 100, memory=4 * GiB), point(0.2, 6, 10)],
+                       Slo(percentile=95, latency_ms=100), GPU)
+BY_KEY = {o.point.key: o for o in STEP_OPTIONS}
+SETTINGS = ScalingSettings(headroom=0.5, scale_down_delay_s=60, dead_band=0.25)
+
+
+def capacity(state: ScalerState) -> float:
+    return state.capacity(BY_KEY)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 400), st.floats(0, 400), st.dictionaries(st.sampled_from(sorted(BY_KEY)), st.integers(0, 10)))
+def test_scaling_up_is_immediate_and_keeps_the_running_pods(rate: float, short: float, pods: dict[str, int]) -> None:
+    before = ScalerState(pods=pods, last_up_s=99, last_down_s=99)
+    after = step(before, STEP_OPTIONS, rate_long=rate, rate_short=short, now_s=100, settings=SETTINGS)
+    assert capacity(after) >= rate * 1.5 - 1e-6
+    if capacity(after) > capacity(before) + 1e-9:
+        assert all(after.pods.get(key, 0) >= n for key, n in pods.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 400), st.dictionaries(st.sampled_from(sorted(BY_KEY)), st.integers(0, 10)),
+       st.floats(0, 200))
+def test_scaling_down_waits_for_the_delay_and_never_goes_below_the_target(rate: float, pods: dict[str, int],
+                                                                          since: float) -> None:
+    before = ScalerState(pods=pods, last_up_s=1000 - since, last_down_s=-math.inf)
+    after = step(before, STEP_OPTIONS, rate_long=rate, rate_short=0, now_s=1000, settings=SETTINGS)
+    if capacity(after) < capacity(before) - 1e-9:
+        assert since >= 60
+        assert capacity(after) >= rate * 1.5 - 1e-6
+        assert after.last_down_s == 1000
+
+
+def test_the_least_efficient_pods_go_first() -> None:
+    before = ScalerState(pods={"q100-s100": 1, "q40-s12": 4})  # 220 req/s of capacity
+    after = step(before, STEP_OPTIONS, rate_long=60, rate_short=0, now_s=1000, settings=SETTINGS)
+    # target 60 x 1.5 = 90: the whole-GPU pod (100 req/s per GPU) goes first, then one small one
+    assert after.pods == {"q40-s12": 3}
+
+
+def test_a_burst_in_the_short_window_is_trusted_only_when_it_doubles_the_capacity() -> None:
+    running = ScalerState(pods={"q40-s12": 2})  # 60 req/s
+    calm = step(running, STEP_OPTIONS, rate_long=30, rate_short=100, now_s=10, settings=SETTINGS)
+    assert capacity(calm) == 60  # 100 < 2 x 60: the long window (30 x 1.5 = 45) rules
+    burst = step(running, STEP_OPTIONS, rate_long=30, rate_short=130, now_s=10, settings=SETTINGS)
+    assert capacity(burst) >= 130 * 1.5
+
+
+def test_the_pod_count_stays_within_its_bounds() -> None:
+    bounded = ScalingSettings(min_pods=2, max_pods=3)
+    assert sum(step(ScalerState(), STEP_OPTIONS, rate_long=0, rate_short=0, now_s=0, settings=bounded)
+               .pods.values()) == 2
+    assert sum(step(ScalerState(), STEP_OPTIONS, rate_long=1000, rate_short=0, now_s=0, settings=bounded)
+               .pods.values()) == 3
