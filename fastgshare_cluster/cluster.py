@@ -478,10 +478,12 @@ def _process_image(pid: int) -> tuple[list[str], dict[str, str]]:
     return [arg.decode() for arg in argv if arg], env
 
 
-def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = print) -> ComponentStatus:
+def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = print,
+            die_with_parent: bool = False) -> ComponentStatus:
     """Restart one component of the running cluster as a rollout (SIGTERM, wait, start again) or,
     with ``kill``, as a crash (SIGKILL) would; the same command line, environment and log file.
-    Returns the new process's status."""
+    Returns the new process's status. ``die_with_parent`` (tests): the new process gets SIGTERM
+    when the calling process dies."""
     name = RESTARTABLE.get(component)
     if name is None:
         raise ClusterError(f"cannot restart {component!r}; one of: {', '.join(RESTARTABLE)}")
@@ -502,7 +504,7 @@ def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = p
     else:
         stop_recorded(entry["pid"], entry.get("start_time"))
     stopped = time.monotonic()
-    process = ManagedProcess(name, args, Path(entry["log"]), die_with_parent=False, env=env)
+    process = ManagedProcess(name, args, Path(entry["log"]), die_with_parent=die_with_parent, env=env)
     entry.update({"pid": process.pid, "start_time": process.start_time})
     _write_state(state_dir, state)
     time.sleep(0.5)

@@ -8,6 +8,7 @@ hooks in the tenants reconnect. Also: a tenant cannot remove or replace the arbi
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterator
 
 import kubernetes.client
@@ -45,7 +46,8 @@ def core(real_node_turn: None, real_cluster: Cluster) -> kubernetes.client.CoreV
 
 @pytest.fixture
 def namespace(core: kubernetes.client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = request.node.name.removeprefix("test_").replace("_", "-")[:50].rstrip("-")
+    base = request.node.name.removeprefix("test_").replace("_", "-")
+    name = f"{base[:40].rstrip('-')}-{zlib.crc32(base.encode()) % 100_000}"  # parametrized cases differ
     core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
     yield name
     uids = [pod.metadata.uid for pod in core.list_namespaced_pod(name).items]
@@ -78,7 +80,8 @@ def test_restarting_the_node_agent_five_times_keeps_tenants_running(
     resumed = []
     for turn in range(5):
         time.sleep(2)
-        local_cluster.restart(real_cluster.state_dir, "node-agent", kill=turn % 2 == 0, say=lambda _t: None)
+        local_cluster.restart(real_cluster.state_dir, "node-agent", kill=turn % 2 == 0, say=lambda _t: None,
+                              die_with_parent=True)
         started_again = time.monotonic() - 0.5  # restart() returns 0.5 s after the new agent was started
         busy = {uid: ns for gpu in gpus for uid, ns in busy_by_pod(real_cluster, gpu).items()}
 
@@ -133,3 +136,23 @@ def test_a_tenant_cannot_remove_or_replace_the_arbiter_socket(
     assert "Read-only file system" in output, output
     assert socket.is_socket()
     assert agent_healthy(real_cluster, core)
+
+
+@pytest.mark.parametrize("component", ["extender", "controller", "kubelet", "containerd"])
+def test_a_crashed_component_comes_back_and_running_pods_keep_running(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str, component: str) -> None:
+    apply(real_cluster, namespace, fastpod("before", share_annotations(0.2, 0.4, 50, "64Mi"), {}))
+    [before] = running_pods(core, namespace, 1)
+    restarted = local_cluster.restart(real_cluster.state_dir, component, kill=True, say=lambda _t: None,
+                                      die_with_parent=True)
+    assert restarted.running
+    statuses = {c.name: c for c in local_cluster.status(real_cluster.state_dir)}
+    assert statuses[restarted.name].pid == restarted.pid  # the state file follows the new process
+    # The node serves new GPU pods again (scheduling, binding, kubelet, Allocate, containerd).
+    apply(real_cluster, namespace, fastpod("after", share_annotations(0.2, 0.4, 50, "64Mi"), {}))
+    pods = running_pods(core, namespace, 2, timeout_s=120)
+    [still] = [pod for pod in pods if pod.metadata.uid == before.metadata.uid]
+    assert all(status.restart_count == 0 for status in still.status.container_statuses)
+    gpu = assignment_of(still).gpu_uuid
+    wait_until(lambda: before.metadata.uid in busy_by_pod(real_cluster, gpu), what="the first pod launching",
+               timeout_s=30)
