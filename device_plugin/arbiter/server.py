@@ -58,10 +58,11 @@ from fastgshare.usage import UsageMeter, UsageSnapshot
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONNECTIONS_PER_POD = 64
+DEFAULT_MAX_CONNECTIONS_PER_POD = 256
 DEFAULT_HELLO_TIMEOUT_S = 5.0
 ORPHAN_CHECK_S = 1.0
 SAVE_DELAY_S = 0.05
+MAX_REFUSING = 16  # refused connections held open at once to tell them why
 
 
 def process_alive(pid: int) -> bool:
@@ -128,6 +129,7 @@ class ArbiterServer:
         self._max_per_pod = max_connections_per_pod
         self._hello_timeout_s = hello_timeout_s
         self._alive = alive
+        self._refusing = 0
         self._peers: dict[str, int] = {}  # peer key (pod uid, or pid outside pods) -> open connections
         self._orphan_sweeper: asyncio.Task[None] | None = None
         self._stopping = False
@@ -293,9 +295,7 @@ class ArbiterServer:
         connection = _Connection(writer, peer_pid(raw))
         peer = self._peer_key(connection.pid)
         if self._peers.get(peer, 0) >= self._max_per_pod:
-            self._log.warning("refused a connection from pid=%d: its pod (%s) already has %d connections",
-                              connection.pid, peer, self._max_per_pod)
-            writer.close()
+            await self._refuse_connection(connection, reader, peer)
             return
         self._peers[peer] = self._peers.get(peer, 0) + 1
         frames = FrameReader()
@@ -329,6 +329,24 @@ class ArbiterServer:
             self._disconnect(connection)
             writer.close()
             self._handlers.discard(task)
+
+    async def _refuse_connection(self, connection: _Connection, reader: asyncio.StreamReader, peer: str) -> None:
+        """Over the pod's limit: answer its first request with why (waiting for it briefly, and for
+        a few such connections at a time: a flood is closed at once), then close."""
+        message = f"{peer} already has {self._max_per_pod} connections to the arbiter (--max-connections-per-pod)"
+        self._log.warning("refused a connection from pid=%d: %s", connection.pid, message)
+        if self._refusing < MAX_REFUSING:
+            self._refusing += 1
+            try:
+                frames = FrameReader().feed(await asyncio.wait_for(reader.read(4096), 0.5))
+                if frames:
+                    connection.send(MessageType.ERROR, frames[0].request_id,
+                                    ErrorReply(ErrorCode.UNKNOWN_CLIENT, message).encode())
+            except (TimeoutError, ProtocolError, ConnectionError):
+                pass
+            finally:
+                self._refusing -= 1
+        connection.writer.close()
 
     def _peer_key(self, pid: int) -> str:
         """Whose connection this is, for the per-pod limit: the pod by its cgroup, else the process."""

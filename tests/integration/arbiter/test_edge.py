@@ -114,8 +114,8 @@ def test_a_connection_flood_from_one_process_leaves_other_clients_served(tmp_pat
         "fastgshare/gpu_quota_request": "0.3", "fastgshare/gpu_quota_limit": "0.5",
         "fastgshare/gpu_sm_partition": "100", "fastgshare/gpu_mem": "1000000"}}]}))
     sock = tmp_path / "arbiter.sock"
-    # The arbiter's process may open only 256 files.
-    few_descriptors = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)); "
+    # The arbiter's process may open only 1024 files (a common default).
+    few_descriptors = ("import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024)); "
                        "sys.argv[0] = 'fastgshare-arbiter'; "
                        "runpy.run_module('device_plugin.arbiter.standalone', run_name='__main__')")
     arbiter = subprocess.Popen([sys.executable, "-c", few_descriptors, "--socket", str(sock),
@@ -125,7 +125,7 @@ def test_a_connection_flood_from_one_process_leaves_other_clients_served(tmp_pat
     try:
         assert arbiter.stdout is not None
         assert "arbiter ready" in arbiter.stdout.readline()
-        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(sock), "1000"], stdout=subprocess.PIPE, text=True)
+        flood = subprocess.Popen([sys.executable, "-c", FLOOD, str(sock), "2000"], stdout=subprocess.PIPE, text=True)
         assert flood.stdout is not None
         assert flood.stdout.readline().strip() == "flooding"
         victim = HookClient(sock, timeout_s=5)
@@ -140,6 +140,29 @@ def test_a_connection_flood_from_one_process_leaves_other_clients_served(tmp_pat
                 process.wait(10)
                 if process.stdout is not None:
                     process.stdout.close()
+
+
+def test_a_connection_over_the_pods_limit_is_told_why(socket_path: Path) -> None:
+    arbiter = RunningArbiter(socket_path, {"ns/a": pod_share(300, 500)}, max_connections_per_pod=2)
+    try:
+        first, second = arbiter.client(), arbiter.client()
+        first.hello("ns/a", GPU)
+        second.hello("ns/a", GPU)
+        with pytest.raises(ArbiterError) as caught:
+            arbiter.client().hello("ns/a", GPU)
+        assert caught.value.reply.code == ErrorCode.UNKNOWN_CLIENT
+        assert f"pid {os.getpid()} already has 2 connections" in caught.value.reply.message
+        second.close()  # a connection closes: there is room again
+        deadline = time.monotonic() + 2
+        while True:
+            try:
+                arbiter.client().hello("ns/a", GPU)
+                break
+            except ArbiterError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        arbiter.stop()
 
 
 def test_the_probe_sees_an_answering_arbiter_and_refuses_an_impostor(running: RunningArbiter,
