@@ -376,17 +376,23 @@ int fgs_client_reconnect(struct fgs_client *c, const char *socket_path, uint32_t
 {
     uint64_t start = now_ms(), deadline = start + (uint64_t)bound_ms;
     uint64_t delay_ms = 10;
+    int reply_timeout_ms = c->timeout_ms;
     for (;;) {
+        /* No attempt outlives the bound: a hung arbiter's HELLO waits at most what is left of it. */
+        uint64_t left = deadline > now_ms() ? deadline - now_ms() : 1;
         fgs_client_close(c);
-        fgs_client_init(c, c->timeout_ms);
-        if (fgs_client_connect(c, socket_path, err, err_len) == 0 &&
-            fgs_client_hello(c, pid, pod, gpu_uuid, reply, err, err_len) == 0) {
+        fgs_client_init(c, left < (uint64_t)reply_timeout_ms ? (int)left : reply_timeout_ms);
+        int ok = fgs_client_connect(c, socket_path, err, err_len) == 0 &&
+                 fgs_client_hello(c, pid, pod, gpu_uuid, reply, err, err_len) == 0;
+        c->timeout_ms = reply_timeout_ms;
+        if (ok) {
             *waited_ms = now_ms() - start;
             return 0;
         }
         uint64_t now = now_ms();
         if (now >= deadline) {
             fgs_client_close(c);
+            c->timeout_ms = reply_timeout_ms;
             return -1;
         }
         uint64_t pause = delay_ms < deadline - now ? delay_ms : deadline - now;
