@@ -4,7 +4,8 @@ For every object in the files (directories are searched for ``.yaml``, ``.yml`` 
 ``-`` reads standard input): its GPU share, anything that would make the share go unread (see
 :mod:`fastgshare.workload`), unknown ``fastgshare/`` annotations with the nearest known key,
 and the object's Kubernetes schema (see :mod:`fastgshare_cli.schema`). A file holding a
-workload list (``fastgshare pack``'s input) is checked entry by entry.
+workload list (``fastgshare pack``'s input) is checked entry by entry, and a function profile
+(``fastgshare plan``'s input, :mod:`fastgshare.profile`) as a whole.
 
 Output is a table, or with ``-o json`` a list of objects; problems go to standard error, one
 line each under their object. Exit status 1 if any object is invalid or any file unreadable.
@@ -20,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fastgshare.errors import FastGShareError
+from fastgshare.profile import ProfileError, decode_profile
 from fastgshare.quantity import format_bytes
 from fastgshare.share import ShareSpec, format_fraction
 from fastgshare.workload import ManifestShare, manifest_shares, workload_list_shares
@@ -71,11 +73,27 @@ def check_file(path: str) -> list[Checked]:
         if len(documents) == 1 and isinstance(documents[0], list):  # a workload list
             return [_checked(path, found, None, f"entry {position}")
                     for position, found in enumerate(workload_list_shares(documents[0]))]
+        if len(documents) == 1 and _is_profile(documents[0]):
+            return [_profile(path, documents[0])]
         return [_checked(path, found, document) for document in documents for found, document
                 in _objects(document)]
     except (DocumentError, FastGShareError) as error:
         message = str(error) if str(error).startswith(path) else f"{path}: {error}"
         return [Checked(file=path, problems=(message,), readable=False)]
+
+
+def _is_profile(document: object) -> bool:
+    return isinstance(document, dict) and "kind" not in document and {"function", "points"} <= document.keys()
+
+
+def _profile(path: str, document: object) -> Checked:
+    """A function profile: valid as :func:`fastgshare.profile.decode_profile` reads it, or why not."""
+    name = str(document.get("function", "")) if isinstance(document, dict) else ""
+    try:
+        profile = decode_profile(json.dumps(document))
+    except ProfileError as error:
+        return Checked(file=path, object=f"Profile/{name}", problems=(str(error),))
+    return Checked(file=path, object=f"Profile/{profile.function}")
 
 
 def _objects(document: object) -> list[tuple[ManifestShare, dict[str, object] | None]]:

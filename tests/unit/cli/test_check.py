@@ -133,6 +133,18 @@ def test_the_repos_own_manifests_all_pass(capsys: pytest.CaptureFixture[str]) ->
     assert main(["check", str(REPO / "examples"), str(REPO / "deploy" / "examples")]) == 0, capsys.readouterr().err
 
 
+def test_a_function_profile_is_checked_as_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = json.loads((REPO / "examples" / "profile-resnet50.json").read_text())
+    assert main(["check", "-o", "json", str(REPO / "examples" / "profile-resnet50.json")]) == 0
+    (found,) = json.loads(capsys.readouterr().out)
+    assert (found["object"], found["result"]) == ("Profile/resnet50", "ok")
+    profile["points"][1]["smPartition"] = 0
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(profile))
+    assert main(["check", str(broken)]) == 1
+    assert "smPartition must be 1..100, got 0" in capsys.readouterr().err
+
+
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = check(tmp_path, FASTPOD + "---\n" + FASTPOD.replace('"0.4"', '"-0.1"').replace("resnet", "neg"),
                          capsys, "-o", "json")

@@ -104,7 +104,7 @@ def test_the_fast_gshare_profilers_trials_import() -> None:
 
 def test_a_bad_trial_row_names_its_line() -> None:
     bad = FAST_PROFILER_CSV.replace("'GPU_MEMORY': '2Gi'", "'GPU_MEMORY': 'lots'")
-    with pytest.raises(ProfileError, match="line 2: limitations.GPU_MEMORY 'lots' is not a byte count"):
+    with pytest.raises(ProfileError, match=r"line 2: limitations\.GPU_MEMORY 'lots' is not a byte count"):
         import_fast_profiler_csv(bad, function="resnet")
 
 
