@@ -135,7 +135,11 @@ def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dic
 
 def pod_cgroup_exists(uid: str) -> bool:
     """Whether the kubelet still has the pod's cgroup (it removes it once the pod is torn down)."""
-    return any(Path("/sys/fs/cgroup/memory/kubepods").glob(f"**/pod{uid}"))
+    while True:
+        try:
+            return any(Path("/sys/fs/cgroup/memory/kubepods").glob(f"**/pod{uid}"))
+        except FileNotFoundError:  # a cgroup vanished while the walk listed it: walk again
+            continue
 
 
 def node_metrics(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> dict[tuple[str, frozenset[Any]], float]:
