@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fastgshare import keys
 from fastgshare.protocol import ErrorCode, ErrorReply
 from fastgshare_cli.fake_gpu import read_state
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
@@ -17,7 +18,7 @@ StartArbiter = Callable[[Script], FakeArbiter]
 NOT_PERMITTED = 800
 
 
-NO_RECONNECT = {"FASTGSHARE_HOOK_RECONNECT_S": "0"}  # a lost link fails closed at once
+NO_RECONNECT = {keys.ENV_HOOK_RECONNECT_S: "0"}  # a lost link fails closed at once
 
 
 def _assert_refused(result: TenantResult, gpu_dir: Path, reason: str, launched: int = 0) -> None:
