@@ -7,8 +7,8 @@ import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import kubernetes.client
 from rich.console import Console
 from rich.table import Table
 
@@ -23,6 +23,7 @@ from fastgshare_cluster import cluster, image_build, images
 from fastgshare_cluster.cluster import ClusterError, Options
 from fastgshare_cluster.image_build import ImageBuildError
 from fastgshare_cluster.images import ImageError
+from fastgshare_kube import rest
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -145,24 +146,24 @@ def _status(state_dir: Path, console: Console) -> int:
     return 0 if all(c.running for c in components) else 1
 
 
-def _assigned_pods(pods: list[kubernetes.client.V1Pod]) -> list[tuple[str, str, PodAssignment]]:
+def _assigned_pods(pods: list[dict[str, Any]]) -> list[tuple[str, str, PodAssignment]]:
     """(uid, namespace/name, assignment) of the running pods that carry an assignment."""
     found = []
     for pod in pods:
-        meta, status = pod.metadata, pod.status
-        text = ((meta.annotations or {}) if meta else {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
-        if meta is None or meta.uid is None or text is None or status is None or status.phase != "Running":
+        meta = pod.get("metadata") or {}
+        text = (meta.get("annotations") or {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
+        if not meta.get("uid") or text is None or (pod.get("status") or {}).get("phase") != "Running":
             continue
         with contextlib.suppress(CodecError):
-            found.append((meta.uid, f"{meta.namespace}/{meta.name}", decode_assignment(text)))
+            found.append((str(meta["uid"]), f"{meta.get('namespace')}/{meta.get('name')}", decode_assignment(text)))
     return sorted(found, key=lambda entry: (entry[2].gpu_uuid, entry[1]))
 
 
 def _shares(state_dir: Path, seconds: float, console: Console) -> int:
     running = cluster.load(state_dir)
     with running.api_client() as api:
-        pods = kubernetes.client.CoreV1Api(api).list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={running.node_name}").items
+        pods = rest.call(rest.core_v1(api).list_pod_for_all_namespaces,
+                         field_selector=f"spec.nodeName={running.node_name}")["items"]
     gpu_dirs = sorted((running.node_agent_state_dir / "fake-gpus").glob("*"))
     achieved = measure_shares(gpu_dirs, seconds)
     memory = {uid: use.memory_bytes for gpu in gpu_dirs for uid, use in use_by_pod(gpu).items()}

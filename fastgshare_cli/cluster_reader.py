@@ -11,17 +11,17 @@ is shown with the reason, never fails the whole view.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import attrs
-import kubernetes.client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
-from urllib3.exceptions import HTTPError
 
 from fastgshare import keys
 from fastgshare.codec import decode_assignment, decode_node_inventory
 from fastgshare.errors import CodecError, FastGShareError
 from fastgshare_cli.inspection import GpuSample, NodeFacts, NodeSamples, PodFacts, PodSample
+from fastgshare_kube import rest
+from fastgshare_kube.errors import UNREACHABLE, ApiError
 
 SCRAPE_TIMEOUT_S = 5.0
 FINISHED_PHASES = ("Succeeded", "Failed")
@@ -38,14 +38,16 @@ class ClusterFacts:
     samples: dict[str, NodeSamples]
 
 
-def read_cluster(api: kubernetes.client.ApiClient, *, node: str | None = None) -> ClusterFacts:
+def read_cluster(api: rest.ApiClient, *, node: str | None = None) -> ClusterFacts:
     """Every GPU node (or only ``node``), every unfinished pod assigned to one, and each node's metrics."""
-    core = kubernetes.client.CoreV1Api(api)
+    core = rest.core_v1(api)
     try:
         nodes = _nodes(core, node)
         pods = _pods(core, node)
-    except (HTTPError, OSError) as error:
-        raise ReadError(f"cannot reach the API server at {api.configuration.host}: {_cause(error)}") from None
+    except ApiError as error:
+        if error.status == UNREACHABLE:
+            raise ReadError(f"cannot reach the API server at {api.configuration.host}: {error.message}") from None
+        raise
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(nodes)))) as pool:
         scraped = dict(zip((entry.name for entry, _ in nodes), pool.map(lambda n: _scrape(core, n), nodes),
                            strict=True))
@@ -53,18 +55,21 @@ def read_cluster(api: kubernetes.client.ApiClient, *, node: str | None = None) -
     return ClusterFacts(nodes=facts, pods=pods, samples={name: found[0] for name, found in scraped.items()})
 
 
-def _nodes(core: kubernetes.client.CoreV1Api, only: str | None) -> list[tuple[NodeFacts, int]]:
+def _nodes(core: Any, only: str | None) -> list[tuple[NodeFacts, int]]:
     """(facts, metrics port) of every node with a GPU inventory, or of ``only`` whatever it has."""
     try:
-        listed = [core.read_node(only)] if only is not None else core.list_node().items
-    except ApiException as error:
+        listed = [rest.call(core.read_node, only)] if only is not None else rest.call(core.list_node)["items"]
+    except ApiError as error:
         if only is not None and error.status == 404:
             raise ReadError(f"--node {only}: no such node") from None
+        if error.status == UNREACHABLE:
+            raise
         raise ReadError(f"cannot read nodes: {_api_reason(error)}") from None
     found = []
     for item in listed:
-        annotations = (item.metadata.annotations or {}) if item.metadata else {}
-        name = str(item.metadata.name) if item.metadata else "?"
+        metadata = item.get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
+        name = str(metadata.get("name", "?"))
         text = annotations.get(keys.NODE_GPU_INFO_ANNOTATION)
         if text is None and only is None:
             continue  # not a GPU node
@@ -86,43 +91,43 @@ def _port(text: str | None) -> int:
         else keys.DEFAULT_NODE_METRICS_PORT
 
 
-def _pods(core: kubernetes.client.CoreV1Api, node: str | None) -> list[PodFacts]:
+def _pods(core: Any, node: str | None) -> list[PodFacts]:
     """Unfinished pods with an assignment, in every namespace: each GPU's free area needs all of them."""
     selector = f"spec.nodeName={node}" if node else ""
     try:
-        listed = core.list_pod_for_all_namespaces(field_selector=selector).items
-    except ApiException as error:
+        listed = rest.call(core.list_pod_for_all_namespaces, field_selector=selector)["items"]
+    except ApiError as error:
+        if error.status == UNREACHABLE:
+            raise
         raise ReadError(f"cannot list pods in all namespaces (each GPU's free area needs them): "
                         f"{_api_reason(error)}") from None
     found = []
     for pod in listed:
-        meta, status = pod.metadata, pod.status
-        text = ((meta.annotations or {}) if meta else {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
-        phase = str(status.phase) if status is not None and status.phase else "Pending"
-        if meta is None or text is None or phase in FINISHED_PHASES:
+        metadata = pod.get("metadata") or {}
+        text = (metadata.get("annotations") or {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
+        phase = str((pod.get("status") or {}).get("phase") or "Pending")
+        if text is None or phase in FINISHED_PHASES:
             continue
         try:
             assignment = decode_assignment(text)
         except CodecError:
             continue  # the extender never wrote it; `fastgshare check` explains such pods
-        found.append(PodFacts(namespace=str(meta.namespace), name=str(meta.name), phase=phase,
+        found.append(PodFacts(namespace=str(metadata.get("namespace")), name=str(metadata.get("name")), phase=phase,
                               assignment=assignment))
     return found
 
 
-def _scrape(core: kubernetes.client.CoreV1Api, node: tuple[NodeFacts, int]) -> tuple[NodeSamples, str]:
+def _scrape(core: Any, node: tuple[NodeFacts, int]) -> tuple[NodeSamples, str]:
     facts, port = node
     if facts.inventory is None:
         return NodeSamples(), ""
     try:
-        text = core.connect_get_node_proxy_with_path(f"{facts.name}:{port}", "metrics",
-                                                     _request_timeout=SCRAPE_TIMEOUT_S)
-    except ApiException as error:
+        text = rest.call_text(core.connect_get_node_proxy_with_path, f"{facts.name}:{port}", "metrics",
+                              timeout_s=SCRAPE_TIMEOUT_S)
+    except ApiError as error:
         return NodeSamples(), f"the node agent's metrics on port {port}: {_api_reason(error)}"
-    except (HTTPError, OSError) as error:
-        return NodeSamples(), f"the node agent's metrics on port {port}: {error}"
     try:
-        return parse_node_metrics(str(text)), ""
+        return parse_node_metrics(text), ""
     except ValueError as error:
         return NodeSamples(), f"the node agent's metrics on port {port} do not parse: {error}"
 
@@ -154,17 +159,13 @@ def parse_node_metrics(text: str) -> NodeSamples:
         ) for uuid, values in gpus.items()})
 
 
-def _cause(error: Exception) -> str:
-    """The innermost reason of a urllib3 error (MaxRetryError wraps the refused connection)."""
-    reason = getattr(error, "reason", None)
-    return str(reason) if reason is not None else str(error)
-
-
 def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _api_reason(error: ApiException) -> str:
+def _api_reason(error: ApiError) -> str:
+    if error.status == UNREACHABLE:
+        return error.message
     reason = f"{error.status} {error.reason}"
     if error.status == 403:
         return f"{reason}: this account may not; it needs get/list on nodes and pods and get on nodes/proxy"

@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-import kubernetes.client
-
 from fastgshare_cli.cluster_reader import ReadError, read_cluster
 from fastgshare_cli.inspection import NodeView, build_view, render_table, to_json
+from fastgshare_kube import rest
 from fastgshare_kube.client import KubeConfigError, load_api_client
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
@@ -76,7 +75,7 @@ def _loop(show: Callable[[], str], args: argparse.Namespace, out: TextIO, err: T
             return 0
 
 
-def _view(api: kubernetes.client.ApiClient, args: argparse.Namespace) -> list[NodeView]:
+def _view(api: rest.ApiClient, args: argparse.Namespace) -> list[NodeView]:
     facts = read_cluster(api, node=args.node)
     return build_view(facts.nodes, facts.pods, facts.samples, namespace=args.namespace)
 

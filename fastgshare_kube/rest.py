@@ -4,6 +4,7 @@
   service's adapter names the calls it makes without importing ``kubernetes``;
 - :func:`call`: one request, its answer as a dict (``_preload_content=False``: bodies are not
   turned into client models, which saves most of the client's CPU time), with a request timeout;
+  :func:`call_text` for an answer that is not JSON;
 - :class:`RawListWatch`: list (paged) and watch one resource as dicts, the
   :class:`~fastgshare_kube.reflector.ListWatch` that :class:`~fastgshare_kube.reflector.Reflector`
   runs.
@@ -110,6 +111,14 @@ def call(method: Callable[..., Any], *args: Any, timeout_s: float | tuple[float,
         response = method(*args, **kwargs, _preload_content=False, _request_timeout=timeout_s)
         body: dict[str, Any] = json.loads(response.data) if response.data else {}
     return body
+
+
+def call_text(method: Callable[..., Any], *args: Any, timeout_s: float | tuple[float, float] = REQUEST_TIMEOUT_S,
+              **kwargs: Any) -> str:
+    """``method(*args, **kwargs)`` whose answer is not JSON (a proxied ``/metrics``), as text."""
+    with translated():
+        response = method(*args, **kwargs, _preload_content=False, _request_timeout=timeout_s)
+        return bytes(response.data or b"").decode(errors="replace")
 
 
 class RawListWatch:
