@@ -223,6 +223,12 @@ def test_prometheus_and_inspect_show_what_each_pod_was_promised_and_got(
     # `kubectl fastgshare inspect --watch` refreshes
     watched = inspect(real_cluster, "--watch", "--interval", "1", via_kubectl=True, seconds=6)
     assert watched.count("Every 1s: fastgshare inspect") >= 2
+    # `fastgshare cluster shares` (on the node, measured by the simulated GPU) lists the same pods
+    shares_out = subprocess.run([sys.executable, "-m", "fastgshare_cli", "cluster", "shares", "--state-dir",
+                                 str(real_cluster.state_dir), "--seconds", "2"], capture_output=True, text=True,
+                                timeout=120, check=False)
+    assert shares_out.returncode == 0, shares_out.stderr
+    assert all(f"{namespace}/{name}" in shares_out.stdout for name in share_of), shares_out.stdout
 
 
 def test_the_image_builds_offline_and_runs_as_a_pod(
