@@ -25,10 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kubernetes.client
-import kubernetes.utils
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from fastgshare.inventory import parse_gpu_spec
 from fastgshare_cluster import images, node
@@ -54,6 +51,9 @@ from fastgshare_cluster.processes import (
     stop_recorded,
     wait_until,
 )
+from fastgshare_kube import rest
+from fastgshare_kube.client import ApiClient, load_api_client
+from fastgshare_kube.errors import ApiError
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_STATE_DIR = Path("/var/lib/fastgshare-cluster")
@@ -104,8 +104,8 @@ class Cluster:
     extender_url: str
     controller_url: str  # /healthz and /metrics
 
-    def api_client(self) -> kubernetes.client.ApiClient:
-        return kubernetes.config.new_client_from_config(str(self.kubeconfig))
+    def api_client(self) -> ApiClient:
+        return load_api_client(str(self.kubeconfig))
 
     def fake_gpu_dir(self, gpu_uuid: str) -> Path:
         """Where the simulated GPU keeps its state (the node agent mounts it into pods)."""
@@ -221,37 +221,42 @@ def _scheduler_document(extender_url: str) -> dict[str, Any]:
     return document
 
 
-def _install_crd(api: kubernetes.client.ApiClient) -> None:
+def _install_crd(api: ApiClient) -> None:
     crd = yaml.safe_load((REPO / "deploy/crd/fastpods.yaml").read_text())
-    with contextlib.suppress(kubernetes.utils.FailToCreateError):
-        kubernetes.utils.create_from_dict(api, crd)
-
-
-def _node_ready(core: kubernetes.client.CoreV1Api, name: str) -> bool:
     try:
-        found = core.read_node(name)
-    except ApiException:
-        return False
-    conditions = found.status.conditions if found.status else None
-    return any(c.type == "Ready" and c.status == "True" for c in conditions or [])
+        rest.call(rest.apiextensions_v1(api).create_custom_resource_definition, rest.raw(crd))
+    except ApiError as error:
+        if not error.conflict:  # already there
+            raise ClusterError(f"cannot install the FaSTPod CRD: {error}") from None
 
 
-def _untaint(core: kubernetes.client.CoreV1Api, name: str) -> bool:
+def _read_node(core: Any, name: str) -> dict[str, Any]:
+    try:
+        return rest.call(core.read_node, name)
+    except ApiError:
+        return {}
+
+
+def _node_ready(core: Any, name: str) -> bool:
+    conditions = (_read_node(core, name).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _untaint(core: Any, name: str) -> bool:
     """Remove the not-ready taint the API server put on the new node (no node lifecycle
     controller runs here to do it). True once it is gone."""
-    found = core.read_node(name)
-    taints = (found.spec.taints if found.spec else None) or []
-    kept = [t for t in taints if t.key != NOT_READY_TAINT]
+    taints = (_read_node(core, name).get("spec") or {}).get("taints") or []
+    kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
     if len(kept) != len(taints):
-        core.patch_node(name, {"spec": {"taints": [t.to_dict() for t in kept] or None}})
+        rest.call(core.patch_node, name, {"spec": {"taints": kept or None}})
     return True
 
 
-def _vgpus(core: kubernetes.client.CoreV1Api, name: str) -> int:
+def _vgpus(core: Any, name: str) -> int:
+    allocatable = (_read_node(core, name).get("status") or {}).get("allocatable") or {}
     try:
-        status = core.read_node(name).status
-        return int(((status.allocatable if status else None) or {}).get(VGPU_RESOURCE, "0"))
-    except (ApiException, ValueError):
+        return int(allocatable.get(VGPU_RESOURCE, "0"))
+    except ValueError:
         return 0
 
 
@@ -360,7 +365,7 @@ class _Startup:
         with plane.api_client() as api:
             _install_crd(api)
             self.step("components started, FaSTPod CRD installed")
-            core = kubernetes.client.CoreV1Api(api)
+            core = rest.core_v1(api)
             wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",
                        timeout_s=60, watched=extender)
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{scheduler_health}/healthz"),

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kubernetes.client
 import yaml
 
 from fastgshare_cluster.processes import LOOPBACK, ManagedProcess, ProcessSet, free_ports, http_ok, wait_until
+from fastgshare_kube.client import ApiClient, token_api_client
 
 BUILD_SCRIPT = "tests/cluster/build-control-plane.sh"
 K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
@@ -80,14 +80,9 @@ class ControlPlane:
     etcd_url: str
     workdir: Path
 
-    def api_client(self) -> kubernetes.client.ApiClient:
+    def api_client(self) -> ApiClient:
         """A new client authenticated as a ``system:masters`` user, verifying the server's cert."""
-        config = kubernetes.client.Configuration()
-        config.host = self.host
-        config.ssl_ca_cert = str(self.ca_cert)
-        config.api_key = {"authorization": self.token}
-        config.api_key_prefix = {"authorization": "Bearer"}
-        return kubernetes.client.ApiClient(config)
+        return token_api_client(self.host, str(self.ca_cert), self.token)
 
     def compact_etcd(self) -> int:
         """Drop etcd's history before now (the API server does this every 5 minutes).

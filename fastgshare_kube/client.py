@@ -30,3 +30,13 @@ def load_api_client(kubeconfig: str | None) -> ApiClient:
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "neither the in-cluster config nor ~/.kube/config"
         raise KubeConfigError(f"{where}: cannot be used: {error}; pass a working kubeconfig with --kubeconfig"
                               ) from None
+
+
+def token_api_client(host: str, ca_cert: str, token: str) -> ApiClient:
+    """A client for ``host`` with a bearer ``token``, verifying the server against ``ca_cert``."""
+    configuration = client.Configuration()
+    configuration.host = host
+    configuration.ssl_ca_cert = ca_cert
+    configuration.api_key = {"authorization": token}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    return client.ApiClient(configuration)

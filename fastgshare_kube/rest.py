@@ -1,6 +1,7 @@
 """Calling the API server through the official client, as plain JSON, with one error type.
 
-- :func:`core_v1`, :func:`custom_objects`, :func:`coordination_v1`: the generated API groups, so a
+- :func:`core_v1`, :func:`custom_objects`, :func:`coordination_v1`, :func:`apiextensions_v1`: the
+  generated API groups, so a
   service's adapter names the calls it makes without importing ``kubernetes``;
 - :func:`call`: one request, its answer as a dict (``_preload_content=False``: bodies are not
   turned into client models, which saves most of the client's CPU time), with a request timeout;
@@ -51,6 +52,10 @@ def custom_objects(api: ApiClient) -> Any:
 
 def coordination_v1(api: ApiClient) -> Any:
     return client.CoordinationV1Api(api)
+
+
+def apiextensions_v1(api: ApiClient) -> Any:
+    return client.ApiextensionsV1Api(api)
 
 
 def api_error(error: ApiException) -> ApiError:
