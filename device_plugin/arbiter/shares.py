@@ -13,10 +13,7 @@ from typing import Protocol
 import attrs
 
 from device_plugin.allocation import PodRecord
-from fastgshare import keys
 from fastgshare.arbitration import TimeShare
-from fastgshare.codec import decode_assignment
-from fastgshare.errors import CodecError
 
 
 @attrs.frozen
@@ -99,13 +96,10 @@ class DeferredShares:
 
 
 def share_of(pod: PodRecord) -> PodShare | None:
-    """The share the pod's assignment gives it, or None without a readable assignment."""
-    text = pod.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
-    if text is None:
-        return None
-    try:
-        assignment = decode_assignment(text)
-    except CodecError:
+    """The share the pod's assignment gives it, or None without a readable assignment (the record
+    decoded it once, when it was made)."""
+    assignment = pod.assignment
+    if assignment is None:
         return None
     share = assignment.share
     return PodShare(assignment.gpu_uuid, TimeShare(share.request_permille, share.limit_permille, share.sm_percent),
