@@ -48,6 +48,7 @@ bench: install
 	$(BIN)/python -m bench.scheduling_throughput
 	$(BIN)/python -m bench.controller
 	$(BIN)/python -m bench.real_node
+	$(BIN)/python -m bench.autoscale_sim
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
