@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -102,6 +104,7 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
 
 def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
     args = build_parser(prog).parse_args(argv)
+    _interruptible()
     if args.command == "inspect":
         return inspect_main(args)
     console, errors = _console(), _console(stderr=True)
@@ -114,6 +117,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
     if args.command == "plan":
         return run_plan(args, console, errors)
     return run_pack(args, console, errors)
+
+
+def _interruptible() -> None:
+    """Ctrl-C (SIGINT) stops a command cleanly, also when it was started with SIGINT ignored (as a
+    shell without job control starts background commands): Python would then never raise
+    KeyboardInterrupt, and ``demo``, ``inspect --watch`` and ``cluster up`` could not be stopped."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _console(*, stderr: bool = False) -> Console:

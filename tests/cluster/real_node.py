@@ -101,17 +101,27 @@ def apply(cluster: Cluster, namespace: str, *documents: Mapping[str, Any]) -> No
     kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump_all(list(documents)))
 
 
+ADMISSION_REJECTED = "UnexpectedAdmissionError"
+
+
 def running_pods(core: kubernetes.client.CoreV1Api, namespace: str, count: int,
-                 timeout_s: float = 90) -> list[kubernetes.client.V1Pod]:
-    """Wait until ``count`` pods of the namespace run (every container started); returns them."""
-    def ready() -> bool:
+                 timeout_s: float = 90, *, ignore_rejected: bool = False) -> list[kubernetes.client.V1Pod]:
+    """Wait until ``count`` pods of the namespace run (every container started); returns them. With
+    ``ignore_rejected``, pods the kubelet refused at admission (``UnexpectedAdmissionError``: while a
+    restarted kubelet waits for the device plugin to register again it has no vGPU to give) are not
+    counted: the FaSTPod controller replaces them."""
+    def pods_now() -> list[kubernetes.client.V1Pod]:
         pods = core.list_namespaced_pod(namespace).items
+        return [p for p in pods if not (ignore_rejected and p.status.reason == ADMISSION_REJECTED)]
+
+    def ready() -> bool:
+        pods = pods_now()
         return len(pods) == count and all(
             p.status.phase == "Running" and bool(p.status.container_statuses)
             and all(c.state.running for c in p.status.container_statuses) for p in pods)
 
     wait_until(ready, what=f"{count} running pods in {namespace}", timeout_s=timeout_s)
-    return list(core.list_namespaced_pod(namespace).items)
+    return pods_now()
 
 
 def assignment_of(pod: kubernetes.client.V1Pod) -> PodAssignment:

@@ -97,11 +97,20 @@ def test_every_command_tells_its_version(script: str) -> None:
     assert result.stdout.strip() == f"{script} {__version__}"
 
 
-def test_ctrl_c_stops_the_demo_cleanly() -> None:
+# Starts a command with SIGINT ignored, as a shell without job control starts background commands
+# (exec keeps an ignored signal ignored).
+IGNORING_SIGINT = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                   "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
+@pytest.mark.parametrize("sigint_ignored_at_start", [False, True])
+def test_ctrl_c_stops_the_demo_cleanly(sigint_ignored_at_start: bool) -> None:
     """Issue 15, defect 8: Ctrl-C in demo printed a traceback. The terminal sends SIGINT to the
-    whole foreground process group; the demo must stop its tenants and arbiter and say so."""
-    process = subprocess.Popen([*_command(), "demo", "--seconds", "60"], cwd=REPO, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    whole foreground process group; the demo must stop its tenants and arbiter and say so, also
+    when it was started with SIGINT ignored (it then ran on to the end)."""
+    wrapper = IGNORING_SIGINT if sigint_ignored_at_start else []
+    process = subprocess.Popen([*wrapper, *_command(), "demo", "--seconds", "60"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert process.stdout is not None
         for line in process.stdout:
