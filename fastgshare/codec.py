@@ -19,6 +19,7 @@ import attrs
 
 from fastgshare.errors import CodecError, FastGShareError
 from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.jsontext import load_bounded
 from fastgshare.share import ShareSpec
 
 INVENTORY_VERSION = 1
@@ -132,12 +133,7 @@ def _dump(payload: dict[str, object]) -> str:
 def _load(text: object, what: str, known_version: int) -> dict[str, object]:
     if not isinstance(text, str):
         raise CodecError(f"{what}: expected a JSON string, got {type(text).__name__}")
-    if len(text) > MAX_PAYLOAD_BYTES:
-        raise CodecError(f"{what}: payload of {len(text)} characters exceeds {MAX_PAYLOAD_BYTES}")
-    try:
-        payload = json.loads(text)
-    except (ValueError, RecursionError) as error:
-        raise CodecError(f"{what}: not valid JSON ({error})") from None
+    payload = load_bounded(text, what, MAX_PAYLOAD_BYTES, CodecError)
     if not isinstance(payload, dict):
         raise CodecError(f"{what}: expected a JSON object, got {type(payload).__name__}")
     version = _field(payload, "version", int, what)

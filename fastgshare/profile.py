@@ -28,10 +28,12 @@ from typing import Any
 import attrs
 
 from fastgshare.errors import FastGShareError
+from fastgshare.jsontext import load_bounded
 from fastgshare.quantity import parse_bytes
 
 PROFILE_VERSION = 1
 MAX_PROFILE_BYTES = 1024 * 1024  # a ConfigMap holds at most 1 MiB
+MAX_IMPORT_BYTES = 16 * 1024 * 1024  # a file in another system's format, read once
 MAX_POINTS = 10_000
 SLO_MARGIN = 0.1  # the percentile must stay under (1 - margin) x the SLO latency
 PERCENTILES = (50, 95, 99)
@@ -180,12 +182,7 @@ def _encode_point(point: ProfilePoint) -> dict[str, Any]:
 
 def decode_profile(text: str) -> Profile:
     """A profile document; :class:`ProfileError` naming the first bad field."""
-    if len(text) > MAX_PROFILE_BYTES:
-        raise ProfileError(f"profile: {len(text)} characters exceed {MAX_PROFILE_BYTES} (a ConfigMap's limit)")
-    try:
-        document = json.loads(text)
-    except (ValueError, RecursionError) as error:
-        raise ProfileError(f"profile: not valid JSON ({error})") from None
+    document = load_bounded(text, "profile", MAX_PROFILE_BYTES, ProfileError)
     reader = _Reader(document, "profile")
     version = reader.number("version", integer=True)
     if version != PROFILE_VERSION:
@@ -296,10 +293,7 @@ def import_fast_profiler_csv(text: str, *, function: str) -> Profile:
 def import_has_gpu_json(text: str, *, memory_bytes: int, function: str | None = None) -> Profile:
     """A HAS-GPU latency table: per (sm, batch, quota %) the latency of one request in ms; the
     throughput is derived (``1000·batch/latency``) and the point marked so."""
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise ProfileError(f"HAS-GPU profile: not valid JSON ({error})") from None
+    document = load_bounded(text, "HAS-GPU profile", MAX_IMPORT_BYTES, ProfileError)
     reader = _Reader(document, "HAS-GPU profile")
     points = []
     for number, raw in enumerate(reader.list("profiling_result")):

@@ -42,12 +42,16 @@ option_strategy = st.builds(
     st.integers(1, 10), st.sampled_from([6, 12, 24, 50, 100]), st.floats(0.5, 80), st.integers(1, 8))
 
 
+def usable_options(max_size: int) -> st.SearchStrategy[list[Option]]:
+    return st.lists(option_strategy, min_size=1, max_size=max_size, unique_by=lambda o: o.point.key)
+
+
 def covers(result: Plan, demand: float) -> bool:
     return result.capacity_rps >= demand - 1e-6
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(option_strategy, min_size=1, max_size=6, unique_by=lambda o: o.point.key),
+@given(usable_options(6),
        st.floats(0, 500))
 def test_the_plan_covers_the_demand_and_no_single_configuration_is_cheaper(usable: list[Option],
                                                                            demand: float) -> None:
@@ -59,7 +63,7 @@ def test_the_plan_covers_the_demand_and_no_single_configuration_is_cheaper(usabl
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(option_strategy, min_size=1, max_size=3, unique_by=lambda o: o.point.key),
+@given(usable_options(3),
        st.floats(0.1, 60))
 def test_the_cost_is_within_one_pod_of_the_best_configuration_of_the_cheapest_plan(usable: list[Option],
                                                                                    demand: float) -> None:
@@ -73,7 +77,7 @@ def test_the_cost_is_within_one_pod_of_the_best_configuration_of_the_cheapest_pl
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(option_strategy, min_size=1, max_size=5, unique_by=lambda o: o.point.key),
+@given(usable_options(5),
        st.floats(0, 300), st.floats(0, 50))
 def test_more_demand_never_costs_less(usable: list[Option], demand: float, more: float) -> None:
     assert plan(demand + more, usable).cost >= plan(demand, usable).cost - 1e-9

@@ -108,6 +108,13 @@ def test_a_bad_trial_row_names_its_line() -> None:
         import_fast_profiler_csv(bad, function="resnet")
 
 
+def test_documents_too_long_or_too_deep_are_refused_in_one_line() -> None:
+    with pytest.raises(ProfileError, match="profile: a text of 1048577 characters exceeds the limit of 1048576"):
+        decode_profile(" " * (1024 * 1024 + 1))
+    with pytest.raises(ProfileError, match="HAS-GPU profile: not valid JSON"):
+        import_has_gpu_json("[" * 100_000 + "]" * 100_000, memory_bytes=GiB)
+
+
 def test_a_has_gpu_latency_table_imports_with_derived_throughput() -> None:
     text = json.dumps({"model_name": "resnet50", "profiling_result": [
         {"batch": 1, "sm": 30, "quota": 40, "latency": 36.0}, {"batch": 4, "sm": 30, "quota": 100, "latency": 50.0}]})
