@@ -120,7 +120,12 @@ def running_pods(core: kubernetes.client.CoreV1Api, namespace: str, count: int,
             p.status.phase == "Running" and bool(p.status.container_statuses)
             and all(c.state.running for c in p.status.container_statuses) for p in pods)
 
-    wait_until(ready, what=f"{count} running pods in {namespace}", timeout_s=timeout_s)
+    try:
+        wait_until(ready, what=f"{count} running pods in {namespace}", timeout_s=timeout_s)
+    except TimeoutError as error:
+        seen = [f"{p.metadata.name}: {p.status.phase} {p.status.reason or ''}".strip()
+                for p in core.list_namespaced_pod(namespace).items]
+        raise TimeoutError(f"{error}; pods: {seen or 'none'}") from None
     return pods_now()
 
 

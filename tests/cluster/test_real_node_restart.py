@@ -142,7 +142,7 @@ def test_a_tenant_cannot_remove_or_replace_the_arbiter_socket(
 def test_a_crashed_component_comes_back_and_running_pods_keep_running(
         real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str, component: str) -> None:
     apply(real_cluster, namespace, fastpod("before", share_annotations(0.2, 0.4, 50, "64Mi"), {}))
-    [before] = running_pods(core, namespace, 1)
+    [before] = running_pods(core, namespace, 1, ignore_rejected=True)  # the node may be settling from the last test
     restarted = local_cluster.restart(real_cluster.state_dir, component, kill=True, say=lambda _t: None,
                                       die_with_parent=True)
     assert restarted.running

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fastgshare_cluster.processes import http_ok, wait_until
 from scheduler_extender.app import build_services, create_app
 from scheduler_extender.config import ExtenderConfig
 from tests.integration.scheduler_extender.harness import REPO, ExtenderProcess, get_json, serving
@@ -82,6 +83,8 @@ def test_command_serves_unready_without_an_api_server_and_stops_on_sigterm(tmp_p
     process = ExtenderProcess(kubeconfig, _free_port(), tmp_path / "extender.log")
     with pytest.raises(RuntimeError, match="did not become ready"):
         process.start(timeout_s=3)
+    # Alive but not ready; on a loaded machine it may still be importing after those 3 s.
+    wait_until(lambda: http_ok(f"{process.url}/healthz"), what="the extender's /healthz", timeout_s=60)
     assert get_json(f"{process.url}/healthz") == {"status": "ok"}
     answer = http.client.HTTPConnection(process.url.removeprefix("http://"), timeout=10)
     answer.request("POST", "/filter", body=(PAYLOADS / "v1.20.2-cache-filter.json").read_bytes(),
