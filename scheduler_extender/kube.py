@@ -8,7 +8,8 @@ that reaches the API.
   records. Objects are read as raw JSON, not as client models: a watch of every pod in a cluster
   must be cheap. A watch that expires (410 Gone) or fails is followed by a fresh list;
 - :class:`KubeApi`: the reads and writes of bind (:class:`~scheduler_extender.ports.KubePort`),
-  the layer's :class:`~fastgshare_kube.errors.ApiError` mapped onto the port's outcomes.
+  the layer's :class:`~fastgshare_kube.errors.ApiError` mapped onto the port's outcomes, and
+  the events on pods.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import builtins
 import logging
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from fastgshare_kube import rest
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
@@ -53,15 +54,25 @@ class _Nodes:
             self._state.delete_node(record.name)
 
 
+class PodFollower(Protocol):
+    """Hears every pod after the state has (the live share changes)."""
+
+    def notice(self, pod: PodRecord) -> None: ...
+
+    def forget(self, pod: PodRecord) -> None: ...
+
+
 class _Pods:
     """The pod reflector's list/watch and sink in one: each list starts with the state's relist
     token (:meth:`~scheduler_extender.state.ClusterState.begin_relist`), taken before the list is
-    asked for, so binds made meanwhile survive the list that cannot know them yet."""
+    asked for, so binds made meanwhile survive the list that cannot know them yet. Every pod is
+    then shown to the ``follower``, if any."""
 
-    def __init__(self, state: ClusterState, source: RawListWatch) -> None:
+    def __init__(self, state: ClusterState, source: RawListWatch, follower: PodFollower | None = None) -> None:
         self._state = state
         self._source = source
         self._token = 0
+        self._follower = follower
 
     def list(self) -> tuple[list[dict[str, Any]], str]:
         self._token = self._state.begin_relist()
@@ -74,26 +85,33 @@ class _Pods:
         self._source.close()
 
     def replace(self, objects: builtins.list[dict[str, Any]]) -> None:
-        self._state.replace_pods((record for item in objects if (record := _read(pod_from_json, item)) is not None),
-                                 self._token)
+        records = [record for item in objects if (record := _read(pod_from_json, item)) is not None]
+        self._state.replace_pods(records, self._token)
         log.info("listed pods count=%d", len(objects))
+        if self._follower is not None:
+            for record in records:
+                self._follower.notice(record)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         if (record := _read(pod_from_json, obj)) is not None:
             self._state.upsert_pod(record)
+            if self._follower is not None:
+                self._follower.notice(record)
 
     def delete(self, obj: Mapping[str, Any]) -> None:
         if (record := _read(pod_from_json, obj)) is not None:
             self._state.delete_pod(record)
+            if self._follower is not None:
+                self._follower.forget(record)
 
 
 class ClusterWatch:
     """Keeps a :class:`ClusterState` current with the API server's nodes and pods."""
 
     def __init__(self, api: ApiClient, state: ClusterState, *, retry_delay_s: float = 1.0,
-                 max_retry_delay_s: float = 30.0) -> None:
+                 max_retry_delay_s: float = 30.0, follower: PodFollower | None = None) -> None:
         core = rest.core_v1(api)
-        pods = _Pods(state, RawListWatch(core.list_pod_for_all_namespaces))
+        pods = _Pods(state, RawListWatch(core.list_pod_for_all_namespaces), follower)
         options: dict[str, Any] = {"retry_delay_s": retry_delay_s, "max_retry_delay_s": max_retry_delay_s,
                                    "watch_timeout_s": WATCH_TIMEOUT_S}
         self._reflectors = (Reflector("nodes", RawListWatch(core.list_node), _Nodes(state), **options),
@@ -116,10 +134,12 @@ def _read(reader: Callable[[object], T], raw: object) -> T | None:
         return None
 
 
-class KubeApi:
-    """Bind's calls to the API server (see :class:`~scheduler_extender.ports.KubePort`)."""
+class KubeApi(rest.Events):
+    """Bind's calls to the API server (see :class:`~scheduler_extender.ports.KubePort`), and the
+    event writes (:class:`~fastgshare_kube.events.EventSink`) of the live share changes."""
 
     def __init__(self, api: ApiClient) -> None:
+        super().__init__(api)
         self._core = rest.core_v1(api)
 
     def read_pod(self, namespace: str, name: str) -> PodRecord | None:

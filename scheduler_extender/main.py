@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from types import FrameType
 
 from fastgshare import __version__, keys
 from fastgshare.placement import DEFAULT_POLICY, Policy
+from fastgshare_kube.events import EventRecorder
 from scheduler_extender.app import build_services, create_app, create_status_app
 from scheduler_extender.config import (
     DEFAULT_BIND_WAIT_S,
@@ -26,6 +28,7 @@ from scheduler_extender.config import (
 )
 from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
 from scheduler_extender.server import HttpServer
+from scheduler_extender.share_changes import ShareChanges
 from scheduler_extender.state import ClusterState
 from scheduler_extender.tls import ReloadingContext, TlsConfigError
 from scheduler_extender.webhook import create_webhook_app
@@ -33,6 +36,7 @@ from scheduler_extender.webhook import create_webhook_app
 log = logging.getLogger("scheduler_extender")
 
 GIL_SWITCH_INTERVAL_S = 0.0005
+EVENT_COMPONENT = "fastgshare-extender"  # the source of the events on pods (live share changes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -101,7 +105,10 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
     """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
     api = load_api_client(kubeconfig)
     state = ClusterState(bind_wait_s=config.bind_wait_s)
-    services = build_services(config, state, KubeApi(api))
+    kube = KubeApi(api)
+    services = build_services(config, state, kube)
+    changes = ShareChanges(state, kube, EventRecorder(kube, component=EVENT_COMPONENT, instance=socket.gethostname(),
+                                                      api_version="v1", kind="Pod"))
     server = HttpServer(create_app(services), host, port)
     extra = [] if webhook is None else [webhook]
     try:
@@ -110,7 +117,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
     except OSError:
         server.stop()
         raise
-    watch = ClusterWatch(api, state)
+    watch = ClusterWatch(api, state, follower=changes)
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -124,6 +131,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
     # interval a request can wait that long for the GIL several times over.
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     try:
+        changes.start()
         watch.start()
         server.start()
         log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s", server.host, server.port,
@@ -138,6 +146,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
             other.stop()
         server.stop()
         watch.stop()
+        changes.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         sys.setswitchinterval(switch_interval)

@@ -23,6 +23,7 @@ from fastgshare.inventory import NodeInventory
 from fastgshare.ledger import NodeState
 from fastgshare.placement import NodeVerdict, Policy, evaluate_node, score_node
 from fastgshare.share import ShareSpec
+from scheduler_extender.resharing import judge_change
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,14 @@ class NodeEntry:
             if found is None:
                 found = _remember(self._empty, share, evaluate_node(NodeState(inventory), share))
             return found
+
+    def judge_change(self, pod_id: str, gpu_uuid: str, current: ShareSpec, wanted: ShareSpec) -> None:
+        """Whether the pod on ``gpu_uuid`` may have ``wanted`` instead of ``current``; raises
+        :class:`~scheduler_extender.resharing.ShareChangeRefused` if not."""
+        others = self.without_pod(pod_id)
+        with others._lock:
+            ledger = others.state.ledgers.get(gpu_uuid) if others.state is not None else None
+            judge_change(current, wanted, ledger)
 
     # --- new entries (copy-on-write) -----------------------------------------------------
     def rebuilt(self, pods: list[tuple[str, str, ShareSpec]]) -> NodeEntry:

@@ -36,6 +36,7 @@ class Placement:
     seen: bool = True  # the API has shown this assignment
     done_seq: int = 0  # when our bind of it ended, on the cache's own counter
     gone: bool = False  # the pod was deleted or finished while our bind ran
+    share_pending: bool = False  # a live share change of ours is being written, or the API has not shown it yet
 
     def matches(self, assignment: PodAssignment) -> bool:
         return (assignment.node_name, assignment.gpu_uuid, assignment.assigned_at_ms) == (

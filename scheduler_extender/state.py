@@ -11,6 +11,9 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
   assignment until then are older than its write and change nothing. After it bound the pod,
   the placement stays until the API has shown the assignment (``seen``) or the pod is gone;
   a relist that started after the bind ended is the truth.
+- A live share change (:mod:`scheduler_extender.resharing`) of a bound pod is judged and
+  taken on the ledger in one step (:meth:`ClusterState.begin_share_change`), before it is
+  written; until the API shows the new share, events showing the old one change nothing.
 - Binds to one node take turns in arrival order: one writes at a time, and the next waits
   until the node agent has marked the previously bound pod allocated, for at most
   ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
@@ -41,6 +44,7 @@ from scheduler_extender.placements import (
     same_assignment,
 )
 from scheduler_extender.records import NodeRecord, PodRecord
+from scheduler_extender.resharing import ShareChangeRefused
 
 
 def wall_clock_ms() -> int:
@@ -67,6 +71,19 @@ class BindOutcome(enum.Enum):
     BOUND = "bound"
     RELEASED = "released"  # nothing of the bind is left in the API
     ASSIGNED = "assigned"  # the assignment stayed on the pod, which is not bound
+
+
+@attrs.frozen(kw_only=True)
+class ShareChangeStart:
+    """A share change the cache has taken on the pod's GPU, to be written as its new assignment."""
+
+    uid: str
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    assigned_at_ms: int
+    old: ShareSpec
+    new: ShareSpec
 
 
 @attrs.frozen
@@ -167,6 +184,8 @@ class ClusterState:
                 if old.in_flight:
                     old.seen = old.seen or same
                     fresh[uid] = old
+                elif listed is not None and same and old.share_pending and listed.share != old.share:
+                    fresh[uid] = old  # our share change: the list may predate its write
                 elif not old.seen and old.done_seq > started_seq and not same:
                     fresh[uid] = old  # bound after the list began: the list may predate our write
             self._placements = fresh
@@ -196,9 +215,61 @@ class ClusterState:
                 self._unplace(old)  # the assignment was removed
             elif old.matches(assignment):
                 self._refresh(old, record)
+                self._follow_share(old, assignment.share)
             else:
                 self._unplace(old)
                 self._place(placement_of(record, assignment))
+
+    def _follow_share(self, placement: Placement, share: ShareSpec) -> None:
+        """The API shows ``share`` in the pod's assignment: a live change of ours coming back, one
+        older than ours (ignored while ours is pending), or one we did not make (followed)."""
+        if share == placement.share:
+            placement.share_pending = False
+        elif not placement.share_pending:
+            self._reshare(placement, share)
+
+    def _reshare(self, placement: Placement, share: ShareSpec) -> None:
+        placement.share = share
+        entry = self._nodes.get(placement.node)
+        if entry is not None:
+            self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, share)
+        self._changed.notify_all()
+
+    # --- live share changes ------------------------------------------------------------------
+    def begin_share_change(self, uid: str, wanted: ShareSpec) -> ShareChangeStart | None:
+        """Take ``wanted`` on the bound pod's GPU in place of its share, if it may have it.
+
+        None if there is nothing to change here (the pod is not placed and bound, a bind or
+        another change of it is in progress, or it has that share already); raises
+        :class:`ShareChangeRefused` saying why the pod keeps its share. End every start with
+        :meth:`end_share_change`.
+        """
+        with self._changed:
+            placement = self._placements.get(uid)
+            if (placement is None or placement.in_flight or not placement.bound or not placement.seen
+                    or placement.share_pending or placement.share == wanted):
+                return None
+            entry = self._nodes.get(placement.node)
+            if entry is None or entry.state is None:
+                raise ShareChangeRefused(f"node {placement.node} has no usable GPU inventory in the extender's "
+                                         f"cache; the share stays {placement.share.describe()}")
+            entry.judge_change(uid, placement.gpu_uuid, placement.share, wanted)
+            start = ShareChangeStart(uid=uid, node=placement.node, gpu_uuid=placement.gpu_uuid,
+                                     gpu_index=placement.gpu_index, assigned_at_ms=placement.assigned_at_ms,
+                                     old=placement.share, new=wanted)
+            self._reshare(placement, wanted)
+            placement.share_pending = True
+            return start
+
+    def end_share_change(self, start: ShareChangeStart, written: bool) -> None:
+        """The change was written (it stays pending until the API shows it) or not (the old share
+        comes back, unless the API has shown the new one meanwhile)."""
+        with self._changed:
+            placement = self._placements.get(start.uid)
+            if placement is None or written or not placement.share_pending or placement.share != start.new:
+                return
+            placement.share_pending = False
+            self._reshare(placement, start.old)
 
     def delete_pod(self, record: PodRecord) -> None:
         with self._changed:

@@ -1,0 +1,91 @@
+"""Live share changes of running pods, judged: may a bound pod have the time share it now asks for?
+
+A pod's share annotations may be edited after it was bound (by a user, or by the FaSTPod
+controller for a time-only change). The extender's ledger is the one place that decides: the
+change is re-checked against the pod's own GPU, with the pod's old rectangle taken out.
+
+- Only the time share (request and limit) may change on a running pod. The SM percentage is
+  fixed when the process starts (MPS reads ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` once, at the
+  first CUDA call) and so is the memory limit (the hook's memory ledger and what
+  ``cuMemGetInfo`` shows are set at its ``HELLO``): such a change is refused with why.
+- A lower request with the same SM and memory always fits (its rectangle shrinks; the GPU
+  gives nothing away); so does a limit-only change (the limit takes no room in the packing).
+- A higher request must fit the GPU with the other pods on it; if it does not, the refusal says
+  how much of the time the GPU has left for the pod at its SM percentage.
+
+Pure: no I/O, no clock; the cache calls it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fastgshare import keys
+from fastgshare.errors import InvalidShareSpec
+from fastgshare.ledger import GpuLedger
+from fastgshare.share import ShareSpec, format_fraction, parse_share
+
+SM_FIXED = ("the SM percentage is fixed when the process starts (MPS reads CUDA_MPS_ACTIVE_THREAD_PERCENTAGE once)")
+MEMORY_FIXED = "the memory limit is fixed when the process starts (the hook's memory ledger is set at its HELLO)"
+RECREATE = "a FaSTPod rolls its pods for such a change; a bare pod must be recreated"
+
+
+class ShareChangeRefused(Exception):
+    """The pod keeps its share; the message says why, naming the field, the value and what is allowed."""
+
+
+def wanted_share(annotations: Mapping[str, str]) -> ShareSpec:
+    """The share the pod's annotations ask for now; :class:`ShareChangeRefused` with the parser's words."""
+    try:
+        return parse_share(annotations)
+    except InvalidShareSpec as error:
+        raise ShareChangeRefused(str(error)) from None
+
+
+def change_key(annotations: Mapping[str, str]) -> tuple[str | None, ...]:
+    """What identifies one change: the four share annotations as written (one refusal event each)."""
+    return tuple(annotations.get(key) for key in keys.SHARE_ANNOTATIONS)
+
+
+def judge_change(current: ShareSpec, wanted: ShareSpec, ledger: GpuLedger | None) -> None:
+    """Return if ``wanted`` may replace ``current`` on the GPU of ``ledger`` (the pod taken out),
+    else raise :class:`ShareChangeRefused`."""
+    stays = f"the share stays {current.describe()}"
+    if wanted.sm_percent != current.sm_percent:
+        raise ShareChangeRefused(f"{keys.GPU_SM_PARTITION} {wanted.sm_percent} (was {current.sm_percent}) cannot "
+                                 f"change on a running pod: {SM_FIXED}; {RECREATE}; {stays}")
+    if wanted.memory_bytes != current.memory_bytes:
+        raise ShareChangeRefused(f"{keys.GPU_MEM} {wanted.memory_bytes} (was {current.memory_bytes}) cannot change "
+                                 f"on a running pod: {MEMORY_FIXED}; {RECREATE}; {stays}")
+    if wanted.request_permille <= current.request_permille:
+        return  # a smaller (or the same) rectangle: always fits where the old one was
+    if ledger is None:
+        raise ShareChangeRefused(f"the pod's GPU is not in the node's inventory; {stays}")
+    fit = ledger.check(wanted)
+    if fit.ok:
+        return
+    room = most_request_that_fits(ledger, current, wanted)
+    left = (f"at most {format_fraction(room)} of the time is free for it at {wanted.sm_percent} % SM"
+            if room is not None else f"no time is free for it at {wanted.sm_percent} % SM")
+    raise ShareChangeRefused(f"{keys.GPU_QUOTA_REQUEST} {format_fraction(wanted.request_permille)} does not fit GPU "
+                             f"{ledger.gpu.index} ({ledger.gpu.uuid}) with the pods it runs: {fit.message}; {left}; "
+                             f"{stays}")
+
+
+def most_request_that_fits(ledger: GpuLedger, current: ShareSpec, wanted: ShareSpec) -> int | None:
+    """The largest request (permille, at least the current one) the pod could have on ``ledger``,
+    or None if not even the current one fits (an over-committed GPU)."""
+    def fits(request: int) -> bool:
+        return ledger.fits(ShareSpec(request_permille=request, limit_permille=max(request, wanted.limit_permille),
+                                     sm_percent=wanted.sm_percent, memory_bytes=wanted.memory_bytes))
+
+    low, high = current.request_permille, wanted.request_permille - 1
+    if not fits(low):
+        return None
+    while low < high:  # invariant: fits(low); the answer is in low..high
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
