@@ -7,7 +7,9 @@ the API), decides with pure functions and converges:
 
 1. gone from the cache: forget it (the garbage collector deletes its pods);
 2. invalid: create and delete nothing, set ``InvalidSpec``, emit one Warning event per new message;
-3. valid: unless earlier creates or deletes are still unobserved, carry out the plan (scale, roll);
+3. valid: patch the pods that differ only in their time quota in place (the extender then
+   re-checks each on its GPU), then, unless earlier creates or deletes are still unobserved,
+   carry out the plan (scale, roll);
 4. write the status through the status subresource if it changed.
 
 A failed reconcile is retried with a per-key exponential backoff; a success resets it.
@@ -35,10 +37,10 @@ from fastpod_crd_controller.cache import FaSTPodStore, PodStore
 from fastpod_crd_controller.errors import INVALID, ApiError, InvalidFaSTPod
 from fastpod_crd_controller.events import NORMAL, WARNING, EventRecorder, rfc3339
 from fastpod_crd_controller.expectations import Expectations
-from fastpod_crd_controller.plan import Plan, plan
+from fastpod_crd_controller.plan import Plan, in_place_updates, plan
 from fastpod_crd_controller.pods import PodInfo
 from fastpod_crd_controller.ports import KubePort, NoObserver, ReconcileObserver
-from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod
+from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod, time_quota_of
 from fastpod_crd_controller.status import Outcome, compute_status
 from fastpod_crd_controller.workqueue import WorkQueue
 
@@ -109,6 +111,8 @@ class Controller:
         except InvalidFaSTPod as error:
             self._invalid(fastpod, pods, error)
             return RESULT_INVALID
+        if not fastpod["metadata"].get("deletionTimestamp"):
+            pods = self._update_in_place(fastpod, spec, pods)
         step = plan(spec.replicas, pods, spec.revision)
         outcome = Outcome(progress=step.reason, progress_message=_describe(step, spec))
         failure: ApiError | None = None
@@ -118,6 +122,40 @@ class Controller:
         if failure is not None and not outcome.invalid_reason:  # a rejected pod waits for a changed spec
             raise failure
         return RESULT_INVALID if outcome.invalid_reason else RESULT_SYNCED
+
+    def _update_in_place(self, fastpod: dict[str, Any], spec: FaSTPodSpec,
+                         pods: list[PodInfo]) -> list[PodInfo]:
+        """Patch the new time quota and revision onto the pods that differ only in it; returns the pods
+        as the plan should see them (updated). A failure is reported and raised (retried with backoff)."""
+        updates = in_place_updates(pods, spec)
+        if not updates:
+            return pods
+        request, limit = time_quota_of(spec)
+        updated: set[str] = set()
+        for pod in updates:
+            body = {"metadata": {"uid": pod.uid, "labels": {keys.REVISION_LABEL: spec.revision},
+                                 "annotations": {keys.GPU_QUOTA_REQUEST: request, keys.GPU_QUOTA_LIMIT: limit}}}
+            try:
+                self._kube.patch_pod(spec.namespace, pod.name, body)
+                updated.add(pod.uid)
+            except ApiError as error:
+                if error.not_found or error.conflict:  # gone or replaced meanwhile: the cache will tell
+                    continue
+                self._recorder.event(fastpod, WARNING, names.REASON_FAILED_UPDATE,
+                                     f"cannot update pod {pod.name} in place: {error.message or error}")
+                raise
+        if updated:
+            shown = ", ".join(sorted(pod.name for pod in updates if pod.uid in updated))
+            log.info("fastpod=%s time quota updated in place request=%s limit=%s pods=%s", spec.key, request, limit,
+                     shown)
+            self._recorder.event(fastpod, NORMAL, names.REASON_UPDATED_IN_PLACE,
+                                 f"Changed the time quota of pods {shown} in place to request {request} limit {limit}; "
+                                 "the scheduler extender applies it where the pod's GPU has room (see the pods' "
+                                 "ShareChanged or ShareChangeRefused events)")
+        # None of them is rolled: a pod gone or replaced meanwhile shows up in the cache as such.
+        pending = {pod.uid for pod in updates}
+        return [attrs.evolve(pod, revision=spec.revision, time_quota=(request, limit)) if pod.uid in pending else pod
+                for pod in pods]
 
     def _invalid(self, fastpod: dict[str, Any], pods: Sequence[PodInfo], error: InvalidFaSTPod) -> None:
         message = str(error)

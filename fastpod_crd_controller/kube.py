@@ -62,6 +62,9 @@ class KubeClient(rest.Leases, rest.Events):
     def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return rest.call(self._core.create_namespaced_pod, namespace, rest.raw(body))
 
+    def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        rest.call(self._core.patch_namespaced_pod, name, namespace, rest.raw(body), _content_type=rest.MERGE_PATCH)
+
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         rest.call(self._core.delete_namespaced_pod, name, namespace, body=rest.raw({"preconditions": {"uid": uid}}))
 

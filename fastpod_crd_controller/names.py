@@ -22,3 +22,5 @@ REASON_CREATED: Final = "SuccessfulCreate"
 REASON_DELETED: Final = "SuccessfulDelete"
 REASON_FAILED_CREATE: Final = "FailedCreate"
 REASON_FAILED_DELETE: Final = "FailedDelete"
+REASON_UPDATED_IN_PLACE: Final = "UpdatedInPlace"  # a time-quota-only change patched onto the running pods
+REASON_FAILED_UPDATE: Final = "FailedUpdate"

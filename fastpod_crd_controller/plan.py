@@ -4,6 +4,11 @@
 - Too many: delete the surplus in :func:`deletion_order`: outdated pods first, then unscheduled,
   then not-ready, then the newest.
 - Too few: create the missing ones.
+- Pods whose revision differs only in the time quota (``gpu_quota_request``/``gpu_quota_limit``)
+  are updated in place (:func:`in_place_updates`): their annotations and revision label are
+  patched, and the extender re-checks the change on the pod's GPU, so the running process keeps
+  going. An SM or memory change cannot be applied to a running process (MPS's thread percentage
+  and the hook's memory ledger are fixed when it starts), so it rolls the pods like any other.
 - Outdated pods (another revision: the share or the podSpec changed) are replaced with at most
   one replica unavailable and no extra pod: outdated pods that are not ready cost no
   availability and go at once; a ready one goes only while every desired replica is ready,
@@ -18,6 +23,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from fastpod_crd_controller.pods import PodInfo
+from fastpod_crd_controller.spec import FaSTPodSpec, revision_with_time_quota
 
 SCALING_UP = "ScalingUp"
 SCALING_DOWN = "ScalingDown"
@@ -54,3 +60,17 @@ def plan(desired: int, pods: Sequence[PodInfo], revision: str) -> Plan:
     create = desired - (len(active) - len(doomed))
     reason = ROLLING_UPDATE if doomed else SCALING_UP if create else ""
     return Plan(create=create, delete=tuple(doomed), reason=reason)
+
+
+def in_place_updates(pods: Sequence[PodInfo], spec: FaSTPodSpec) -> list[PodInfo]:
+    """The active pods of another revision that differ from ``spec`` only in their time quota."""
+    found: dict[tuple[str | None, str | None], str] = {}  # time quota -> the revision it gives
+    updates = []
+    for pod in pods:
+        if not pod.active or pod.revision == spec.revision:
+            continue
+        if pod.time_quota not in found:
+            found[pod.time_quota] = revision_with_time_quota(spec, pod.time_quota)
+        if found[pod.time_quota] == pod.revision:
+            updates.append(pod)
+    return updates

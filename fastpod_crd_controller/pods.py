@@ -32,6 +32,7 @@ class PodInfo:
     created: str = ""  # RFC 3339, so it sorts as text
     deleting: bool = False
     assignment: str | None = None  # the extender's raw assignment annotation
+    time_quota: tuple[str | None, str | None] = (None, None)  # its gpu_quota_request and gpu_quota_limit annotations
 
     @property
     def key(self) -> str:
@@ -58,6 +59,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
                   if ref.get("controller") and ref.get("kind") == keys.FASTPOD_KIND
                   and str(ref.get("apiVersion", "")).startswith(f"{keys.FASTPOD_GROUP}/")), {})
     conditions = status.get("conditions") or ()
+    annotations = metadata.get("annotations") or {}
     return PodInfo(
         namespace=metadata.get("namespace", ""), name=metadata.get("name", ""), uid=metadata.get("uid", ""),
         owner_uid=owner.get("uid", ""), owner_name=owner.get("name", ""),
@@ -66,5 +68,6 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
         created=metadata.get("creationTimestamp") or "",
         deleting=metadata.get("deletionTimestamp") is not None,
-        assignment=(metadata.get("annotations") or {}).get(keys.POD_ASSIGNMENT_ANNOTATION),
+        assignment=annotations.get(keys.POD_ASSIGNMENT_ANNOTATION),
+        time_quota=(annotations.get(keys.GPU_QUOTA_REQUEST), annotations.get(keys.GPU_QUOTA_LIMIT)),
     )

@@ -20,6 +20,10 @@ class KubePort(Protocol):
         """Create a pod; returns the created object (with the generated name)."""
         ...
 
+    def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        """JSON-merge-patch a pod (``metadata.uid`` in ``body`` makes it fail if the pod was replaced)."""
+        ...
+
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         """Delete a pod, only if it still has ``uid`` (a precondition)."""
         ...

@@ -8,7 +8,8 @@ FaSTPod; the problems become the ``InvalidSpec`` condition and a Warning event.
 
 The ``revision`` is a hash of everything a pod is built from that the user controls (the whole
 podSpec, the labels and the annotations pods inherit); pods carrying another revision are
-outdated and are replaced, one unavailable at a time.
+outdated and are replaced, one unavailable at a time, unless the time quota is all that differs
+(:func:`revision_with_time_quota`): those are updated in place (see :mod:`.plan`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,24 @@ def revision(pod_spec: Mapping[str, Any], labels: Mapping[str, Any], annotations
     text = json.dumps({"podSpec": pod_spec, "labels": labels, "annotations": annotations}, sort_keys=True,
                       separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+TIME_QUOTA_KEYS = (keys.GPU_QUOTA_REQUEST, keys.GPU_QUOTA_LIMIT)
+
+
+def revision_with_time_quota(spec: FaSTPodSpec, time_quota: tuple[str | None, str | None]) -> str:
+    """The revision ``spec`` would have with ``time_quota`` (request and limit annotations, None:
+    absent) in place of its own: a pod carrying it differs from ``spec`` in its time quota only."""
+    annotations = {key: value for key, value in spec.annotations.items() if key not in TIME_QUOTA_KEYS}
+    annotations.update({key: value for key, value in zip(TIME_QUOTA_KEYS, time_quota, strict=True)
+                        if value is not None})
+    return revision(spec.pod_spec, spec.pod_labels, annotations)
+
+
+def time_quota_of(spec: FaSTPodSpec) -> tuple[str | None, str | None]:
+    """The FaSTPod's own time quota annotations, as its pods carry them."""
+    request, limit = (spec.annotations.get(key) for key in TIME_QUOTA_KEYS)
+    return request, limit
 
 
 def _replicas(spec: Mapping[str, Any]) -> int:

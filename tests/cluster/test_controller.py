@@ -286,20 +286,35 @@ def test_the_schema_rejects_what_it_can(cluster: Cluster) -> None:
     assert stored["spec"]["podSpec"]["unknownButKept"] == {"a": 1}
 
 
-def test_a_changed_share_replaces_the_pods(cluster: Cluster, controller: None) -> None:
+def test_a_changed_sm_share_replaces_the_pods(cluster: Cluster, controller: None) -> None:
     cluster.create_fastpod(fastpod_body("rolling", replicas=3))
     old = {pod.metadata.name for pod in cluster.wait_for_pods("rolling", 3)}
-    cluster.patch_fastpod("rolling", {"metadata": {"annotations": {keys.GPU_QUOTA_REQUEST: "0.5"}}})
+    cluster.patch_fastpod("rolling", {"metadata": {"annotations": {keys.GPU_SM_PARTITION: "60"}}})
 
     def replaced() -> bool:
         pods = cluster.pods("rolling")
         return (len(pods) == 3 and not {p.metadata.name for p in pods} & old
-                and all(p.metadata.annotations[keys.GPU_QUOTA_REQUEST] == "0.5" for p in pods))
+                and all(p.metadata.annotations[keys.GPU_SM_PARTITION] == "60" for p in pods))
 
     wait_until(replaced, what="3 pods with the new share", timeout_s=60)
     status = cluster.wait_for_status("rolling", lambda s: s.get("updatedReplicas") == 3 and s.get("replicas") == 3,
                                      "3 updated replicas")
     assert condition(status, "Progressing")["reason"] == "ReplicasUpToDate"
+
+
+def test_a_changed_time_quota_updates_the_pods_in_place(cluster: Cluster, controller: None) -> None:
+    cluster.create_fastpod(fastpod_body("in-place", replicas=2))
+    old = {pod.metadata.uid for pod in cluster.wait_for_pods("in-place", 2)}
+    cluster.patch_fastpod("in-place", {"metadata": {"annotations": {keys.GPU_QUOTA_LIMIT: "0.4"}}})
+
+    def updated() -> bool:
+        pods = cluster.pods("in-place")
+        return {p.metadata.uid for p in pods} == old and all(
+            p.metadata.annotations[keys.GPU_QUOTA_LIMIT] == "0.4" for p in pods)
+
+    wait_until(updated, what="the same 2 pods with the new limit", timeout_s=60)
+    status = cluster.wait_for_status("in-place", lambda s: s.get("updatedReplicas") == 2, "2 updated replicas")
+    assert {p.metadata.labels[keys.REVISION_LABEL] for p in cluster.pods("in-place")} == {status["revision"]}
 
 
 @pytest.mark.usefixtures("controller_manager")

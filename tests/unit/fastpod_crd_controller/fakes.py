@@ -22,6 +22,7 @@ class FakeKube:
         self.actions: list[Action] = []
         self.created: list[dict[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
+        self.pod_patches: list[tuple[str, dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
         self.event_patches: list[tuple[str, dict[str, Any]]] = []
         self.leases: dict[tuple[str, str], dict[str, Any]] = {}
@@ -50,6 +51,10 @@ class FakeKube:
         pod["metadata"].update(name=f"{body['metadata']['generateName']}{number:05d}", uid=f"uid-new-{number}")
         self.created.append(pod)
         return pod
+
+    def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        self._record("patch", "pods", namespace, name)
+        self.pod_patches.append((name, copy.deepcopy(dict(body))))
 
     def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self._record("delete", "pods", namespace, name)

@@ -155,17 +155,17 @@ def test_a_spec_turning_invalid_leaves_existing_pods_alone(f: Fixture) -> None:
 
 def test_a_changed_share_replaces_pods_that_are_not_ready_at_once(f: Fixture) -> None:
     old = fastpod(replicas=2)
-    changed = with_annotations(old, fastgshare__gpu_quota_request="0.2")
+    changed = with_annotations(old, fastgshare__gpu_sm_partition="30")
     f.given(changed, pod("web-a", old), pod("web-b", old))
     assert f.sync()[:4] == [("delete", "pods", NAMESPACE, "web-b"), ("delete", "pods", NAMESPACE, "web-a"),
                             ("create", "pods", NAMESPACE, "web-"), ("create", "pods", NAMESPACE, "web-")]
-    assert f.kube.created[0]["metadata"]["annotations"][keys.GPU_QUOTA_REQUEST] == "0.2"
+    assert f.kube.created[0]["metadata"]["annotations"][keys.GPU_SM_PARTITION] == "30"
     assert f.condition(names.CONDITION_PROGRESSING)["reason"] == "RollingUpdate"
 
 
 def test_a_changed_share_replaces_ready_pods_one_at_a_time(f: Fixture) -> None:
     old = fastpod(replicas=2)
-    changed = with_annotations(old, fastgshare__gpu_quota_request="0.2")
+    changed = with_annotations(old, fastgshare__gpu_mem="2Gi")
     f.given(changed, pod("web-a", old, node="n", ready=True), pod("web-b", old, node="n", ready=True,
                                                                   created="2026-01-01T00:00:09Z"))
     assert f.sync()[:2] == [("delete", "pods", NAMESPACE, "web-b"), ("create", "pods", NAMESPACE, "web-")]
