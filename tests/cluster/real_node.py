@@ -12,7 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from fastgshare import keys
 from fastgshare.codec import PodAssignment, decode_assignment
 from fastgshare_cli import pod_shares
 from fastgshare_cli.pod_shares import use_by_pod
+from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import TENANT_IMAGE_SHORT
 from tests.cluster.controlplane import wait_until
@@ -123,10 +126,22 @@ def running_pods(core: kubernetes.client.CoreV1Api, namespace: str, count: int,
     try:
         wait_until(ready, what=f"{count} running pods in {namespace}", timeout_s=timeout_s)
     except TimeoutError as error:
-        seen = [f"{p.metadata.name}: {p.status.phase} {p.status.reason or ''}".strip()
-                for p in core.list_namespaced_pod(namespace).items]
-        raise TimeoutError(f"{error}; pods: {seen or 'none'}") from None
+        seen = [describe_pod(p) for p in core.list_namespaced_pod(namespace).items]
+        events = [f"{e.involved_object.name}: {e.reason}: {e.message}"
+                  for e in core.list_namespaced_event(namespace).items]
+        raise TimeoutError(f"{error}; pods: {seen or 'none'}; events: {events or 'none'}") from None
     return pods_now()
+
+
+def describe_pod(pod: kubernetes.client.V1Pod) -> str:
+    """One line saying where a pod is stuck: phase, reason, node, unmet conditions, waiting containers."""
+    status = pod.status
+    parts = [f"{pod.metadata.name}: {status.phase}", status.reason or "", f"node={pod.spec.node_name or '-'}"]
+    parts += [f"{c.type}={c.status}({c.reason or ''}: {c.message or ''})"
+              for c in status.conditions or [] if c.status != "True"]
+    parts += [f"{c.name} waiting {c.state.waiting.reason}: {c.state.waiting.message or ''}"
+              for c in status.container_statuses or [] if c.state.waiting]
+    return " ".join(part for part in parts if part)
 
 
 def assignment_of(pod: kubernetes.client.V1Pod) -> PodAssignment:
@@ -146,6 +161,45 @@ def live_memory(cluster: Cluster, gpu_uuid: str) -> int:
 def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dict[str, float]:
     """Pod UID -> share of GPU time its processes got over the next ``seconds``, on ``gpus``."""
     return pod_shares.measure_shares((cluster.fake_gpu_dir(gpu) for gpu in gpus), seconds)
+
+
+@contextmanager
+def real_node_namespace(cluster: Cluster, core: kubernetes.client.CoreV1Api, name: str) -> Iterator[str]:
+    """A namespace for one test on the real node, emptied the way a user would empty it.
+
+    Afterwards the FaSTPods go first (so their controller makes no replacements), then the pods
+    with their own grace period, and the next test starts once the kubelet has finished every
+    one of them. Force-deleting pods on a real kubelet is what this avoids: kubelet v1.20's device
+    manager can crash when a pod is force-deleted while the next is admitted (kubernetes#103838,
+    fixed in 1.24), and the FaSTPod controller admits a replacement at once. A component that
+    exited during the test fails it with its log's last lines instead of stalling later tests.
+    """
+    core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
+    yield name
+    custom = kubernetes.client.CustomObjectsApi(core.api_client)
+    custom.delete_collection_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, name,
+                                                      keys.FASTPOD_PLURAL)
+    core.delete_collection_namespaced_pod(name)
+    deadline = time.monotonic() + 60
+    while (left := core.list_namespaced_pod(name).items) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    uids = [pod.metadata.uid for pod in left]
+    if left:  # the kubelet did not finish them: let the API forget them, and wait for the cgroups
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        while any(pod_cgroup_exists(uid) for uid in uids) and time.monotonic() < deadline + 30:
+            time.sleep(0.2)
+    core.delete_namespace(name)
+    exited = [c for c in local_cluster.status(cluster.state_dir) if not c.running]
+    assert not exited, "\n".join(f"{c.name} exited during the test; the end of {c.log}:\n{_tail(c.log)}"
+                                 for c in exited)
+    assert not left, f"the kubelet did not finish these pods of {name} within 60 s: {[p.metadata.name for p in left]}"
+
+
+def _tail(path: str, lines: int = 30) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError as error:
+        return f"(unreadable: {error})"
 
 
 def pod_cgroup_exists(uid: str) -> bool:

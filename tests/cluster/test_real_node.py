@@ -36,7 +36,7 @@ from tests.cluster.real_node import (
     measure_shares,
     node_metrics,
     node_metrics_address,
-    pod_cgroup_exists,
+    real_node_namespace,
     running_pods,
     share_annotations,
     tenant_container,
@@ -55,19 +55,11 @@ def core(real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
 
 
 @pytest.fixture
-def namespace(core: kubernetes.client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,
+              request: pytest.FixtureRequest) -> Iterator[str]:
     name = request.node.name.removeprefix("test_").replace("_", "-")[:50].rstrip("-")
-    core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
-    yield name
-    uids = [pod.metadata.uid for pod in core.list_namespaced_pod(name).items]
-    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-    core.delete_namespace(name)
-    # The next test starts once the kubelet has torn down every pod of this one (their cgroups are
-    # gone): kubelet v1.20's device manager can panic when a pod is force-deleted while the next
-    # is admitted (kubernetes#103838, fixed in 1.24).
-    deadline = time.monotonic() + 60
-    while any(pod_cgroup_exists(uid) for uid in uids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with real_node_namespace(real_cluster, core, name):
+        yield name
 
 
 def test_fastpods_get_a_share_within_their_request_and_limit(
