@@ -1,4 +1,4 @@
-"""Build hook: compile the kubelet device-plugin .proto with grpcio-tools.
+"""Build hook: compile the kubelet APIs' .proto files (device plugin, pod resources) with grpcio-tools.
 
 Metadata and dependencies are in setup.cfg. The generated modules land next to the .proto
 in ``device_plugin/_api/`` (not committed) for regular and editable installs alike.
@@ -12,24 +12,26 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 API_DIR = Path(__file__).parent / "device_plugin" / "_api"
-PROTO = "deviceplugin.proto"
+PROTOS = ("deviceplugin.proto", "podresources.proto")
 
 
 def compile_protos() -> None:
     from grpc_tools import protoc  # noqa: PLC0415 - a build-time dependency, only present while building
 
     proto_include = Path(protoc.__file__).parent / "_proto"
-    status = protoc.main([
-        "grpc_tools.protoc", f"-I{API_DIR}", f"-I{proto_include}",
-        f"--python_out={API_DIR}", f"--grpc_python_out={API_DIR}", f"--pyi_out={API_DIR}",
-        str(API_DIR / PROTO),
-    ])
-    if status != 0:
-        raise RuntimeError(f"protoc failed on {API_DIR / PROTO} (status {status})")
-    # protoc writes "import deviceplugin_pb2"; make it a package-relative import.
-    grpc_module = API_DIR / "deviceplugin_pb2_grpc.py"
-    text = grpc_module.read_text()
-    grpc_module.write_text(text.replace("import deviceplugin_pb2 as", "from . import deviceplugin_pb2 as"))
+    for proto in PROTOS:
+        status = protoc.main([
+            "grpc_tools.protoc", f"-I{API_DIR}", f"-I{proto_include}",
+            f"--python_out={API_DIR}", f"--grpc_python_out={API_DIR}", f"--pyi_out={API_DIR}",
+            str(API_DIR / proto),
+        ])
+        if status != 0:
+            raise RuntimeError(f"protoc failed on {API_DIR / proto} (status {status})")
+        # protoc writes "import deviceplugin_pb2"; make it a package-relative import.
+        stem = proto.removesuffix(".proto")
+        grpc_module = API_DIR / f"{stem}_pb2_grpc.py"
+        text = grpc_module.read_text()
+        grpc_module.write_text(text.replace(f"import {stem}_pb2 as", f"from . import {stem}_pb2 as"))
 
 
 class BuildWithProtos(build_py):

@@ -2,8 +2,19 @@
 
 kubelet's Allocate carries device IDs only, never the pod. The extender writes an assignment
 on the pod before binding it and serializes binds per node until the previous pod has been
-allocated, so the pod being admitted is the one bound to this node that carries an
-assignment and is not marked allocated yet; with several, the oldest assignment first.
+allocated, so the pod being admitted is one of the pods bound to this node that carry an
+assignment and hold no vGPU yet. Which pods already hold one is kubelet's own record (its
+PodResources API, passed in as ``held``); without it, the ``allocated`` annotation and what this
+agent served since it started.
+
+Exact, never a guess: a pod kubelet has half-served (one of two GPU containers) is the one; else,
+if every waiting pod would get the same (GPU, SM percentage, mounts), the answer is right whichever
+pod kubelet is admitting, and the agent learns afterwards from kubelet which one it was; else, if
+this agent's watch saw every waiting pod arrive on the node since kubelet last started, kubelet
+admits them in that order (its watch and ours follow the same etcd revisions, and it admits one
+pod at a time), so the first to arrive is the one; else the agent cannot know and refuses with a
+reason, which kubelet shows on the pod. The tenant's share never depends on this: the arbiter
+finds a process's pod by its cgroup.
 
 Pure: pods arrive as :class:`PodRecord` snapshots from the kube adapter; the answer is plain
 data the servicer turns into protobuf.
@@ -34,6 +45,10 @@ class PodRecord:
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     gpu_containers: tuple[str, ...] = ()  # containers requesting the vgpu resource, in order
     deleting: bool = False
+    # When this agent's watch saw the pod bound to its node, as a running count (None: it was
+    # already bound when the agent listed, so the order is not known). kubelet admits pods in the
+    # order its own watch sees them bound, which is the same order (both follow etcd's revisions).
+    bound_seq: int | None = None
     # The extender's assignment, decoded once when the record is made (None without one, or when
     # it cannot be read: ``assignment_problem`` then says why).
     assignment: PodAssignment | None = attrs.field(init=False, default=None)
@@ -101,17 +116,22 @@ class HostPaths:
 _FINISHED_PHASES = ("Succeeded", "Failed")
 
 
-def candidates(pods: Iterable[PodRecord], node_name: str) -> tuple[list[Candidate], list[str]]:
+def candidates(pods: Iterable[PodRecord], node_name: str,
+               held: Mapping[str, int] | None = None) -> tuple[list[Candidate], list[str]]:
     """Pods on ``node_name`` waiting for Allocate, oldest assignment first, and any problems.
 
-    Problems are human-readable lines about pods that look like candidates but carry an
-    assignment that cannot be read or names another node.
+    ``held``: kubelet's record, pod key -> how many of its containers hold our devices; a pod
+    is waiting while that is fewer than its GPU containers. Without it (None), a pod marked
+    allocated is not waiting. Problems are human-readable lines about pods that look like
+    candidates but carry an assignment that cannot be read or names another node.
     """
     found: list[Candidate] = []
     problems: list[str] = []
     for pod in pods:
-        if (pod.node_name != node_name or keys.POD_ASSIGNMENT_ANNOTATION not in pod.annotations or pod.allocated
+        if (pod.node_name != node_name or keys.POD_ASSIGNMENT_ANNOTATION not in pod.annotations
                 or pod.deleting or pod.phase in _FINISHED_PHASES):
+            continue
+        if pod.allocated if held is None else held.get(pod.key, 0) >= _gpu_containers(pod):
             continue
         assignment = pod.assignment
         if assignment is None:
@@ -125,6 +145,10 @@ def candidates(pods: Iterable[PodRecord], node_name: str) -> tuple[list[Candidat
     return found, problems
 
 
+def _gpu_containers(pod: PodRecord) -> int:
+    return max(len(pod.gpu_containers), 1)
+
+
 def no_candidate_message(node_name: str, problems: list[str]) -> str:
     """Why Allocate cannot serve a request; kubelet shows it in the pod's events."""
     message = (f"fastgshare: no pod bound to node {node_name} is waiting for a GPU: it needs a "
@@ -135,16 +159,19 @@ def no_candidate_message(node_name: str, problems: list[str]) -> str:
     return message
 
 
-def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bool) -> ContainerAllocation:
-    """The environment and mounts for one container of the candidate pod."""
+def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bool, *,
+                         name_the_pod: bool = True) -> ContainerAllocation:
+    """The environment and mounts for one container of the candidate pod; ``name_the_pod``
+    False leaves out the pod's name (when the agent cannot be sure which pod it serves)."""
     assignment = candidate.assignment
     envs = {
         keys.ENV_VISIBLE_DEVICES: assignment.gpu_uuid,
         keys.ENV_LD_PRELOAD: keys.CONTAINER_HOOK_PATH,
         keys.ENV_ARBITER_SOCKET: str(PurePosixPath(keys.CONTAINER_RUN_DIR) / keys.ARBITER_SOCKET_NAME),
-        keys.ENV_POD: candidate.pod.key,
         keys.ENV_GPU_UUID: assignment.gpu_uuid,
     }
+    if name_the_pod:
+        envs[keys.ENV_POD] = candidate.pod.key
     mounts = [
         Mount(keys.CONTAINER_HOOK_PATH, paths.hook_library, read_only=True),
         Mount(keys.CONTAINER_RUN_DIR, paths.run_dir, read_only=True),  # tenants connect; they must not unlink or bind
@@ -175,26 +202,79 @@ def preferred_slots(available: Iterable[str], must_include: Iterable[str], size:
     return (chosen + rest)[:max(size, len(chosen))]
 
 
+Answer = tuple[tuple[tuple[str, str], ...], tuple[Mount, ...]]
+
+
+def _comparable(allocation: ContainerAllocation) -> Answer:
+    return tuple(sorted(allocation.envs.items())), allocation.mounts
+
+
+def answer_for(pod: PodRecord, paths: HostPaths, mps_enabled: bool) -> Answer | None:
+    """What any container of ``pod`` must be given, its name left out (None: no readable assignment)."""
+    if pod.assignment is None:
+        return None
+    return _comparable(container_allocation(Candidate(pod, pod.assignment), paths, mps_enabled, name_the_pod=False))
+
+
+def given_answer(allocation: ContainerAllocation) -> Answer:
+    """What a container was given, its pod's name left out, comparable with :func:`answer_for`."""
+    return _comparable(attrs.evolve(allocation, envs={k: v for k, v in allocation.envs.items() if k != keys.ENV_POD}))
+
+
 class NoPendingPod(Exception):
     """No pod is waiting for this Allocate; the message says why."""
 
 
+class AmbiguousAllocate(NoPendingPod):
+    """Several pods wait, and they would get different GPUs or SM percentages: the agent cannot
+    tell which one kubelet is admitting. The message names them."""
+
+
+def ambiguity_message(node_name: str, waiting: Iterable[Candidate]) -> str:
+    listed = ", ".join(f"{c.pod.key} (GPU {c.assignment.gpu_uuid}, SM {c.assignment.share.sm_percent}%)"
+                       for c in waiting)
+    return (f"fastgshare: refused rather than guess: kubelet is admitting one of several pods bound to node "
+            f"{node_name} that would get different GPUs or SM percentages, and neither Allocate nor the order "
+            f"they arrived in says which (they were bound before the node agent or kubelet last started): "
+            f"{listed}. A FaSTPod replaces this pod by itself, a bare pod must be created again")
+
+
+@attrs.frozen
+class Choice:
+    """Whom an Allocate serves: ``waiting`` are the pods it could be for, all getting the same;
+    ``certain`` when there is only one. ``presumed`` is the one to name when not certain."""
+
+    waiting: tuple[Candidate, ...]
+
+    @property
+    def certain(self) -> bool:
+        return len(self.waiting) == 1
+
+    @property
+    def presumed(self) -> Candidate:
+        return self.waiting[0]
+
+
 @attrs.frozen
 class Grant:
-    """What one Allocate call gives: the pod, one allocation per container, and whether the
-    pod is now fully allocated (every GPU container served) and should be marked so."""
+    """What one Allocate call gives: the pods it may be for, one allocation per container, and
+    whether the pod is now fully allocated (every GPU container served) and should be marked so."""
 
-    candidate: Candidate
+    choice: Choice
     containers: tuple[ContainerAllocation, ...]
     pod_complete: bool
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.choice.presumed
 
 
 class Allocator:
     """Turns Allocate calls into grants, remembering pods served but not yet seen as marked.
 
     kubelet calls Allocate once per GPU container; a pod with two GPU containers is served by
-    two calls, and stays first in line until both are done. Pods this agent completed are
-    skipped even while the cache still shows them unmarked.
+    two calls, and stays first in line until both are done. Pods this agent certainly completed
+    are skipped even while the cache still shows them unmarked.
     """
 
     def __init__(self, node_name: str, paths: HostPaths) -> None:
@@ -202,30 +282,54 @@ class Allocator:
         self.paths = paths
         self._in_progress: dict[str, int] = {}  # pod uid -> GPU containers served so far
         self._completed: set[str] = set()
+        self._refused: set[str] = set()  # pods refused by name: kubelet is failing them
 
-    def peek(self, pods: Iterable[PodRecord]) -> Candidate:
-        """The pod the next Allocate is for, without serving it."""
+    def refuse(self, candidate: Candidate) -> None:
+        """The agent refused this pod's Allocate: it waits no longer, even while the cache lags."""
+        self._refused.add(candidate.pod.uid)
+
+    def peek(self, pods: Iterable[PodRecord], held: Mapping[str, int] | None = None,
+             mps_enabled: bool = True, order_from: int | None = None) -> Choice:
+        """Whom the next Allocate is for, without serving it; ``held`` as in :func:`candidates`;
+        pods whose ``bound_seq`` is at least ``order_from`` arrived in a known order (None: no
+        order is known).
+
+        Raises :class:`NoPendingPod` when nobody waits and :class:`AmbiguousAllocate` when the
+        waiting pods would get different answers and their order is not known.
+        """
         pods = list(pods)
         known = {pod.uid for pod in pods}
         self._completed &= known  # forget pods that are gone
+        self._refused &= known
         self._in_progress = {uid: n for uid, n in self._in_progress.items() if uid in known}
-        found, problems = candidates((p for p in pods if p.uid not in self._completed), self.node_name)
+        served = self._completed | self._refused
+        found, problems = candidates((p for p in pods if p.uid not in served), self.node_name, held)
         if not found:
             raise NoPendingPod(no_candidate_message(self.node_name, problems))
-        in_progress = [c for c in found if c.pod.uid in self._in_progress]
-        return (in_progress or found)[0]
+        started = [c for c in found if c.pod.uid in self._in_progress or (held or {}).get(c.pod.key, 0) > 0]
+        if started:  # kubelet finishes one pod's containers before it admits the next
+            return Choice((started[0],))
+        answers = {_comparable(container_allocation(c, self.paths, mps_enabled, name_the_pod=False)) for c in found}
+        if len(answers) == 1:
+            return Choice(tuple(found))
+        arrivals = [c.pod.bound_seq for c in found]
+        if order_from is not None and all(seq is not None and seq >= order_from for seq in arrivals):
+            return Choice((min(found, key=lambda c: c.pod.bound_seq or 0),))  # kubelet admits in arrival order
+        raise AmbiguousAllocate(ambiguity_message(self.node_name, found))
 
-    def grant(self, pods: Iterable[PodRecord], containers: int, mps_enabled: bool) -> Grant:
+    def grant(self, pods: Iterable[PodRecord], containers: int, mps_enabled: bool,
+              held: Mapping[str, int] | None = None, order_from: int | None = None) -> Grant:
         """Serve ``containers`` containers of the next pod."""
-        candidate = self.peek(pods)
+        choice = self.peek(pods, held, mps_enabled, order_from)
+        candidate = choice.presumed
         uid = candidate.pod.uid
-        served = self._in_progress.get(uid, 0) + containers
-        needed = max(len(candidate.pod.gpu_containers), 1)
-        complete = served >= needed
-        if complete:
-            self._in_progress.pop(uid, None)
-            self._completed.add(uid)
-        else:
-            self._in_progress[uid] = served
-        allocation = container_allocation(candidate, self.paths, mps_enabled)
-        return Grant(candidate, (allocation,) * containers, complete)
+        served = max(self._in_progress.get(uid, 0), (held or {}).get(candidate.pod.key, 0)) + containers
+        complete = served >= _gpu_containers(candidate.pod)
+        if choice.certain or held is None:  # without kubelet's record, the oldest is the best there is
+            if complete:
+                self._in_progress.pop(uid, None)
+                self._completed.add(uid)
+            else:
+                self._in_progress[uid] = served
+        allocation = container_allocation(candidate, self.paths, mps_enabled, name_the_pod=choice.certain)
+        return Grant(choice, (allocation,) * containers, complete)

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from device_plugin.allocation import PodRecord
 from fastgshare import keys
 from fastgshare_kube import rest
@@ -97,6 +99,7 @@ class NodePods:
         self._node_name = node_name
         self._pods: dict[str, PodRecord] = {}
         self._version = 0  # bumped on every change, for wait_for_change
+        self._binds_seen = 0  # pods seen arriving on this node by the watch (their bound_seq)
         self._synced = False
         self._changed = threading.Condition()
         source = RawListWatch(rest.core_v1(api).list_pod_for_all_namespaces,
@@ -124,19 +127,38 @@ class NodePods:
         with self._changed:
             return self._changed.wait_for(lambda: self._version != seen_version, timeout=timeout_s)
 
+    def binds_seen(self) -> int:
+        """How many pods the watch has seen arriving on this node; the next one gets this as its
+        ``bound_seq``."""
+        with self._changed:
+            return self._binds_seen
+
     # --- the reflector's sink -------------------------------------------------------------------
     def replace(self, objects: list[dict[str, Any]]) -> None:
+        """A (re)list: pods known before keep their place in the bind order; new ones have none
+        (they may have arrived in any order while the watch was down)."""
         records = [pod_record(obj) for obj in objects]
         with self._changed:
-            self._pods = {record.uid: record for record in records}
+            self._pods = {record.uid: attrs.evolve(record, bound_seq=self._bound_seq_of(record.uid))
+                          for record in records}
             self._synced = True
             self._bump()
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
+        """A pod changed, or arrived: the field selector shows a pod when it is bound here, so a pod
+        new to the cache takes the next place in the bind order."""
         record = pod_record(obj)
         with self._changed:
-            self._pods[record.uid] = record
+            known = record.uid in self._pods
+            seq = self._bound_seq_of(record.uid) if known else self._binds_seen
+            if not known:
+                self._binds_seen += 1
+            self._pods[record.uid] = attrs.evolve(record, bound_seq=seq)
             self._bump()
+
+    def _bound_seq_of(self, uid: str) -> int | None:
+        known = self._pods.get(uid)
+        return None if known is None else known.bound_seq
 
     def delete(self, obj: Mapping[str, Any]) -> None:
         uid = str((obj.get("metadata") or {}).get("uid") or "")

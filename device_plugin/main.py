@@ -54,6 +54,7 @@ log = logging.getLogger("device_plugin")
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_STATE_DIR = "/var/lib/fastgshare"
 DEFAULT_HOOK = "/usr/lib/fastgshare/libfastgshare-hook.so"
+DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--health-recovery-seconds", type=float, default=0.0,
                         help="mark a GPU healthy again after this long without critical XID events; "
                              "0 keeps it unhealthy until the agent restarts (default: %(default)s)")
+    parser.add_argument("--pod-resources-socket", type=Path, default=DEFAULT_POD_RESOURCES_SOCKET,
+                        help="kubelet's PodResources API socket: kubelet's record of which pods hold a vGPU, so "
+                             "Allocate never serves a pod on a guess (default: %(default)s; kubelet --root-dir "
+                             "decides where it is; without it the agent relies on its own annotations)")
     parser.add_argument("--allocate-wait-seconds", type=float, default=10.0,
                         help="how long Allocate waits for the pod it serves to appear in the watch cache "
                              "(default: %(default)s)")
@@ -224,6 +229,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter) -> Components:
     """Create and wire every other part of the agent (nothing of it runs yet)."""
     from device_plugin.agent import NodeAgent  # noqa: PLC0415 - heavy: after the arbiter started
     from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_client, missing_node  # noqa: PLC0415
+    from device_plugin.pod_resources import PodResourcesClient  # noqa: PLC0415
     from device_plugin.servicer import DevicePluginServicer  # noqa: PLC0415
 
     backend, run_dir, arbiter = early.backend, early.run_dir, early.thread
@@ -247,11 +253,13 @@ def build(args: argparse.Namespace, early: EarlyArbiter) -> Components:
     writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)})
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
                                                     mps_pipe_dir=args.mps_pipe_dir, simulated_driver=driver))
+    kubelet_record = PodResourcesClient(args.pod_resources_socket, keys.VGPU_RESOURCE)
     agent = NodeAgent(
         devices=devices, backend=backend, publisher=writer, plugin_dir=args.device_plugin_dir, stopping=stopping,
         health_recovery_s=args.health_recovery_seconds,
         make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, writer, stopping=stopping,
-                                                   allocate_wait_s=args.allocate_wait_seconds),
+                                                   allocate_wait_s=args.allocate_wait_seconds,
+                                                   kubelet_record=kubelet_record),
     )
     inventory = devices.inventory()
     log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s metrics=%s:%d", args.node_name,

@@ -1,8 +1,12 @@
 """The kubelet-facing gRPC edge: the DevicePlugin service and its server on a unix socket.
 
 Translation only: messages in, decisions from :mod:`device_plugin.allocation` and
-:mod:`device_plugin.devices`, messages out. Together with :mod:`device_plugin.registration`
-the only importer of the generated API code.
+:mod:`device_plugin.devices`, messages out. kubelet's own record of which pods hold our devices
+(:mod:`device_plugin.pod_resources`) tells who still waits, and, after an Allocate the agent
+could serve without knowing the pod (every waiting pod got the same answer), which pod it was:
+that pod is marked allocated once kubelet shows the request's device IDs on it. With
+:mod:`device_plugin.registration` and :mod:`device_plugin.pod_resources`, the only importers of
+the generated API code.
 """
 
 from __future__ import annotations
@@ -21,12 +25,25 @@ import grpc
 
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
-from device_plugin.allocation import Allocator, Grant, NoPendingPod, PodRecord, preferred_slots
+from device_plugin.allocation import (
+    Allocator,
+    AmbiguousAllocate,
+    Answer,
+    Grant,
+    NoPendingPod,
+    PodRecord,
+    answer_for,
+    given_answer,
+    preferred_slots,
+)
 from device_plugin.devices import DeviceState, SlotDevice
+from device_plugin.pod_resources import PodDevices
 
 log = logging.getLogger(__name__)
 
-OPTIONS = api.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+# PreStartContainer: the check that no container starts with another pod's GPU (see there).
+OPTIONS = api.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
+GIVEN_REMEMBERED = 4096  # device IDs whose answers are kept for PreStartContainer
 
 
 class PodSource(Protocol):
@@ -36,9 +53,32 @@ class PodSource(Protocol):
 
     def wait_for_change(self, seen_version: int, timeout_s: float) -> bool: ...
 
+    def binds_seen(self) -> int: ...
+
 
 class AllocationMarker(Protocol):
     def mark_allocated(self, pod: PodRecord, value: str) -> bool: ...
+
+
+class KubeletRecord(Protocol):
+    """kubelet's PodResources: pod key -> its devices of our resource; None if kubelet does not answer."""
+
+    def devices(self) -> dict[str, PodDevices] | None: ...
+
+
+class NoKubeletRecord:
+    """For kubelets without the PodResources API: the agent relies on its annotations."""
+
+    def devices(self) -> dict[str, PodDevices] | None:
+        return None
+
+
+class _Refused(NoPendingPod):
+    """The pod being admitted cannot be served (its GPU is gone or unhealthy)."""
+
+
+AMBIGUITY_WAIT_S = 3.0  # a refused pod of an earlier Allocate turns Failed meanwhile, ending the doubt
+OWNER_WAIT_S = 10.0  # how long to look in kubelet's record for the pod an unnamed Allocate served
 
 
 def _list_response(slots: list[SlotDevice]) -> api.ListAndWatchResponse:
@@ -48,17 +88,23 @@ def _list_response(slots: list[SlotDevice]) -> api.ListAndWatchResponse:
 class DevicePluginServicer(api_grpc.DevicePluginServicer):
     def __init__(self, devices: DeviceState, allocator: Allocator, pods: PodSource, marker: AllocationMarker,
                  *, allocate_wait_s: float = 10.0, stopping: threading.Event,
+                 kubelet_record: KubeletRecord | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._devices = devices
         self._allocator = allocator
         self._pods = pods
         self._marker = marker
+        self._kubelet_record = kubelet_record or NoKubeletRecord()
         self._allocate_wait_s = allocate_wait_s
         self._stopping = stopping
         self._now = now
         self._monotonic = monotonic
         self._allocate_lock = threading.Lock()  # one Allocate at a time: pods are served in order
+        self._given: dict[str, tuple[Answer, bool]] = {}  # device ID -> what its container got, with MPS
+        # A servicer is made each time kubelet (re)starts: kubelet lists the pods already bound and
+        # admits them by creation time, so only pods arriving from now on come in a known order.
+        self._order_from = pods.binds_seen()
 
     def GetDevicePluginOptions(self, request: api.Empty, context: grpc.ServicerContext) -> api.DevicePluginOptions:
         return OPTIONS
@@ -83,7 +129,8 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
                                context: grpc.ServicerContext) -> api.PreferredAllocationResponse:
         _, pods = self._pods.snapshot()
         try:
-            gpu_uuid: str | None = self._allocator.peek(pods).assignment.gpu_uuid
+            gpu_uuid: str | None = self._allocator.peek(pods, self._held(pods),
+                                                        order_from=self._order_from).presumed.assignment.gpu_uuid
         except NoPendingPod:
             gpu_uuid = None
         return api.PreferredAllocationResponse(container_responses=[
@@ -94,14 +141,22 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
 
     def Allocate(self, request: api.AllocateRequest, context: grpc.ServicerContext) -> api.AllocateResponse:
         containers = len(request.container_requests)
+        device_ids = [device_id for r in request.container_requests for device_id in r.devices_ids]
         with self._allocate_lock:
             try:
                 grant = self._grant(containers)
             except NoPendingPod as refusal:
                 log.warning("allocate refused node=%s devices=%s reason=%s", self._devices.node_name,
-                            [list(r.devices_ids) for r in request.container_requests], refusal)
+                            device_ids, refusal)
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(refusal))
-            self._finish(grant)
+            self._finish(grant, device_ids)
+            gpu = self._devices.gpu(grant.candidate.assignment.gpu_uuid)
+            mps = gpu is not None and gpu.mps_enabled
+            for request_ids, allocation in zip(request.container_requests, grant.containers, strict=True):
+                for device_id in request_ids.devices_ids:
+                    self._given[device_id] = (given_answer(allocation), mps)
+            while len(self._given) > GIVEN_REMEMBERED:
+                del self._given[next(iter(self._given))]
         return api.AllocateResponse(container_responses=[
             api.ContainerAllocateResponse(
                 envs=dict(allocation.envs),
@@ -112,33 +167,108 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
 
     def PreStartContainer(self, request: api.PreStartContainerRequest,
                           context: grpc.ServicerContext) -> api.PreStartContainerResponse:
+        """The last check before a container starts: kubelet's record now names the pod holding
+        these devices; if what Allocate gave them is not what that pod is assigned (kubelet admitted
+        a pod the agent did not expect), the container does not start and the reason is on the pod."""
+        if (problem := self._wrong_answer(list(request.devices_ids))) is not None:
+            log.warning("pre-start refused devices=%s reason=%s", list(request.devices_ids), problem)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
         return api.PreStartContainerResponse()
 
+    def _wrong_answer(self, device_ids: list[str]) -> str | None:
+        given = [self._given[d] for d in device_ids if d in self._given]
+        record = self._kubelet_record.devices()
+        if not given or record is None:
+            return None  # answered before this agent started, or no record to check against
+        owner = next((held for held in record.values()
+                      if set(device_ids) <= {d for ids in held.containers.values() for d in ids}), None)
+        _, pods = self._pods.snapshot()
+        pod = next((p for p in pods if owner is not None and p.key == owner.key), None)
+        if pod is None:
+            return None
+        answer, mps = given[0]
+        if answer == answer_for(pod, self._allocator.paths, mps):
+            return None
+        assignment = pod.assignment
+        return (f"fastgshare: refused to start a container of pod {pod.key}: Allocate gave it another pod's GPU or "
+                f"SM percentage ({dict(answer[0]).get('NVIDIA_VISIBLE_DEVICES')}), while the pod is assigned "
+                f"{'no GPU' if assignment is None else f'GPU {assignment.gpu_uuid}, SM {assignment.share.sm_percent}%'}"
+                f"; kubelet admitted a pod the node agent did not expect. Delete the pod (a FaSTPod replaces it)")
+
+    def _held(self, pods: list[PodRecord]) -> dict[str, int] | None:
+        """kubelet's record as pod key -> GPU containers served; None without one. Marks pods
+        kubelet fully served that carry no mark yet (a crash between answer and mark)."""
+        record = self._kubelet_record.devices()
+        if record is None:
+            return None
+        for pod in pods:
+            held = record.get(pod.key)
+            if (held is not None and not pod.allocated and not pod.deleting
+                    and len(held.containers) >= max(len(pod.gpu_containers), 1)):
+                self._mark(pod, "kubelet shows its devices")
+        return {key: len(held.containers) for key, held in record.items()}
+
     def _grant(self, containers: int) -> Grant:
-        """Serve the next pod, waiting up to ``allocate_wait_s`` for the cache to show it."""
-        deadline = self._monotonic() + self._allocate_wait_s
+        """Serve the next pod, waiting up to ``allocate_wait_s`` for the cache to show it (and up
+        to ``AMBIGUITY_WAIT_S`` for a doubt between waiting pods to clear)."""
+        started = self._monotonic()
         while True:
             version, pods = self._pods.snapshot()
             try:
-                candidate = self._allocator.peek(pods)
+                held = self._held(pods)
+                choice = self._allocator.peek(pods, held, order_from=self._order_from)
+                candidate = choice.presumed
                 gpu = self._devices.gpu(candidate.assignment.gpu_uuid)
-                if gpu is None:
-                    raise NoPendingPod(f"pod {candidate.pod.key} is assigned GPU {candidate.assignment.gpu_uuid}, "
-                                       f"which node {self._devices.node_name} does not have")
-                if not gpu.healthy:
-                    raise NoPendingPod(f"pod {candidate.pod.key} is assigned GPU {gpu.uuid}, which is unhealthy")
-                return self._allocator.grant(pods, containers, gpu.mps_enabled)
-            except NoPendingPod:
-                remaining = deadline - self._monotonic()
+                problem = (f"which node {self._devices.node_name} does not have" if gpu is None
+                           else None if gpu.healthy else "which is unhealthy")
+                if gpu is None or problem is not None:
+                    if choice.certain:
+                        self._allocator.refuse(candidate)
+                    raise _Refused(f"pod {candidate.pod.key} is assigned GPU {candidate.assignment.gpu_uuid}, "
+                                   f"{problem}")
+                return self._allocator.grant(pods, containers, gpu.mps_enabled, held, self._order_from)
+            except _Refused:
+                raise  # this pod is the one kubelet admits: waiting would serve the next one instead
+            except NoPendingPod as refusal:
+                wait_s = AMBIGUITY_WAIT_S if isinstance(refusal, AmbiguousAllocate) else self._allocate_wait_s
+                remaining = started + wait_s - self._monotonic()
                 if remaining <= 0 or not self._pods.wait_for_change(version, remaining):
                     raise
 
-    def _finish(self, grant: Grant) -> None:
-        pod, gpu = grant.candidate.pod, grant.candidate.assignment.gpu_uuid
-        log.info("allocated pod=%s gpu=%s containers=%d complete=%s", pod.key, gpu, len(grant.containers),
-                 grant.pod_complete)
-        if grant.pod_complete and not self._marker.mark_allocated(pod, self._now().isoformat()):
-            log.warning("pod=%s vanished or was replaced before it could be marked allocated", pod.key)
+    def _finish(self, grant: Grant, device_ids: list[str]) -> None:
+        choice, gpu = grant.choice, grant.candidate.assignment.gpu_uuid
+        waiting = [c.pod.key for c in choice.waiting]
+        log.info("allocated pod=%s gpu=%s containers=%d complete=%s", waiting[0] if choice.certain else waiting,
+                 gpu, len(grant.containers), grant.pod_complete)
+        if choice.certain or isinstance(self._kubelet_record, NoKubeletRecord):
+            if grant.pod_complete:
+                self._mark(grant.candidate.pod, "served")
+            return
+        # Every waiting pod got the same answer; kubelet records which one it was as soon as this
+        # answer reaches it, under the device IDs it asked for.
+        threading.Thread(target=self._mark_owner, args=(device_ids,), name="allocate-owner", daemon=True).start()
+
+    def _mark_owner(self, device_ids: list[str]) -> None:
+        deadline = self._monotonic() + OWNER_WAIT_S
+        wanted = set(device_ids)
+        while self._monotonic() < deadline and not self._stopping.is_set():
+            record = self._kubelet_record.devices() or {}
+            owner = next((held for held in record.values()
+                          if wanted <= {d for ids in held.containers.values() for d in ids}), None)
+            if owner is not None:
+                _, pods = self._pods.snapshot()
+                pod = next((p for p in pods if p.key == owner.key), None)
+                if pod is not None and len(owner.containers) >= max(len(pod.gpu_containers), 1):
+                    log.info("kubelet shows devices=%s on pod=%s", device_ids, pod.key)
+                    self._mark(pod, "kubelet shows its devices")
+                return
+            self._stopping.wait(0.05)
+        log.warning("kubelet never showed devices=%s on a pod; the pod is marked when the next Allocate looks",
+                    device_ids)
+
+    def _mark(self, pod: PodRecord, why: str) -> None:
+        if not self._marker.mark_allocated(pod, self._now().isoformat()):
+            log.warning("pod=%s vanished or was replaced before it could be marked allocated (%s)", pod.key, why)
 
 
 class PluginServer:

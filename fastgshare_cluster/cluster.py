@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -358,6 +358,7 @@ class _Startup:
         agent = self.start("node-agent", [
             _command("fastgshare-node-agent"), "--node-name", node.NODE_NAME, "--kubeconfig", str(kubeconfig),
             "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
+            "--pod-resources-socket", str(kubelet.root_dir / "pod-resources" / "kubelet.sock"),
             "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", str(self.dir / "nvidia-mps"),
             "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
             "--fake-driver-dir", str(options.hook_build / "fake"),
@@ -484,11 +485,12 @@ def _process_image(pid: int) -> tuple[list[str], dict[str, str]]:
 
 
 def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = print,
-            die_with_parent: bool = False) -> ComponentStatus:
+            die_with_parent: bool = False, extra_args: Sequence[str] = ()) -> ComponentStatus:
     """Restart one component of the running cluster as a rollout (SIGTERM, wait, start again) or,
     with ``kill``, as a crash (SIGKILL) would; the same command line, environment and log file.
     Returns the new process's status. ``die_with_parent`` (tests): the new process gets SIGTERM
-    when the calling process dies."""
+    when the calling process dies. ``extra_args`` are appended to the command line (for flags
+    that take one value, the last one counts: a later restart can set it back)."""
     name = RESTARTABLE.get(component)
     if name is None:
         raise ClusterError(f"cannot restart {component!r}; one of: {', '.join(RESTARTABLE)}")
@@ -509,7 +511,8 @@ def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = p
     else:
         stop_recorded(entry["pid"], entry.get("start_time"))
     stopped = time.monotonic()
-    process = ManagedProcess(name, args, Path(entry["log"]), die_with_parent=die_with_parent, env=env)
+    process = ManagedProcess(name, [*args, *extra_args], Path(entry["log"]), die_with_parent=die_with_parent,
+                             env=env)
     entry.update({"pid": process.pid, "start_time": process.start_time})
     _write_state(state_dir, state)
     time.sleep(0.5)

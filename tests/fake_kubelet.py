@@ -4,6 +4,9 @@ It serves ``v1beta1.Registration`` on ``<dir>/kubelet.sock``; inside ``Register`
 plugin's endpoint and calls ``GetDevicePluginOptions``, as current kubelets do, so a plugin
 that is not serving yet fails to register. :meth:`restart` behaves like kubelet's device
 manager on start: every socket in the directory is removed and ``kubelet.sock`` re-created.
+
+:class:`FakePodResources` serves kubelet's PodResources v1 ``List`` from what a test says kubelet
+gave each container, on its own socket, as kubelet does under ``<root>/pod-resources/``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import grpc
 
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
+from device_plugin._api import podresources_pb2 as pr_api
+from device_plugin._api import podresources_pb2_grpc as pr_grpc
 
 
 class _Registration(api_grpc.RegistrationServicer):
@@ -71,3 +76,41 @@ class FakeKubelet:
 
     def plugin_channel(self, endpoint: str) -> grpc.Channel:
         return grpc.insecure_channel(f"unix://{self.plugin_dir / endpoint}")
+
+
+class FakePodResources(pr_grpc.PodResourcesListerServicer):
+    """kubelet's PodResources v1 server: ``List`` answers what :meth:`give` recorded."""
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+        self.calls = 0
+        self._given: dict[tuple[str, str], dict[str, tuple[str, list[str]]]] = {}
+        self._lock = threading.Lock()
+        self._server: grpc.Server | None = None
+
+    def give(self, namespace: str, name: str, container: str, resource: str, device_ids: list[str]) -> None:
+        """kubelet accepted an Allocate answer for this container (it records it before the next admission)."""
+        with self._lock:
+            self._given.setdefault((namespace, name), {})[container] = (resource, list(device_ids))
+
+    def List(self, request: pr_api.ListPodResourcesRequest,
+             context: grpc.ServicerContext) -> pr_api.ListPodResourcesResponse:
+        with self._lock:
+            self.calls += 1
+            return pr_api.ListPodResourcesResponse(pod_resources=[
+                pr_api.PodResources(namespace=namespace, name=name, containers=[
+                    pr_api.ContainerResources(name=container, devices=[
+                        pr_api.ContainerDevices(resource_name=resource, device_ids=ids)])
+                    for container, (resource, ids) in containers.items()])
+                for (namespace, name), containers in self._given.items()])
+
+    def start(self) -> None:
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        pr_grpc.add_PodResourcesListerServicer_to_server(self, self._server)
+        self._server.add_insecure_port(f"unix://{self.socket_path}")
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait()
+            self._server = None

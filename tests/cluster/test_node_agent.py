@@ -120,9 +120,11 @@ def test_allocate_finds_the_right_pod_marks_it_and_refuses_when_none(
     bound_pod(core, namespace, "first", agent.node, agent.gpus[2], at_ms=1_000)
     bound_pod(core, namespace, "other-node", "some-other-node", agent.gpus[0], at_ms=10)
 
+    # kubelet admits pods in the order they arrive on the node (its watch and the agent's see the
+    # same order), not by assignment time: "second" was bound first.
     envs = [dict(agent.allocate().container_responses[0].envs) for _ in range(2)]
     assert [(e["FASTGSHARE_POD"], e["NVIDIA_VISIBLE_DEVICES"]) for e in envs] == [
-        (f"{namespace}/first", agent.gpus[2].uuid), (f"{namespace}/second", agent.gpus[3].uuid)]
+        (f"{namespace}/second", agent.gpus[3].uuid), (f"{namespace}/first", agent.gpus[2].uuid)]
     for name in ("first", "second"):
         annotations = core.read_namespaced_pod(name, namespace).metadata.annotations
         assert keys.POD_ALLOCATED_ANNOTATION in annotations

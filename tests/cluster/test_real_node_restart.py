@@ -17,8 +17,10 @@ import pytest
 from fastgshare_cli.pod_shares import use_by_pod
 from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster.cluster import Cluster
-from fastgshare_cluster.processes import wait_until
+from fastgshare_cluster.processes import http_ok, wait_until
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from tests.cluster.real_node import (
+    ADMISSION_REJECTED,
     apply,
     assignment_of,
     busy_by_pod,
@@ -27,7 +29,7 @@ from tests.cluster.real_node import (
     kubectl,
     log_lines,
     node_metrics,
-    pod_cgroup_exists,
+    real_node_namespace,
     running_pods,
     share_annotations,
     tenant_container,
@@ -45,17 +47,12 @@ def core(real_node_turn: None, real_cluster: Cluster) -> kubernetes.client.CoreV
 
 
 @pytest.fixture
-def namespace(core: kubernetes.client.CoreV1Api, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,
+              request: pytest.FixtureRequest) -> Iterator[str]:
     base = request.node.name.removeprefix("test_").replace("_", "-")
     name = f"{base[:40].rstrip('-')}-{zlib.crc32(base.encode()) % 100_000}"  # parametrized cases differ
-    core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
-    yield name
-    uids = [pod.metadata.uid for pod in core.list_namespaced_pod(name).items]
-    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-    core.delete_namespace(name)
-    deadline = time.monotonic() + 60  # the next test waits for the kubelet to tear these down
-    while any(pod_cgroup_exists(uid) for uid in uids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with real_node_namespace(real_cluster, core, name):
+        yield name
 
 
 def agent_healthy(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> bool:
@@ -158,3 +155,73 @@ def test_a_crashed_component_comes_back_and_running_pods_keep_running(
     gpu = assignment_of(still).gpu_uuid
     wait_until(lambda: before.metadata.uid in busy_by_pod(real_cluster, gpu), what="the first pod launching",
                timeout_s=30)
+
+
+def test_pods_bound_without_bind_turns_get_their_own_assignment_or_are_refused(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """Issue 13, item 2: with the extender's per-node bind turn forced to time out, kubelet admits
+    pods in whatever order it likes. Allocate serves a pod only when it is sure what that pod gets
+    (or every waiting pod gets the same); otherwise it refuses, and the FaSTPod controller replaces
+    the refused pod. In the end all 20 run, each with its own GPU and SM percentage."""
+    show = ('echo "{\\"visible\\": \\"$NVIDIA_VISIBLE_DEVICES\\", '
+            '\\"sm\\": \\"$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\\"}"; exec sleep 3600')
+    documents = []
+    for name, sm in (("twenty", 20), ("thirty", 30)):
+        document = fastpod(name, share_annotations(0.02, 0.05, sm, "128Mi"), {}, replicas=10)
+        document["spec"]["podSpec"]["containers"][0]["command"] = ["sh", "-c", show]
+        documents.append(document)
+    local_cluster.restart(real_cluster.state_dir, "extender", say=lambda _t: None, die_with_parent=True,
+                          extra_args=["--bind-wait-seconds", "0"])
+    try:
+        wait_until(lambda: http_ok(f"{real_cluster.extender_url}/readyz"), what="the extender ready",
+                   timeout_s=60)
+        apply(real_cluster, namespace, *documents)
+        pods = running_pods(core, namespace, 20, timeout_s=300, ignore_rejected=True)
+    finally:
+        local_cluster.restart(real_cluster.state_dir, "extender", say=lambda _t: None, die_with_parent=True,
+                              extra_args=["--bind-wait-seconds", str(DEFAULT_BIND_WAIT_S)])
+        wait_until(lambda: http_ok(f"{real_cluster.extender_url}/readyz"), what="the extender ready",
+                   timeout_s=60)
+    for pod in pods:
+        assignment = assignment_of(pod)
+        (seen,) = log_lines(real_cluster, namespace, pod.metadata.name)
+        assert seen == {"visible": assignment.gpu_uuid, "sm": str(assignment.share.sm_percent)}, pod.metadata.name
+        assert assignment.share.sm_percent == (20 if pod.metadata.name.startswith("twenty") else 30)
+    refused = [pod for pod in core.list_namespaced_pod(namespace).items if pod.status.reason == ADMISSION_REJECTED]
+    for pod in refused:
+        assert "refused rather than guess" in pod.status.message, (pod.metadata.name, pod.status.message)
+    print(f"20 pods bound without bind turns: {len(refused)} refused at admission and replaced; every running "
+          f"pod has its own GPU and SM percentage")
+
+
+def test_kill_9_of_each_component_while_thirty_pods_are_created_loses_and_double_books_nothing(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """Issue 13: kill -9 the node agent, extender, controller, kubelet and containerd, one after the
+    other, while a FaSTPod of 30 is being created. Afterwards: exactly 30 pods run (none lost, none
+    twice), each container sees its own GPU and SM percentage, and no GPU holds more than it has."""
+    show = ('echo "{\\"visible\\": \\"$NVIDIA_VISIBLE_DEVICES\\", '
+            '\\"sm\\": \\"$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\\"}"; exec sleep 3600')
+    document = fastpod("thirty", share_annotations(0.03, 0.05, 10, "512Mi"), {}, replicas=30)
+    document["spec"]["podSpec"]["containers"][0]["command"] = ["sh", "-c", show]
+    apply(real_cluster, namespace, document)
+    for component, created in (("node-agent", 2), ("extender", 6), ("controller", 10), ("kubelet", 16),
+                               ("containerd", 22)):
+        wait_until(lambda created=created: len(core.list_namespaced_pod(namespace).items) >= created,
+                   what=f"{created} pods created", timeout_s=180)
+        local_cluster.restart(real_cluster.state_dir, component, kill=True, say=lambda _t: None, die_with_parent=True)
+    pods = running_pods(core, namespace, 30, timeout_s=420, ignore_rejected=True)
+    assert len({pod.metadata.name for pod in pods}) == 30
+    per_gpu: dict[str, list[int]] = {}
+    for pod in pods:
+        assignment = assignment_of(pod)
+        (seen,) = log_lines(real_cluster, namespace, pod.metadata.name)
+        assert seen == {"visible": assignment.gpu_uuid, "sm": str(assignment.share.sm_percent)}, pod.metadata.name
+        used = per_gpu.setdefault(assignment.gpu_uuid, [0, 0])
+        used[0] += assignment.share.request_permille
+        used[1] += assignment.share.memory_bytes
+    for gpu, (request_permille, memory) in per_gpu.items():
+        assert request_permille <= 1000, (gpu, request_permille)
+        assert memory <= 16 << 30, (gpu, memory)
+    refused = [pod for pod in core.list_namespaced_pod(namespace).items if pod.status.reason == ADMISSION_REJECTED]
+    print(f"30 pods with kill -9 of five components: all running, {len(refused)} refused at admission and replaced; "
+          f"per GPU (request permille, memory bytes): {per_gpu}")

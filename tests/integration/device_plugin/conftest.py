@@ -16,27 +16,42 @@ from device_plugin.agent import NodeAgent
 from device_plugin.allocation import Allocator, HostPaths, PodRecord
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import SimulatedGpus
+from device_plugin.pod_resources import PodResourcesClient
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
 from fastgshare.inventory import parse_gpu_spec
-from tests.fake_kubelet import FakeKubelet
+from tests.fake_kubelet import FakeKubelet, FakePodResources
 
 NODE = "gpu-node-1"
 
 
 class FakePods:
-    """An in-memory stand-in for the watch cache, with the same change signalling."""
+    """An in-memory stand-in for the watch cache, with the same change signalling and bind order."""
 
     def __init__(self) -> None:
         self._pods: dict[str, PodRecord] = {}
         self._version = 0
+        self._binds = 0
         self._changed = threading.Condition()
 
-    def put(self, pod: PodRecord) -> None:
+    def put(self, pod: PodRecord, *, arrived: bool = True) -> None:
+        """Add or change a pod; a new one ``arrived`` through the watch (else it was listed: its
+        place in the bind order is unknown)."""
         with self._changed:
-            self._pods[pod.uid] = pod
+            known = self._pods.get(pod.uid)
+            if known is not None:
+                seq = known.bound_seq
+            elif arrived:
+                seq, self._binds = self._binds, self._binds + 1
+            else:
+                seq = None
+            self._pods[pod.uid] = attrs.evolve(pod, bound_seq=seq)
             self._version += 1
             self._changed.notify_all()
+
+    def binds_seen(self) -> int:
+        with self._changed:
+            return self._binds
 
     def snapshot(self) -> tuple[int, list[PodRecord]]:
         with self._changed:
@@ -83,6 +98,7 @@ class RunningAgent:
     marker: FakeMarker
     publisher: FakePublisher
     paths: HostPaths
+    pod_resources: FakePodResources | None = None
 
     def stub(self) -> api_grpc.DevicePluginStub:
         channel = self.kubelet.plugin_channel(keys.DEVICE_PLUGIN_SOCKET)
@@ -96,8 +112,7 @@ def short_tmp() -> Iterator[Path]:
         yield Path(directory)
 
 
-@pytest.fixture
-def running_agent(short_tmp: Path) -> Iterator[RunningAgent]:
+def _run_agent(short_tmp: Path, pod_resources: FakePodResources | None) -> Iterator[RunningAgent]:
     plugin_dir = short_tmp / "dp"
     plugin_dir.mkdir()
     kubelet = FakeKubelet(plugin_dir)
@@ -110,17 +125,37 @@ def running_agent(short_tmp: Path) -> Iterator[RunningAgent]:
     devices = DeviceState(NODE, gpus.devices(), slots_per_gpu=4)
     allocator = Allocator(NODE, paths)
     stopping = threading.Event()
+    record = None if pod_resources is None else PodResourcesClient(pod_resources.socket_path, keys.VGPU_RESOURCE)
     agent = NodeAgent(
         devices=devices, backend=gpus, publisher=publisher, plugin_dir=plugin_dir, stopping=stopping,
         retry_s=0.2,
         make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, marker, stopping=stopping,
-                                                   allocate_wait_s=1.0),
+                                                   allocate_wait_s=1.0, kubelet_record=record),
     )
     agent.start()
     assert kubelet.wait_for_registrations(1), "the agent never registered"
-    yield RunningAgent(agent, kubelet, gpus, pods, marker, publisher, paths)
+    yield RunningAgent(agent, kubelet, gpus, pods, marker, publisher, paths, pod_resources)
     agent.stop()
     kubelet.stop()
+    if record is not None:
+        record.close()
+
+
+@pytest.fixture
+def running_agent(short_tmp: Path) -> Iterator[RunningAgent]:
+    """The agent with a kubelet that has no PodResources API: it relies on its annotations."""
+    yield from _run_agent(short_tmp, None)
+
+
+@pytest.fixture
+def exact_agent(short_tmp: Path) -> Iterator[RunningAgent]:
+    """The agent with a kubelet that serves PodResources, as kubelet 1.20 and later do."""
+    pod_resources = FakePodResources(short_tmp / "pod-resources.sock")
+    pod_resources.start()
+    try:
+        yield from _run_agent(short_tmp, pod_resources)
+    finally:
+        pod_resources.stop()
 
 
 def rpc_error(call: object) -> grpc.RpcError:

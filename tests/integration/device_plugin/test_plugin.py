@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import attrs
 import grpc
 
 from device_plugin._api import deviceplugin_pb2 as api
@@ -26,7 +27,7 @@ def test_registration_carries_the_contract(running_agent: RunningAgent) -> None:
     assert request.endpoint == keys.DEVICE_PLUGIN_SOCKET
     assert request.resource_name == "fastgshare.caps.in.tum/vgpu"
     assert request.options.get_preferred_allocation_available
-    assert not request.options.pre_start_required
+    assert request.options.pre_start_required  # the last check that no container gets another pod's GPU
     assert options.get_preferred_allocation_available
 
 
@@ -108,13 +109,78 @@ def test_allocate_refuses_a_pod_assigned_to_an_unknown_or_sick_gpu(running_agent
     assert "is assigned GPU GPU-not-here, which node gpu-node-1 does not have" in error.details()
 
 
-def test_pods_are_served_oldest_assignment_first_each_once(running_agent: RunningAgent) -> None:
+def test_pods_waiting_for_different_gpus_are_served_in_the_order_they_arrived(running_agent: RunningAgent) -> None:
+    """kubelet admits pods one at a time in the order its watch sees them bound; the agent's watch
+    sees the same order, whatever the assignment times say."""
     gpus = running_agent.gpus.devices()
     for name, gpu, at in [("b", gpus[1], 2_000), ("a", gpus[0], 1_000), ("c", gpus[0], 3_000)]:
         running_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index, at_ms=at)))
     served = [dict(_allocate(running_agent, "x::0").container_responses[0].envs) for _ in range(3)]
-    assert [(e["FASTGSHARE_POD"], e["NVIDIA_VISIBLE_DEVICES"]) for e in served] == [
-        ("team-a/a", gpus[0].uuid), ("team-a/b", gpus[1].uuid), ("team-a/c", gpus[0].uuid)]
+    # "a" and "c" get the same answer: the second goes out without a name, which does not matter
+    assert [(e.get("FASTGSHARE_POD"), e["NVIDIA_VISIBLE_DEVICES"]) for e in served] == [
+        ("team-a/b", gpus[1].uuid), (None, gpus[0].uuid), ("team-a/c", gpus[0].uuid)]
+
+
+def test_pods_in_unknown_order_waiting_for_different_gpus_are_refused_rather_than_guessed(
+        running_agent: RunningAgent) -> None:
+    gpus = running_agent.gpus.devices()
+    for name, gpu, at in [("b", gpus[1], 2_000), ("a", gpus[0], 1_000)]:  # listed after an agent restart
+        running_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index, at_ms=at)),
+                               arrived=False)
+    error = rpc_error(lambda: _allocate(running_agent, "x::0"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "refused rather than guess" in error.details()
+    assert f"team-a/a (GPU {gpus[0].uuid}, SM 50%), team-a/b (GPU {gpus[1].uuid}, SM 50%)" in error.details()
+    assert running_agent.marker.marked == []
+    # kubelet fails the pod it was admitting ("b", say); the doubt is gone and "a" is served as itself.
+    _, pods = running_agent.pods.snapshot()
+    running_agent.pods.put(attrs.evolve(next(p for p in pods if p.name == "b"), phase="Failed"))
+    envs = _allocate(running_agent, "x::0").container_responses[0].envs
+    assert (envs["FASTGSHARE_POD"], envs["NVIDIA_VISIBLE_DEVICES"]) == ("team-a/a", gpus[0].uuid)
+    assert running_agent.marker.marked == ["team-a/a"]
+
+
+def test_pods_waiting_for_the_same_answer_are_served_and_served_each_once(running_agent: RunningAgent) -> None:
+    gpu = running_agent.gpus.devices()[0]
+    for name, at in [("b", 2_000), ("a", 1_000), ("c", 3_000)]:
+        running_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index, at_ms=at)))
+    served = [dict(_allocate(running_agent, "x::0").container_responses[0].envs) for _ in range(3)]
+    assert {e["NVIDIA_VISIBLE_DEVICES"] for e in served} == {gpu.uuid}
+    assert running_agent.marker.marked == ["team-a/a", "team-a/b", "team-a/c"]  # no kubelet record: oldest first
+    assert "FASTGSHARE_POD" not in served[0]  # not sure which pod it was: it is not named
+    assert served[2]["FASTGSHARE_POD"] == "team-a/c"  # the last one waiting is certain
+
+
+def test_kubelets_record_names_the_pod_an_unnamed_allocate_served(exact_agent: RunningAgent) -> None:
+    gpu = exact_agent.gpus.devices()[0]
+    for name, at in [("a", 1_000), ("b", 2_000)]:
+        exact_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index, at_ms=at)))
+    envs = _allocate(exact_agent, f"{gpu.uuid}::3").container_responses[0].envs
+    assert "FASTGSHARE_POD" not in envs
+    assert exact_agent.marker.marked == []  # not "a" on a guess
+    assert exact_agent.pod_resources is not None
+    exact_agent.pod_resources.give("team-a", "b", "main", keys.VGPU_RESOURCE, [f"{gpu.uuid}::3"])  # it was "b"
+    deadline = time.monotonic() + 10
+    while not exact_agent.marker.marked and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert exact_agent.marker.marked == ["team-a/b"]
+    # The next Allocate knows "b" holds its slot and serves "a", by name.
+    assert _allocate(exact_agent, f"{gpu.uuid}::2").container_responses[0].envs["FASTGSHARE_POD"] == "team-a/a"
+
+
+def test_kubelets_record_beats_the_agents_own_marks(exact_agent: RunningAgent) -> None:
+    """A crash can leave a pod marked that kubelet never got devices for, and a pod served but not
+    marked: kubelet's record decides who waits, and the unmarked served pod is marked."""
+    gpus = exact_agent.gpus.devices()
+    assert exact_agent.pod_resources is not None
+    exact_agent.pods.put(pod_record("marked-not-served", NODE, allocated=True,
+                                    assigned=assignment(NODE, gpus[0].uuid, gpus[0].index, at_ms=1_000)))
+    exact_agent.pods.put(pod_record("served-not-marked", NODE,
+                                    assigned=assignment(NODE, gpus[1].uuid, gpus[1].index, at_ms=2_000)))
+    exact_agent.pod_resources.give("team-a", "served-not-marked", "main", keys.VGPU_RESOURCE, [f"{gpus[1].uuid}::0"])
+    envs = _allocate(exact_agent, f"{gpus[0].uuid}::0").container_responses[0].envs
+    assert (envs["FASTGSHARE_POD"], envs["NVIDIA_VISIBLE_DEVICES"]) == ("team-a/marked-not-served", gpus[0].uuid)
+    assert "team-a/served-not-marked" in exact_agent.marker.marked
 
 
 def test_a_pod_with_two_gpu_containers_is_marked_after_both(running_agent: RunningAgent) -> None:
@@ -125,7 +191,8 @@ def test_a_pod_with_two_gpu_containers_is_marked_after_both(running_agent: Runni
     assert running_agent.marker.marked == []
     second = _allocate(running_agent, f"{gpu.uuid}::1")
     assert running_agent.marker.marked == ["team-a/two"]
-    assert {r.container_responses[0].envs["FASTGSHARE_POD"] for r in (first, second)} == {"team-a/two"}
+    assert "FASTGSHARE_POD" not in first.container_responses[0].envs  # "two" or "next": both get the same
+    assert second.container_responses[0].envs["FASTGSHARE_POD"] == "team-a/two"  # half-served: certain
 
 
 def test_preferred_allocation_prefers_the_assigned_gpu(running_agent: RunningAgent) -> None:
@@ -150,3 +217,25 @@ def test_kubelet_restart_leads_to_reregistration_with_state_kept(running_agent: 
     assert health[f"{uuid}::0"] == "Unhealthy"  # the health learned before the restart survived
     stream.cancel()
     assert json.loads(running_agent.publisher.payloads[-1])["node"] == NODE
+
+
+def test_a_container_given_another_pods_gpu_does_not_start(exact_agent: RunningAgent) -> None:
+    """If kubelet admitted a pod the agent did not expect (it rejected the expected one before its
+    Allocate), PreStartContainer, when kubelet's record names the pod, stops the wrong start."""
+    gpus = exact_agent.gpus.devices()
+    assert exact_agent.pod_resources is not None
+    for name, gpu in [("expected", gpus[0]), ("admitted", gpus[1])]:
+        exact_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index)))
+    envs = _allocate(exact_agent, f"{gpus[0].uuid}::0").container_responses[0].envs
+    assert envs["FASTGSHARE_POD"] == "team-a/expected"  # it arrived first
+    exact_agent.pod_resources.give("team-a", "admitted", "main", keys.VGPU_RESOURCE, [f"{gpus[0].uuid}::0"])
+    stub = exact_agent.stub()
+    error = rpc_error(lambda: stub.PreStartContainer(api.PreStartContainerRequest(devices_ids=[f"{gpus[0].uuid}::0"]),
+                                                     timeout=10))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert error.details().startswith("fastgshare: refused to start a container of pod team-a/admitted")
+    assert f"is assigned GPU {gpus[1].uuid}" in error.details()
+    # the usual case: kubelet's record names the pod that was served, and the container starts
+    exact_agent.pod_resources.give("team-a", "admitted", "main", keys.VGPU_RESOURCE, [])
+    exact_agent.pod_resources.give("team-a", "expected", "main", keys.VGPU_RESOURCE, [f"{gpus[0].uuid}::0"])
+    stub.PreStartContainer(api.PreStartContainerRequest(devices_ids=[f"{gpus[0].uuid}::0"]), timeout=10)

@@ -80,7 +80,10 @@ def test_only_the_node_agent_sees_the_host() -> None:
             if obj["metadata"]["name"] == "fastgshare-node-agent":
                 assert spec.get("hostPID") is True  # peer PID -> pod via /proc
                 assert sorted(host_paths) == ["/tmp/nvidia-mps", "/var/lib/fastgshare",
-                                              "/var/lib/kubelet/device-plugins"]
+                                              "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/pod-resources"]
+                [agent] = spec["containers"]
+                read_only = {m["mountPath"] for m in agent["volumeMounts"] if m.get("readOnly")}
+                assert "/var/lib/kubelet/pod-resources" in read_only  # it only asks kubelet
             elif obj["metadata"]["name"] == "fastgshare-mps":
                 assert spec.get("hostIPC") is True
                 assert "/tmp/nvidia-mps" in host_paths

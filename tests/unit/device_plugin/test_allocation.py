@@ -7,6 +7,7 @@ import pytest
 
 from device_plugin.allocation import (
     Allocator,
+    AmbiguousAllocate,
     HostPaths,
     NoPendingPod,
     SimulatedDriver,
@@ -117,7 +118,7 @@ def test_pods_that_left_are_forgotten() -> None:
     # "a" disappears from the cache, then a pod with its uid comes back (same name re-created).
     with pytest.raises(NoPendingPod):
         allocator.peek([])
-    assert allocator.peek([pod]).pod.name == "a"
+    assert allocator.peek([pod]).presumed.pod.name == "a"
 
 
 @pytest.mark.parametrize(
@@ -156,3 +157,36 @@ def test_a_pod_record_decodes_its_assignment_once_when_it_is_made() -> None:
     assert bad.assignment_problem
     assert pod_record("none", NODE).assignment is None
     assert attrs.evolve(good, phase="Running").assignment == good.assignment
+
+
+def test_with_kubelets_record_a_pod_waits_until_kubelet_shows_all_its_gpu_containers() -> None:
+    pods = [pod_record("served", NODE, assigned=assignment(NODE, "G0", at_ms=1)),
+            pod_record("half", NODE, assigned=assignment(NODE, "G0", at_ms=2), containers=("x", "y")),
+            pod_record("marked-only", NODE, assigned=assignment(NODE, "G0", at_ms=3), allocated=True)]
+    found, _ = candidates(pods, NODE, held={"team-a/served": 1, "team-a/half": 1})
+    assert [c.pod.name for c in found] == ["half", "marked-only"]  # a mark alone proves nothing
+    assert Allocator(NODE, PATHS).peek(pods, {"team-a/served": 1, "team-a/half": 1}).presumed.pod.name == "half"
+
+
+def test_waiting_pods_with_different_answers_are_ambiguous_and_named() -> None:
+    pods = [pod_record("a", NODE, assigned=assignment(NODE, "G0", at_ms=1)),
+            pod_record("b", NODE, assigned=assignment(NODE, "G1", at_ms=2))]
+    with pytest.raises(AmbiguousAllocate, match=r"team-a/a \(GPU G0, SM 50%\), team-a/b \(GPU G1, SM 50%\)"):
+        Allocator(NODE, PATHS).peek(pods, {})
+    # without MPS the SM percentage is not part of the answer, the GPU still is
+    with pytest.raises(AmbiguousAllocate):
+        Allocator(NODE, PATHS).peek(pods, {}, mps_enabled=False)
+
+
+def test_waiting_pods_with_one_answer_are_served_unnamed_and_not_remembered_as_served() -> None:
+    allocator = Allocator(NODE, PATHS)
+    pods = [pod_record("a", NODE, assigned=assignment(NODE, "G0", at_ms=1)),
+            pod_record("b", NODE, assigned=assignment(NODE, "G0", at_ms=2))]
+    grant = allocator.grant(pods, 1, True, held={})
+    assert not grant.choice.certain
+    assert [c.pod.name for c in grant.choice.waiting] == ["a", "b"]
+    assert keys.ENV_POD not in grant.containers[0].envs
+    # kubelet's record says who it was: "b"; then "a" is the only one waiting, and named
+    again = allocator.grant(pods, 1, True, held={"team-a/b": 1})
+    assert again.choice.certain
+    assert again.containers[0].envs[keys.ENV_POD] == "team-a/a"
