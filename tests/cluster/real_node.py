@@ -128,7 +128,7 @@ def running_pods(core: kubernetes.client.CoreV1Api, namespace: str, count: int,
     except TimeoutError as error:
         seen = [describe_pod(p) for p in core.list_namespaced_pod(namespace).items]
         events = [f"{e.involved_object.name}: {e.reason}: {e.message}"
-                  for e in core.list_namespaced_event(namespace).items]
+                  for e in core.list_namespaced_event(namespace).items][-30:]
         raise TimeoutError(f"{error}; pods: {seen or 'none'}; events: {events or 'none'}") from None
     return pods_now()
 
