@@ -3,10 +3,13 @@
 Builds the hook (``make -C vgpu_hook``; at run time it loads the real ``libcuda.so.1``) and
 ``bench/gpu/tenant.cu`` (nvcc; a CUDA-runtime program, so the driver is reached through
 cudart's dlopen + cuGetProcAddress, the path the hook must catch), starts the arbiter, and runs
-the isolation scenarios with real kernels, enforced (hook + arbiter, sync at token end) and
-uncontrolled. Each tenant measures its own kernels with CUDA events (GPU timestamps). Then the
-launch overhead (tiny kernels with and without the hook) and the memory coverage matrix against
-the real driver and NVML.
+the isolation scenarios with real kernels three ways: enforced with the hook's default (a
+``cuCtxSynchronize`` when a token ends, so queued kernels cannot run into the next holder's time),
+enforced without it (``FASTGSHARE_SYNC_AT_TOKEN_END=0``: launches return at once and the queue
+drains after the token), and uncontrolled. Each tenant measures its own kernels with CUDA events
+(GPU timestamps). Then the launch overhead (tiny kernels without the hook, with it, and with it but
+no sync at token end) and the memory coverage matrix against the real driver and NVML. The two
+enforced columns side by side settle whether the sync's cost buys the limit.
 
 Needs only the standard library and attrs besides the project (no Flask, kubernetes, PyYAML).
 Run from the repository root: ``python3 bench/gpu/run.py [--seconds S]``; prints one JSON object.
@@ -60,14 +63,14 @@ def start_arbiter(workdir: Path, tenants: list[tuple[str, float, float, int, int
 
 
 def run_tenants(tenant: Path, hook: Path | None, workdir: Path, tenants: list[tuple[str, float, float, int, int]],
-                *, seconds: float, kernel_us: float = 500) -> dict[str, dict[str, float]]:
+                *, seconds: float, kernel_us: float = 500, sync: bool = True) -> dict[str, dict[str, float]]:
     processes = {}
     for name, _, _, on_ms, off_ms in tenants:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FASTGSHARE_") and k != "LD_PRELOAD"}
         if hook is not None:
             env.update({"LD_PRELOAD": str(hook), "FASTGSHARE_ARBITER_SOCKET": str(workdir / "arbiter.sock"),
                         "FASTGSHARE_POD": f"gpu/{name}", "FASTGSHARE_GPU_UUID": GPU,
-                        "FASTGSHARE_SYNC_AT_TOKEN_END": "1"})
+                        "FASTGSHARE_SYNC_AT_TOKEN_END": "1" if sync else "0"})
         args = [str(tenant), "--seconds", str(seconds), "--kernel-us", str(kernel_us)]
         if on_ms:
             args += ["--burst-on-ms", str(on_ms), "--burst-off-ms", str(off_ms)]
@@ -81,9 +84,9 @@ def run_tenants(tenant: Path, hook: Path | None, workdir: Path, tenants: list[tu
     return results
 
 
-def launch_ns(tenant: Path, hook: Path | None, workdir: Path) -> float:
+def launch_ns(tenant: Path, hook: Path | None, workdir: Path, *, sync: bool = True) -> float:
     tenants = [("overhead", 1.0, 1.0, 0, 0)]
-    result = run_tenants(tenant, hook, workdir, tenants, seconds=3, kernel_us=0)["overhead"]
+    result = run_tenants(tenant, hook, workdir, tenants, seconds=3, kernel_us=0, sync=sync)["overhead"]
     return round(3e9 / max(int(result["kernels"]), 1), 1)
 
 
@@ -113,21 +116,25 @@ def main() -> None:
                                        capture_output=True, text=True, check=False).stdout.strip()
         scenarios = []
         for name, tenants in SCENARIOS.items():
-            arbiter = start_arbiter(workdir, tenants)
-            try:
-                enforced = run_tenants(tenant, hook, workdir, tenants, seconds=args.seconds)
-            finally:
-                arbiter.terminate()
-                arbiter.wait(10)
+            enforced = {}
+            for sync in (True, False):
+                arbiter = start_arbiter(workdir, tenants)
+                try:
+                    enforced[sync] = run_tenants(tenant, hook, workdir, tenants, seconds=args.seconds, sync=sync)
+                finally:
+                    arbiter.terminate()
+                    arbiter.wait(10)
             uncontrolled = run_tenants(tenant, None, workdir, tenants, seconds=args.seconds)
             scenarios.append({"scenario": name, "tenants": [
-                {"tenant": t[0], "request": t[1], "limit": t[2], "enforced": enforced[t[0]],
-                 "uncontrolled": uncontrolled[t[0]]} for t in tenants]})
+                {"tenant": t[0], "request": t[1], "limit": t[2], "enforced": enforced[True][t[0]],
+                 "enforced_no_sync_at_token_end": enforced[False][t[0]], "uncontrolled": uncontrolled[t[0]]}
+                for t in tenants]})
         report["results"] = scenarios
         arbiter = start_arbiter(workdir, [("overhead", 1.0, 1.0, 0, 0)])
         try:
             report["launch_plus_sync_ns"] = {"no_hook": launch_ns(tenant, None, workdir),
-                                             "hook": launch_ns(tenant, hook, workdir)}
+                                             "hook": launch_ns(tenant, hook, workdir),
+                                             "hook_no_sync_at_token_end": launch_ns(tenant, hook, workdir, sync=False)}
         finally:
             arbiter.terminate()
             arbiter.wait(10)

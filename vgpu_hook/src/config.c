@@ -24,13 +24,15 @@ static void copy_env(struct fgs_config *cfg, const char *name, char *dest, size_
     memcpy(dest, value, strlen(value) + 1);
 }
 
+/* On by default: on a real GPU launches return before their kernels end, and without the sync
+ * the work queued under an expiring token runs into the next holder's time. */
 static void read_sync_flag(struct fgs_config *cfg)
 {
     const char *value = getenv(FGS_ENV_SYNC_AT_TOKEN_END);
-    if (value == NULL || strcmp(value, "") == 0 || strcmp(value, "0") == 0 || strcmp(value, "false") == 0)
-        cfg->sync_at_token_end = 0;
-    else if (strcmp(value, "1") == 0 || strcmp(value, "true") == 0)
+    if (value == NULL || strcmp(value, "") == 0 || strcmp(value, "1") == 0 || strcmp(value, "true") == 0)
         cfg->sync_at_token_end = 1;
+    else if (strcmp(value, "0") == 0 || strcmp(value, "false") == 0)
+        cfg->sync_at_token_end = 0;
     else if (cfg->error[0] == '\0')
         snprintf(cfg->error, sizeof cfg->error, FGS_ENV_SYNC_AT_TOKEN_END "=%.64s is not 0 or 1", value);
 }

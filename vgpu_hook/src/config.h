@@ -5,7 +5,8 @@
  *   FASTGSHARE_ARBITER_SOCKET          unix socket of the node's arbiter (required to launch)
  *   FASTGSHARE_POD                     "namespace/name", sent in HELLO (trusted-env mode only)
  *   FASTGSHARE_GPU_UUID                the GPU this container was given, sent in HELLO
- *   FASTGSHARE_SYNC_AT_TOKEN_END       1: cuCtxSynchronize before returning an expired token
+ *   FASTGSHARE_SYNC_AT_TOKEN_END       1 (default): cuCtxSynchronize before returning an expired token;
+ *                                      0: return it at once (queued kernels may outlive the token)
  *   FASTGSHARE_HOOK_REPLY_TIMEOUT_MS   how long to wait for any arbiter reply (default 30000)
  *   FASTGSHARE_HOOK_RECONNECT_S        after losing a registered connection (the node agent restarts),
  *                                      how long to reconnect before failing closed (default 30; 0: never)

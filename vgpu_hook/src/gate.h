@@ -4,7 +4,7 @@
  * fgs_gate_enter returns CUDA_SUCCESS when the process may launch now. While the token is
  * valid that is one vDSO clock read and one atomic load: no lock, no syscall. When it has
  * expired (or was never granted) the calling thread takes the gate lock, connects and says
- * HELLO on first use, optionally synchronises the context (FASTGSHARE_SYNC_AT_TOKEN_END=1),
+ * HELLO on first use, synchronises the context (unless FASTGSHARE_SYNC_AT_TOKEN_END=0),
  * returns the old token with its used time and blocks until the arbiter grants a new one.
  *
  * Fail closed: when the arbiter cannot be used (socket unset or unreachable, connection closed,

@@ -99,13 +99,14 @@ def test_used_time_of_each_returned_token_is_reported(build: Build, gpu_dir: Pat
     assert all(5 * MS <= u < 7 * MS for u in used[1:]), used
 
 
-@pytest.mark.parametrize(("setting", "syncs"), [("1", 4), ("0", 0)])
+@pytest.mark.parametrize(("setting", "syncs"), [(None, 4), ("1", 4), ("0", 0)])
 def test_sync_at_token_end_synchronises_before_returning_a_token(build: Build, gpu_dir: Path,
-                                                                 start_arbiter: StartArbiter, setting: str,
+                                                                 start_arbiter: StartArbiter, setting: str | None,
                                                                  syncs: int) -> None:
+    """On by default (a real GPU's queued kernels must not outlive the token); 0 turns it off."""
     arbiter = start_arbiter(Script(token_ns=1))
     result = run_tenant(build, gpu_dir, "--launches", "5", "--duration-us", "100", arbiter=arbiter,
-                        env={"FASTGSHARE_SYNC_AT_TOKEN_END": setting})
+                        env={} if setting is None else {"FASTGSHARE_SYNC_AT_TOKEN_END": setting})
     assert result.returncode == 0, result.stderr
     assert read_state(gpu_dir).by_pid(result.summary["pid"]).ctx_syncs == syncs
 
