@@ -54,6 +54,28 @@ FASTPOD_NAME_LABEL: Final = f"{API_GROUP}/fastpod"
 # Pod label: a hash of what the controller built the pod from; a changed spec makes it outdated.
 REVISION_LABEL: Final = f"{API_GROUP}/revision"
 
+# --- FaSTFunc custom resource: a serverless function on shared GPUs (docs/functions.md) -----
+FASTFUNC_GROUP: Final = API_GROUP
+FASTFUNC_VERSION: Final = "v1"
+FASTFUNC_KIND: Final = "FaSTFunc"
+FASTFUNC_PLURAL: Final = "fastfuncs"
+FASTFUNC_SINGULAR: Final = "fastfunc"
+FASTFUNC_SHORT_NAME: Final = "fstf"
+FASTFUNC_CRD_NAME: Final = f"{FASTFUNC_PLURAL}.{FASTFUNC_GROUP}"
+FASTFUNC_API_VERSION: Final = f"{FASTFUNC_GROUP}/{FASTFUNC_VERSION}"
+# Label on a function's FaSTPods and pods (value: the function's name); the gateway routes by it.
+FUNCTION_LABEL: Final = f"{API_GROUP}/function"
+# OpenFaaS's own label for a function's pods, for its tooling.
+OPENFAAS_FUNCTION_LABEL: Final = "faas_function"
+# Label on a function's FaSTPod and pods naming the (quota, SM) configuration, e.g. "q40-s12".
+FUNCTION_CONFIG_LABEL: Final = f"{API_GROUP}/config"
+# OpenFaaS scale labels (on a FaSTPod written as a function, and in a FunctionDeployment).
+OPENFAAS_SCALE_MIN_LABEL: Final = "com.openfaas.scale.min"
+OPENFAAS_SCALE_MAX_LABEL: Final = "com.openfaas.scale.max"
+DEFAULT_FUNCTION_NAMESPACE: Final = "fast-gshare-fn"
+FUNCTION_PORT: Final = 8080  # what a function's container serves (the of-watchdog contract)
+DEFAULT_GATEWAY_PORT: Final = 8080
+
 # --- scheduling and deployment ---------------------------------------------------------
 SCHEDULER_NAME: Final = "fastgshare-scheduler"
 SYSTEM_NAMESPACE: Final = "fastgshare-system"
