@@ -1,0 +1,350 @@
+"""The function controller: caches, one work loop, and ``reconcile(key)``.
+
+Three caches, each fed by a :class:`~fastgshare_kube.reflector.Reflector`: every FaSTFunc, and
+the FaSTPods and Services carrying the function label. A change to any of them enqueues the
+FaSTFunc it belongs to. One worker takes keys and reconciles, level-triggered and idempotent:
+
+1. gone, or being deleted: nothing (the garbage collector removes the FaSTPods and the Service
+   through their owner references);
+2. invalid (:func:`~.spec.parse_function`): no writes to the children, the ``InvalidSpec``
+   condition and one Warning event per new message;
+3. valid: the actions of :func:`~.plan.plan` (deletes first), a Warning event when a policy runs
+   without its profile, Normal events for what was created, deleted and updated;
+4. the status (:func:`~.plan.compute_status`) through the status subresource, if it changed.
+
+Child names are fixed by the configuration, so a create the cache has not seen yet answers 409
+and is simply waited for: no expectations are needed. A failure is retried after a delay that
+doubles per key (up to :data:`MAX_RETRY_S`); a success resets it. Functions are few and their
+reconciles cheap, so one worker serves them all and no key is ever reconciled twice at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from fastfunc_controller import names
+from fastfunc_controller.plan import (
+    Action,
+    CreateFaSTPod,
+    CreateService,
+    DeleteFaSTPod,
+    PatchFaSTPod,
+    PatchService,
+    Problem,
+    compute_status,
+    controlled_by,
+    plan,
+)
+from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function
+from fastgshare import keys
+from fastgshare_kube.errors import INVALID, ApiError
+from fastgshare_kube.events import NORMAL, WARNING, EventRecorder, rfc3339
+from fastgshare_kube.reflector import ListWatch, Reflector
+
+log = logging.getLogger(__name__)
+
+RESULT_SYNCED, RESULT_INVALID, RESULT_GONE = "synced", "invalid", "gone"
+SYNC_TIMEOUT_S = 120.0
+MAX_RETRY_S = 60.0
+_RBAC = "this account may not list and watch {what}: apply deploy/function-controller/rbac.yaml and run as its account"
+FASTFUNC_HINTS = {404: f"the FaSTFunc CRD {keys.FASTFUNC_CRD_NAME} is not installed; install it with kubectl apply -f "
+                       "deploy/crd/fastfuncs.yaml", 403: _RBAC.format(what="FaSTFuncs")}
+FASTPOD_HINTS = {404: f"the FaSTPod CRD {keys.FASTPOD_CRD_NAME} is not installed; install it with kubectl apply -f "
+                      "deploy/crd/fastpods.yaml", 403: _RBAC.format(what="FaSTPods")}
+SERVICE_HINTS = {403: _RBAC.format(what="Services")}
+
+
+class KubePort(Protocol):
+    """The writes the controller makes (:class:`~fastfunc_controller.kube.KubeClient`); failures are ApiError."""
+
+    def create_fastpod(self, namespace: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_fastpod(self, namespace: str, name: str, operations: Any) -> None: ...
+
+    def delete_fastpod(self, namespace: str, name: str, uid: str) -> None: ...
+
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_service(self, namespace: str, name: str, body: Mapping[str, Any]) -> None: ...
+
+    def patch_fastfunc_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
+
+
+def object_key(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
+
+
+class ObjectStore:
+    """Objects by ``namespace/name`` (a reflector's sink); ``on_change(old, new)`` hears every change."""
+
+    def __init__(self, on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None]) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._on_change = on_change
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            found = self._objects.get(key)
+        return copy.deepcopy(found) if found is not None else None
+
+    def select(self, namespace: str, keep: Callable[[Mapping[str, Any]], bool]) -> list[dict[str, Any]]:
+        with self._lock:
+            found = [obj for key, obj in self._objects.items() if key.startswith(f"{namespace}/") and keep(obj)]
+        return copy.deepcopy(found)
+
+    def list_keys(self) -> list[str]:
+        with self._lock:
+            return list(self._objects)
+
+    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        fresh = {object_key(obj): dict(obj) for obj in objects}
+        with self._lock:
+            old, self._objects = self._objects, fresh
+        for key in old.keys() | fresh.keys():
+            if old.get(key) != fresh.get(key):
+                self._on_change(old.get(key), fresh.get(key))
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            old = self._objects.get(object_key(obj))
+            self._objects[object_key(obj)] = dict(obj)
+        self._on_change(old, dict(obj))
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        with self._lock:
+            old = self._objects.pop(object_key(obj), None)
+        self._on_change(old or dict(obj), None)
+
+
+class KeyQueue:
+    """Keys to reconcile, each at most once in the queue; delayed adds for retries."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._keys: dict[str, None] = {}
+        self._closed = False
+
+    def add(self, key: str) -> None:
+        with self._cond:
+            if not self._closed:
+                self._keys[key] = None
+                self._cond.notify()
+
+    def add_after(self, key: str, delay_s: float) -> None:
+        timer = threading.Timer(delay_s, self.add, args=(key,))
+        timer.daemon = True
+        timer.start()
+
+    def get(self) -> str | None:
+        """The next key, waiting for one; None once shut down."""
+        with self._cond:
+            while not self._keys and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                return None
+            key = next(iter(self._keys))
+            del self._keys[key]
+            return key
+
+    def shut_down(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._keys)
+
+
+class Controller:
+    """Keeps every FaSTFunc's FaSTPods, Service and status converged; see the module docstring."""
+
+    def __init__(self, kube: KubePort, recorder: EventRecorder, *, resync_s: float = 300.0,
+                 now: Callable[[], str] | None = None) -> None:
+        self._kube = kube
+        self._recorder = recorder
+        self._resync_s = resync_s
+        self._now = now or (lambda: rfc3339(time.time()))
+        self.queue = KeyQueue()
+        self.fastfuncs = ObjectStore(lambda old, new: self.queue.add(object_key(new or old or {})))
+        self.fastpods = ObjectStore(self._child_changed)
+        self.services = ObjectStore(self._child_changed)
+        self._retries: dict[str, float] = {}
+        self._reflectors: list[Reflector] = []
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+
+    def _child_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for obj in (old, new):
+            if obj is None:
+                continue
+            metadata = obj.get("metadata") or {}
+            for ref in metadata.get("ownerReferences") or []:
+                if ref.get("controller") and ref.get("kind") == keys.FASTFUNC_KIND:
+                    self.queue.add(f"{metadata.get('namespace', '')}/{ref.get('name', '')}")
+
+    # --- reconcile ----------------------------------------------------------------------------
+    def reconcile(self, key: str) -> str:
+        """Converge one FaSTFunc; raises :class:`ApiError` to be retried."""
+        fastfunc = self.fastfuncs.get(key)
+        if fastfunc is None or fastfunc["metadata"].get("deletionTimestamp"):
+            return RESULT_GONE
+        metadata = fastfunc["metadata"]
+        namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
+        children = self.fastpods.select(namespace, lambda obj: controlled_by(obj, uid))
+        try:
+            spec = parse_function(fastfunc)
+        except InvalidFunction as error:
+            if not _condition_says(fastfunc, names.CONDITION_INVALID_SPEC, "True", str(error)):
+                log.info("fastfunc=%s invalid: %s", key, error)
+                self._recorder.event(fastfunc, WARNING, names.REASON_INVALID_SPEC, str(error))
+            self._write_status(fastfunc, compute_status(fastfunc, error, children, self._now()))
+            return RESULT_INVALID
+        if spec.fallback and not spec.profile and not _condition_says(fastfunc, names.CONDITION_PROFILE_MISSING,
+                                                                      "True"):
+            self._recorder.event(fastfunc, WARNING, names.REASON_PROFILE_MISSING, spec.fallback)
+        service = self.services.get(key)
+        problem = None
+        if service is not None and not controlled_by(service, uid):
+            problem = _service_conflict(spec)
+        failure: ApiError | None = None
+        try:
+            problem = self._apply(fastfunc, spec, plan(spec, children, service)) or problem
+        except ApiError as error:
+            failure = error
+            problem = Problem(reason=names.REASON_FAILED, message=f"cannot update the function's objects: {error}")
+        self._write_status(fastfunc, compute_status(fastfunc, spec, children, self._now(), problem))
+        if failure is not None:
+            raise failure
+        return RESULT_SYNCED
+
+    def _apply(self, fastfunc: dict[str, Any], spec: FunctionSpec, actions: list[Action]) -> Problem | None:
+        """Carry out ``actions``; returns a problem that retrying cannot fix, raises ApiError otherwise."""
+        problem = None
+        for action in actions:
+            try:
+                done = self._do(spec.namespace, action)
+            except ApiError as error:
+                if error.not_found and isinstance(action, DeleteFaSTPod | PatchFaSTPod | PatchService):
+                    continue  # gone meanwhile: the cache will say so
+                if error.conflict and isinstance(action, CreateService):
+                    problem = _service_conflict(spec)
+                    self._recorder.event(fastfunc, WARNING, names.REASON_SERVICE_CONFLICT, problem.message)
+                    continue
+                if error.conflict or (error.status == INVALID and isinstance(action, PatchFaSTPod)):
+                    # created or replaced meanwhile (a name is one configuration): retry once the cache has it
+                    self.queue.add_after(spec.key, 1.0)
+                    continue
+                if error.status == INVALID:
+                    message = f"the API server refused {_what(action)}: {error.message or error}"
+                    self._recorder.event(fastfunc, WARNING, names.REASON_FAILED, message)
+                    problem = Problem(reason=names.REASON_FAILED, message=message)
+                    continue
+                self._recorder.event(fastfunc, WARNING, names.REASON_FAILED, f"cannot {_what(action)}: {error}")
+                raise
+            log.info("fastfunc=%s %s", spec.key, done)
+            reason = names.REASON_DELETED if isinstance(action, DeleteFaSTPod) else (
+                names.REASON_UPDATED if isinstance(action, PatchFaSTPod | PatchService) else names.REASON_CREATED)
+            self._recorder.event(fastfunc, NORMAL, reason, done[0].upper() + done[1:])
+        return problem
+
+    def _do(self, namespace: str, action: Action) -> str:
+        if isinstance(action, CreateFaSTPod):
+            self._kube.create_fastpod(namespace, action.body)
+            return f"created FaSTPod {action.body['metadata']['name']}"
+        if isinstance(action, DeleteFaSTPod):
+            self._kube.delete_fastpod(namespace, action.name, action.uid)
+            return f"deleted FaSTPod {action.name} (a configuration the function no longer runs)"
+        if isinstance(action, PatchFaSTPod):
+            self._kube.patch_fastpod(namespace, action.name, action.operations)
+            return f"updated FaSTPod {action.name}: {action.what}"
+        if isinstance(action, CreateService):
+            self._kube.create_service(namespace, action.body)
+            return f"created Service {action.body['metadata']['name']}"
+        self._kube.patch_service(namespace, action.name, action.patch)
+        return f"updated Service {action.name}: selector and port"
+
+    def _write_status(self, fastfunc: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        old = fastfunc.get("status") or {}
+        patch = {key: value for key, value in status.items() if old.get(key) != value}
+        if not patch:
+            return
+        metadata = fastfunc["metadata"]
+        try:
+            self._kube.patch_fastfunc_status(metadata["namespace"], metadata["name"], patch)
+        except ApiError as error:
+            if not error.not_found:
+                raise
+
+    # --- running ------------------------------------------------------------------------------
+    def start(self, fastfuncs: ListWatch, fastpods: ListWatch, services: ListWatch) -> None:
+        """Fill the caches, then start the worker and the periodic resync; TimeoutError names a cache
+        that did not fill (its reflector's log says why)."""
+        self._reflectors = [Reflector("fastfuncs", fastfuncs, self.fastfuncs, hints=FASTFUNC_HINTS),
+                            Reflector("fastpods", fastpods, self.fastpods, hints=FASTPOD_HINTS),
+                            Reflector("services", services, self.services, hints=SERVICE_HINTS)]
+        for reflector in self._reflectors:
+            reflector.start()
+        for reflector in self._reflectors:
+            if not reflector.wait_synced(SYNC_TIMEOUT_S):
+                raise TimeoutError(f"the {reflector.name} cache did not fill within {SYNC_TIMEOUT_S:.0f}s")
+        log.info("caches synced fastfuncs=%d", len(self.fastfuncs.list_keys()))
+        self._threads = [threading.Thread(target=self._work, name="worker", daemon=True),
+                         threading.Thread(target=self._resync, name="resync", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        self._stopping.set()
+        self.queue.shut_down()
+        for thread in self._threads:
+            thread.join(timeout=grace_s)
+        for reflector in self._reflectors:
+            reflector.stop()
+
+    @property
+    def healthy(self) -> bool:
+        return all(r.alive for r in self._reflectors) and all(t.is_alive() for t in self._threads)
+
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            try:
+                self.reconcile(key)
+                self._retries.pop(key, None)
+            except Exception as error:  # any failure is retried; the worker must live on
+                delay = min(self._retries.get(key, 0.5) * 2, MAX_RETRY_S)
+                self._retries[key] = delay
+                self.queue.add_after(key, delay)
+                log.warning("fastfunc=%s reconcile failed, retrying in %.1fs: %s", key, delay, error,
+                            exc_info=not isinstance(error, ApiError))
+
+    def _resync(self) -> None:
+        while not self._stopping.wait(self._resync_s):
+            for key in self.fastfuncs.list_keys():
+                self.queue.add(key)
+
+
+def _service_conflict(spec: FunctionSpec) -> Problem:
+    return Problem(reason=names.REASON_SERVICE_CONFLICT,
+                   message=f"a Service {spec.name} exists in {spec.namespace} that this FaSTFunc does not own; "
+                           "delete that Service or give the function another name")
+
+
+def _what(action: Action) -> str:
+    if isinstance(action, CreateFaSTPod | CreateService):
+        return f"create {action.body['kind']} {action.body['metadata']['name']}"
+    if isinstance(action, DeleteFaSTPod):
+        return f"delete FaSTPod {action.name}"
+    return f"update {'FaSTPod' if isinstance(action, PatchFaSTPod) else 'Service'} {action.name}"
+
+
+def _condition_says(fastfunc: Mapping[str, Any], kind: str, status: str, message: str | None = None) -> bool:
+    """Whether the cached status has condition ``kind`` with ``status`` (and ``message``, if given)."""
+    return any(c.get("type") == kind and c.get("status") == status and (message is None or c.get("message") == message)
+               for c in (fastfunc.get("status") or {}).get("conditions") or [])

@@ -1,0 +1,112 @@
+"""The function controller's adapter to the Kubernetes layer (:mod:`fastgshare_kube`): the only
+module of the controller that reaches the API.
+
+- :func:`load_api_client`: ``--kubeconfig``, else in-cluster config, else ``~/.kube/config``;
+- :func:`fastfunc_source`, :func:`fastpod_source`, :func:`service_source`: what the reflectors list
+  and watch, as dicts: every FaSTFunc, and the FaSTPods and Services carrying the function label;
+- :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), events and Leases;
+- :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start.
+
+Every failure leaves as :class:`~fastgshare_kube.errors.ApiError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastgshare import keys
+from fastgshare_kube import client as shared_client
+from fastgshare_kube import rest
+from fastgshare_kube.errors import ApiError, KubeConfigError
+from fastgshare_kube.rest import RawListWatch
+
+ApiClient = shared_client.ApiClient
+JSON_PATCH = "application/json-patch+json"
+
+
+def load_api_client(kubeconfig: str | None) -> ApiClient:
+    """The shared client loading; fails with :class:`KubeConfigError` saying what to fix."""
+    return shared_client.load_api_client(kubeconfig)
+
+
+def _custom_source(api: ApiClient, plural: str, namespace: str | None, **params: Any) -> RawListWatch:
+    custom = rest.custom_objects(api)
+    group, version = keys.API_GROUP, keys.FASTFUNC_VERSION
+    if namespace:
+        return RawListWatch(custom.list_namespaced_custom_object, group=group, version=version, namespace=namespace,
+                            plural=plural, **params)
+    return RawListWatch(custom.list_cluster_custom_object, group=group, version=version, plural=plural, **params)
+
+
+def fastfunc_source(api: ApiClient, namespace: str | None) -> RawListWatch:
+    return _custom_source(api, keys.FASTFUNC_PLURAL, namespace)
+
+
+def fastpod_source(api: ApiClient, namespace: str | None) -> RawListWatch:
+    """FaSTPods with the function label (the controller's children, and nothing else)."""
+    return _custom_source(api, keys.FASTPOD_PLURAL, namespace, label_selector=keys.FUNCTION_LABEL)
+
+
+def service_source(api: ApiClient, namespace: str | None) -> RawListWatch:
+    core = rest.core_v1(api)
+    if namespace:
+        return RawListWatch(core.list_namespaced_service, namespace=namespace, label_selector=keys.FUNCTION_LABEL)
+    return RawListWatch(core.list_service_for_all_namespaces, label_selector=keys.FUNCTION_LABEL)
+
+
+def check_crd(api: ApiClient) -> str | None:
+    """None if FaSTFuncs can be listed; else one line saying why not and what to do."""
+    custom = rest.custom_objects(api)
+    try:
+        rest.call(custom.list_cluster_custom_object, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,
+                  keys.FASTFUNC_PLURAL, limit=1)
+    except ApiError as error:
+        if error.not_found:
+            return (f"the FaSTFunc CRD {keys.FASTFUNC_CRD_NAME} is not installed; install it with "
+                    "kubectl apply -f deploy/crd/fastfuncs.yaml")
+        if error.status == 403:
+            return None  # a namespaced account may not list cluster-wide: the reflector says more
+        if error.unreachable:
+            return f"the API server does not answer: {error.message}; check --kubeconfig and the server"
+    return None
+
+
+class KubeClient(rest.Leases, rest.Events):
+    """The controller's writes, its events and its Lease calls."""
+
+    def __init__(self, api: ApiClient) -> None:
+        rest.Leases.__init__(self, api)
+        rest.Events.__init__(self, api)
+        self._custom = rest.custom_objects(api)
+        self._core_api = rest.core_v1(api)
+
+    def create_fastpod(self, namespace: str, body: Mapping[str, Any]) -> None:
+        rest.call(self._custom.create_namespaced_custom_object, keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, namespace,
+                  keys.FASTPOD_PLURAL, rest.raw(body))
+
+    def patch_fastpod(self, namespace: str, name: str, operations: Sequence[Mapping[str, Any]]) -> None:
+        """Apply a JSON patch (RFC 6902) to a FaSTPod."""
+        rest.call(self._custom.patch_namespaced_custom_object, keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, namespace,
+                  keys.FASTPOD_PLURAL, name, [dict(op) for op in operations], _content_type=JSON_PATCH)
+
+    def delete_fastpod(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a FaSTPod only if it still has ``uid``; its pods go in the background (garbage collector)."""
+        rest.call(self._custom.delete_namespaced_custom_object, keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, namespace,
+                  keys.FASTPOD_PLURAL, name, body=rest.raw({"preconditions": {"uid": uid},
+                                                            "propagationPolicy": "Background"}))
+
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> None:
+        rest.call(self._core_api.create_namespaced_service, namespace, rest.raw(body))
+
+    def patch_service(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        rest.call(self._core_api.patch_namespaced_service, name, namespace, rest.raw(body),
+                  _content_type=rest.MERGE_PATCH)
+
+    def patch_fastfunc_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        rest.call(self._custom.patch_namespaced_custom_object_status, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,
+                  namespace, keys.FASTFUNC_PLURAL, name, {"status": dict(status)}, _content_type=rest.MERGE_PATCH)
+
+
+__all__ = ["ApiClient", "ApiError", "KubeClient", "KubeConfigError", "RawListWatch", "check_crd", "fastfunc_source",
+           "fastpod_source", "load_api_client", "service_source"]

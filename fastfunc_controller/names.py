@@ -1,0 +1,36 @@
+"""The function controller's own names: identity, condition types, event reasons.
+
+Names that another component must agree on (labels, the CRD) are in :mod:`fastgshare.keys`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+COMPONENT: Final = "fastgshare-function-controller"
+LEASE_NAME: Final = "fastgshare-function-controller"
+
+# --- scaling policies (spec.scaling.policy) ------------------------------------------------
+POLICY_FIXED: Final = "fixed"
+POLICY_RPR: Final = "rpr"
+POLICY_HPA: Final = "hpa"
+POLICIES: Final = (POLICY_FIXED, POLICY_RPR, POLICY_HPA)
+
+# --- status conditions ---------------------------------------------------------------------
+CONDITION_READY: Final = "Ready"
+CONDITION_INVALID_SPEC: Final = "InvalidSpec"
+CONDITION_PROFILE_MISSING: Final = "ProfileMissing"
+
+# --- condition and event reasons -----------------------------------------------------------
+REASON_INVALID_SPEC: Final = "InvalidSpec"
+REASON_VALID: Final = "Valid"
+REASON_PROFILE_MISSING: Final = "ProfileMissing"
+REASON_PROFILE_GIVEN: Final = "ProfileGiven"
+REASON_NOT_NEEDED: Final = "NotNeeded"  # policy fixed needs no profile
+REASON_ALL_READY: Final = "AllReplicasReady"
+REASON_REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"
+REASON_SERVICE_CONFLICT: Final = "ServiceConflict"
+REASON_CREATED: Final = "SuccessfulCreate"
+REASON_DELETED: Final = "SuccessfulDelete"
+REASON_UPDATED: Final = "SuccessfulUpdate"
+REASON_FAILED: Final = "FailedSync"

@@ -1,0 +1,229 @@
+"""A FaSTFunc object, validated into the one configuration its FaSTPod runs.
+
+:func:`parse_function` takes the FaSTFunc as the API returns it (a dict) and returns a
+:class:`FunctionSpec`, or raises :class:`InvalidFunction` listing every problem, each naming the
+field as the user wrote it (``spec.fixed.smPartition``, ``spec.memory``), the bad value and what
+is allowed. The share is checked by the core's :func:`fastgshare.share.parse_share`, the same
+parser the FaSTPod controller, the extender and the node agent use, so a FaSTFunc this module
+accepts yields a FaSTPod they accept.
+
+Policies: ``fixed`` runs ``spec.fixed``. ``rpr`` and ``hpa`` need the autoscaler (not part of this
+controller yet); until then they run ``spec.fixed`` too, or, without it, the whole-GPU
+configuration (quota 1, SM 100) with ``max(minReplicas, 1)`` replicas, and say so
+(``fallback``). ``quotaLimit`` defaults to ``quotaRequest`` (profile what you deploy).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+import attrs
+
+from fastfunc_controller import names
+from fastgshare import keys
+from fastgshare.errors import InvalidShareSpec
+from fastgshare.share import ShareSpec, format_fraction, parse_share
+
+MAX_NAME = 63  # a label value, and the Service's DNS-1035 label
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# FaSTFunc annotations its FaSTPod inherits besides the share (which comes from spec.fixed and spec.memory).
+INHERITED_ANNOTATIONS = (keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION)
+WHOLE_GPU = {"quotaRequest": "1", "quotaLimit": "1", "smPartition": 100}
+
+REASON_SHARE = "InvalidShare"
+REASON_NAME = "InvalidName"
+REASON_FIELD = "InvalidField"
+
+
+class InvalidFunction(Exception):
+    """A FaSTFunc the controller cannot run; ``reason`` is the InvalidSpec condition's reason."""
+
+    def __init__(self, reason: str, problems: list[str]) -> None:
+        self.reason = reason
+        self.problems = tuple(problems)
+        super().__init__("; ".join(problems))
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """One (quota, SM) configuration with its replica count: one child FaSTPod."""
+
+    share: ShareSpec
+    memory: str  # spec.memory as written (bytes or a quantity), the FaSTPod's gpu_mem
+    replicas: int
+
+    @property
+    def label(self) -> str:
+        """``q40-s12``: the config label's value and the FaSTPod name's suffix."""
+        return config_label(self.share)
+
+    def annotations(self) -> dict[str, str]:
+        """The four share annotations of the FaSTPod (fractions in their canonical form)."""
+        return {keys.GPU_QUOTA_REQUEST: format_fraction(self.share.request_permille),
+                keys.GPU_QUOTA_LIMIT: format_fraction(self.share.limit_permille),
+                keys.GPU_SM_PARTITION: str(self.share.sm_percent), keys.GPU_MEM: self.memory}
+
+
+@attrs.frozen(kw_only=True)
+class FunctionSpec:
+    """What one valid FaSTFunc must run."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    labels: Mapping[str, str]  # the FaSTFunc's own labels; its FaSTPods and pods get them too
+    annotations: Mapping[str, str]  # the FaSTFunc annotations its FaSTPods inherit
+    pod_spec: Mapping[str, Any]
+    policy: str
+    profile: str  # spec.profile.configMapRef.name, "" when none
+    configs: tuple[Config, ...]
+    fallback: str = ""  # why a non-fixed policy runs a fixed configuration ("" with policy fixed)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def percent(permille: int) -> str:
+    """A permille as a percent for names: 400 -> ``40``, 125 -> ``12.5``, 5 -> ``0.5``."""
+    text = str(Decimal(permille) / 10)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def config_label(share: ShareSpec) -> str:
+    return f"q{percent(share.request_permille)}-s{share.sm_percent}"
+
+
+def fastpod_name(function: str, share: ShareSpec) -> str:
+    """``<fn>-q<quota%>-s<sm%>``: the child FaSTPod of one configuration."""
+    return f"{function}-{config_label(share)}"
+
+
+def parse_function(fastfunc: Mapping[str, Any]) -> FunctionSpec:
+    """Validate ``fastfunc``; raises :class:`InvalidFunction` naming every problem found."""
+    metadata = fastfunc.get("metadata") or {}
+    spec = fastfunc.get("spec") or {}
+    name = str(metadata.get("name", ""))
+    problems: list[str] = []
+    reason = ""
+    if len(name) > MAX_NAME or not _DNS_1035.fullmatch(name):
+        problems.append(f'metadata.name: "{name}" cannot name the function\'s Service; allowed: a DNS-1035 label '
+                        f"(lower-case letters, digits and '-', starting with a letter, at most {MAX_NAME} characters)")
+        reason = REASON_NAME
+    labels = {str(k): v for k, v in (metadata.get("labels") or {}).items()}
+    bad_labels = sorted(k for k, v in labels.items() if not (isinstance(v, str) and len(v) <= MAX_NAME
+                                                              and _LABEL_VALUE.fullmatch(v)))
+    if bad_labels:
+        problems.append(f"metadata.labels: {', '.join(bad_labels)} are not label values")
+    pod_spec = spec.get("podSpec")
+    problems += _pod_spec_problems(pod_spec)
+    policy, profile, scaling = _policy(spec, problems)
+    reason = reason or (REASON_FIELD if problems else "")
+    config, fallback = _config(spec, policy, profile, scaling, problems)
+    if config is None and not reason:
+        reason = REASON_SHARE
+    if config is not None and not reason and len(child := fastpod_name(name, config.share)) > MAX_NAME:
+        problems.append(f'metadata.name: "{name}" is too long: its FaSTPod "{child}" has {len(child)} characters; '
+                        f"allowed: at most {MAX_NAME}, so a name of at most "
+                        f"{MAX_NAME - len(child) + len(name)} characters for this configuration")
+        reason = REASON_NAME
+    if problems or config is None:
+        raise InvalidFunction(reason or REASON_FIELD, problems)
+    annotations = {k: str(v) for k, v in (metadata.get("annotations") or {}).items() if k in INHERITED_ANNOTATIONS}
+    return FunctionSpec(
+        namespace=str(metadata.get("namespace", "")), name=name, uid=str(metadata.get("uid", "")),
+        generation=int(metadata.get("generation") or 0), labels=labels, annotations=annotations,
+        pod_spec=pod_spec if isinstance(pod_spec, Mapping) else {}, policy=policy, profile=profile,
+        configs=(config,), fallback=fallback)
+
+
+def _pod_spec_problems(pod_spec: object) -> list[str]:
+    if not isinstance(pod_spec, Mapping):
+        return ["spec.podSpec: is required; allowed: a Pod spec (containers, volumes, ...)"]
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return ["spec.podSpec.containers: must list at least one container"]
+    if not all(isinstance(c, Mapping) and isinstance(c.get("name"), str) and c["name"] for c in containers):
+        return ["spec.podSpec.containers: every container needs a name"]
+    return []
+
+
+def _policy(spec: Mapping[str, Any], problems: list[str]) -> tuple[str, str, Mapping[str, Any]]:
+    scaling = spec.get("scaling") or {}
+    policy = scaling.get("policy", names.POLICY_FIXED) if isinstance(scaling, Mapping) else None
+    if policy not in names.POLICIES:
+        problems.append(f"spec.scaling.policy: {policy!r} is not a policy; allowed: {', '.join(names.POLICIES)}")
+        policy = names.POLICY_FIXED
+    profile = (((spec.get("profile") or {}).get("configMapRef") or {}).get("name")) or ""
+    return str(policy), str(profile), scaling if isinstance(scaling, Mapping) else {}
+
+
+# What the core's share parser calls each value, and the field the user wrote it in.
+_FIELDS = {keys.GPU_QUOTA_REQUEST: "spec.fixed.quotaRequest", keys.GPU_QUOTA_LIMIT: "spec.fixed.quotaLimit",
+           keys.GPU_SM_PARTITION: "spec.fixed.smPartition", keys.GPU_MEM: "spec.memory"}
+
+
+def _config(spec: Mapping[str, Any], policy: str, profile: str, scaling: Mapping[str, Any],
+            problems: list[str]) -> tuple[Config | None, str]:
+    fixed = spec.get("fixed")
+    fallback = ""
+    if policy != names.POLICY_FIXED:
+        why = (f"no profile (spec.profile.configMapRef) for policy {policy}" if not profile
+               else f"policy {policy} needs the autoscaler, which this controller does not run yet")
+        if isinstance(fixed, Mapping):
+            fallback = f"{why}: running spec.fixed"
+        else:
+            replicas = max(_int(scaling.get("minReplicas"), 1), 1)
+            fixed = {**WHOLE_GPU, "replicas": replicas}
+            fallback = f"{why}: running the whole-GPU configuration (quota 1, SM 100) with {replicas} replicas"
+    elif not isinstance(fixed, Mapping):
+        problems.append("spec.fixed: is required with policy fixed; allowed: {quotaRequest, quotaLimit, "
+                        "smPartition, replicas}, e.g. {quotaRequest: \"0.4\", smPartition: 12, replicas: 1}")
+        return None, ""
+    replicas = fixed.get("replicas", 1)
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        problems.append(f"spec.fixed.replicas: {replicas!r} is not a replica count; allowed: an integer >= 0")
+        return None, fallback
+    request = fixed.get("quotaRequest")
+    limit_defaulted = "quotaLimit" not in fixed
+    annotations: dict[str, object] = {
+        keys.GPU_QUOTA_REQUEST: _text(request),
+        keys.GPU_QUOTA_LIMIT: _text(request if limit_defaulted else fixed.get("quotaLimit")),
+        keys.GPU_SM_PARTITION: _text(fixed.get("smPartition", 100)),
+    }
+    memory = spec.get("memory")
+    if memory is not None:
+        annotations[keys.GPU_MEM] = _text(memory)
+    annotations = {k: v for k, v in annotations.items() if v is not None}
+    try:
+        share = parse_share(annotations)
+    except InvalidShareSpec as error:
+        request_bad = any(problem.field == keys.GPU_QUOTA_REQUEST for problem in error.problems)
+        problems += [_field_problem(str(problem), limit_defaulted) for problem in error.problems
+                     if not (limit_defaulted and request_bad and problem.field == keys.GPU_QUOTA_LIMIT)]
+        return None, fallback
+    return Config(share=share, memory=str(annotations[keys.GPU_MEM]), replicas=replicas), fallback
+
+
+def _field_problem(problem: str, limit_defaulted: bool) -> str:
+    """The core's problem text with each annotation key replaced by the FaSTFunc field."""
+    for key, field in _FIELDS.items():
+        defaulted = key == keys.GPU_QUOTA_LIMIT and limit_defaulted
+        problem = problem.replace(key, f"{field} (defaults to spec.fixed.quotaRequest)" if defaulted else field)
+    return problem
+
+
+def _text(value: object) -> object:
+    """Numbers as the strings annotations carry; other values as they are (the parser names them)."""
+    if isinstance(value, bool):
+        return value
+    return str(value) if isinstance(value, int | float) else value
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
