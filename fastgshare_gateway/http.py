@@ -1,0 +1,423 @@
+"""The gateway's HTTP edge (aiohttp, server and client): invocations, the OpenFaaS provider API, metrics.
+
+- ``/function/<name>[.<namespace>][/rest]``, any method: a pod from the function's pool
+  (:mod:`fastgshare_gateway.pool`), then the request streamed to ``podIP:8080/rest`` and the answer
+  streamed back. 404 unknown function, 429 queue full, 503 no pod within the queue timeout, 502 the pod
+  could not be reached (after one retry on another pod: a connect failure sends no body, so the retry is
+  safe) or broke the exchange, 504 no answer within the upstream timeout. ``X-Forwarded-For``,
+  ``X-Forwarded-Host`` and ``X-Call-Id`` (kept if the client sent one, returned on the answer).
+- ``/system/...``: the OpenFaaS provider API over FaSTFunc objects (:mod:`fastgshare_gateway.openfaas`,
+  through the :class:`~fastgshare_gateway.store.FunctionStore` port, in a thread); routes OpenFaaS has and
+  we do not (logs, secrets, namespace mutation, async functions) answer 501 with a message.
+- ``/healthz`` (200 once the pods are listed), ``/metrics``.
+
+aiohttp: one dependency for a streaming server and client on asyncio, where a request waiting in a queue
+costs a future rather than a thread (Flask/WSGI would hold a thread per waiting request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import aiohttp
+import attrs
+from aiohttp import web
+
+from fastgshare import keys
+from fastgshare_gateway import openfaas
+from fastgshare_gateway.endpoints import Endpoint, FunctionKey
+from fastgshare_gateway.metrics import CONTENT_TYPE, function_label
+from fastgshare_gateway.pool import FunctionPool, QueueFull, QueueTimeout
+from fastgshare_gateway.routing import Functions
+from fastgshare_gateway.store import CONFLICT, NOT_FOUND, FunctionStore, StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                        "trailers", "transfer-encoding", "upgrade", "host"})
+CHUNK = 64 * 1024
+CONFLICT_RETRIES = 3
+AUTOSCALED_HEADER = "X-Fastgshare-Autoscaled"
+NOT_IMPLEMENTED = {
+    "logs": "function logs are not served by fastgshare; use kubectl logs -l fastgshare.caps.in.tum/function=<fn>",
+    "secrets": "secrets are not managed by fastgshare; create Kubernetes Secrets and mount them in the "
+               "FaSTFunc's podSpec",
+    "namespace": "namespaces are not managed by fastgshare; the gateway serves the namespaces given with "
+                 "--namespace",
+}
+
+
+@attrs.frozen
+class Options:
+    upstream_timeout_s: float = 60.0
+    connect_timeout_s: float = 5.0
+
+
+def _text(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=message + "\n", headers=headers)
+
+
+class Gateway:
+    """The handlers; ``store`` None: no provider API (503 on ``/system/function*``)."""
+
+    def __init__(self, functions: Functions, store: FunctionStore | None = None,
+                 options: Options | None = None) -> None:
+        self.functions = functions
+        self.metrics = functions.metrics
+        self.store = store
+        self.options = options or Options()
+        self._session: aiohttp.ClientSession | None = None
+
+    # --- the application ---------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application()
+        routes = [
+            web.route("*", "/function/{name}", self.invoke),
+            web.route("*", "/function/{name}/{tail:.*}", self.invoke),
+            web.get("/system/functions", self.list_functions),
+            web.post("/system/functions", self.deploy),
+            web.put("/system/functions", self.update),
+            web.delete("/system/functions", self.delete),
+            web.get("/system/function/{name}", self.function),
+            web.post("/system/scale-function/{name}", self.scale),
+            web.get("/system/info", self.info),
+            web.get("/system/namespaces", self.namespaces),
+            web.get("/healthz", self.healthz, allow_head=True),
+            web.get("/metrics", self.metrics_page),
+            web.route("*", "/system/logs", self.not_implemented),
+            web.route("*", "/system/secrets", self.not_implemented),
+            web.route("*", "/system/namespace/{name}", self.not_implemented),
+            web.route("*", "/async-function/{tail:.*}", self.not_implemented),
+            web.route("*", "/system/{tail:.*}", self.not_implemented),
+        ]
+        app.add_routes(routes)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=True)
+        self._session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                              skip_auto_headers=("User-Agent", "Content-Type", "Accept-Encoding"))
+
+    async def _stop(self, app: web.Application) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    # --- invocations -------------------------------------------------------------------------
+    async def invoke(self, request: web.Request) -> web.StreamResponse:
+        name, namespace = openfaas.split_function_name(request.match_info["name"], self.functions.default_namespace)
+        key = (namespace, name)
+        pool = self.functions.pool(key)
+        if pool is None:
+            return _text(404, f"no function {name!r} in namespace {namespace!r} (served namespaces: "
+                              f"{', '.join(self.functions.namespaces)})")
+        label = function_label(name, namespace)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self.metrics.invocation_started(label)
+        code = 499  # the client left before an answer (nginx's code)
+        try:
+            response = await self._invoke(request, pool, key, request.match_info.get("tail", ""))
+            code = response.status
+            return response
+        finally:
+            self.metrics.invocation_done(label, code, loop.time() - started)
+            self.functions.observe(key)
+
+    async def _invoke(self, request: web.Request, pool: FunctionPool, key: FunctionKey,
+                      tail: str) -> web.StreamResponse:
+        self.functions.observe(key)
+        try:
+            endpoint = await pool.acquire()
+        except QueueFull:
+            return _text(429, f"function {key[1]}.{key[0]}: {pool.queued} requests already wait for a pod "
+                              f"(--max-queue {pool.limits.max_queue}); retry later")
+        except QueueTimeout:
+            return _text(503, f"function {key[1]}.{key[0]}: no ready pod took the request within "
+                              f"{pool.limits.queue_timeout_s:g}s ({len(pool.endpoints)} ready pods)")
+        tried = [endpoint.pod]
+        try:
+            while True:
+                try:
+                    return await self._forward(request, endpoint, tail)
+                except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+                    retry = pool.retry_endpoint(tried) if len(tried) == 1 else None
+                    log.warning("function=%s.%s pod=%s unreachable (%s)%s", key[1], key[0], endpoint.pod, error,
+                                f"; retrying on pod={retry.pod}" if retry else "")
+                    if retry is None:
+                        return _text(502, f"function {key[1]}.{key[0]}: pod {endpoint.pod} ({endpoint.address}) "
+                                          f"could not be reached: {error}")
+                    pool.release(endpoint)
+                    endpoint = retry
+                    tried.append(endpoint.pod)
+        finally:
+            pool.release(endpoint)
+
+    def _upstream_headers(self, request: web.Request, call_id: str) -> dict[str, str]:
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        peer = request.remote or ""
+        forwarded = request.headers.get("X-Forwarded-For")
+        headers["X-Forwarded-For"] = f"{forwarded}, {peer}" if forwarded else peer
+        headers["X-Forwarded-Host"] = request.headers.get("X-Forwarded-Host") or request.host
+        headers["X-Call-Id"] = call_id
+        return headers
+
+    async def _forward(self, request: web.Request, endpoint: Endpoint, tail: str) -> web.StreamResponse:
+        assert self._session is not None
+        call_id = request.headers.get("X-Call-Id") or str(uuid.uuid4())
+        url = f"http://{endpoint.address}/{tail}" + (f"?{request.query_string}" if request.query_string else "")
+        timeout = aiohttp.ClientTimeout(total=self.options.upstream_timeout_s, connect=self.options.connect_timeout_s)
+        response: web.StreamResponse | None = None
+        try:
+            async with self._session.request(
+                    request.method, url, headers=self._upstream_headers(request, call_id),
+                    data=request.content if request.body_exists else None, allow_redirects=False,
+                    timeout=timeout) as upstream:
+                response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                for name, value in upstream.headers.items():
+                    if name.lower() not in HOP_BY_HOP:
+                        response.headers.add(name, value)
+                response.headers["X-Call-Id"] = call_id
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_chunked(CHUNK):
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
+            raise  # nothing was sent: the caller may retry on another pod
+        except TimeoutError:
+            if response is not None and response.prepared:
+                raise  # the answer began: it can only be cut off
+            return _text(504, f"pod {endpoint.pod} ({endpoint.address}) did not answer within "
+                              f"{self.options.upstream_timeout_s:g}s")
+        except aiohttp.ClientError as error:
+            if response is not None and response.prepared:
+                raise
+            return _text(502, f"pod {endpoint.pod} ({endpoint.address}) broke the exchange: {error}")
+
+    # --- the provider API --------------------------------------------------------------------
+    async def _call(self, method: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(method, *args)
+
+    def _store(self) -> FunctionStore:
+        if self.store is None:
+            raise web.HTTPServiceUnavailable(text="this gateway runs without Kubernetes: no provider API\n")
+        return self.store
+
+    def _namespace(self, request: web.Request, namespace: str | None = None) -> str:
+        namespace = namespace or request.query.get("namespace") or self.functions.default_namespace
+        if namespace not in self.functions.namespaces:
+            raise web.HTTPBadRequest(text=f"namespace {namespace!r} is not served by this gateway; served: "
+                                          f"{', '.join(self.functions.namespaces)} (--namespace)\n")
+        return namespace
+
+    @staticmethod
+    async def _json(request: web.Request) -> object:
+        try:
+            return await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise web.HTTPBadRequest(text=f"body: not JSON ({error})\n") from None
+
+    @staticmethod
+    def _invalid(error: openfaas.InvalidDeployment) -> web.Response:
+        return _text(400, "\n".join(f"{p.field}: {p.message} (got {openfaas._show(p.value)})" for p in error.problems))
+
+    @staticmethod
+    def _store_failed(error: StoreError) -> web.Response:
+        if error.status == NOT_FOUND:
+            return _text(500, f"the FaSTFunc CRD ({keys.FASTFUNC_CRD_NAME}) is not installed: {error.message}")
+        return _text(500 if error.status else 502, f"the Kubernetes API refused or did not answer: {error}")
+
+    def _count(self, name: str, namespace: str) -> float:
+        return self.metrics.invocation_count(function_label(name, namespace))
+
+    async def list_functions(self, request: web.Request) -> web.StreamResponse:
+        store, namespace = self._store(), self._namespace(request)
+        try:
+            fastfuncs = await self._call(store.list_fastfuncs, namespace)
+            fastpods = (await self._call(store.list_fastpods, namespace)
+                        if namespace == self.functions.default_namespace else [])
+        except StoreError as error:
+            return self._store_failed(error)
+        found = [openfaas.function_status(f, self._count(f["metadata"]["name"], namespace)) for f in fastfuncs]
+        found += [openfaas.fastpod_status(p, self._count(p["metadata"]["name"], namespace))
+                  for p in fastpods if openfaas.is_function_fastpod(p)]
+        return web.json_response(sorted(found, key=lambda status: str(status["name"])))
+
+    async def function(self, request: web.Request) -> web.StreamResponse:
+        store = self._store()
+        name, dotted = openfaas.split_function_name(request.match_info["name"], "")
+        namespace = self._namespace(request, dotted or None)
+        try:
+            fastfunc = await self._call(store.get_fastfunc, namespace, name)
+            if fastfunc is not None:
+                return web.json_response(openfaas.function_status(fastfunc, self._count(name, namespace)))
+            if namespace == self.functions.default_namespace:
+                fastpod = await self._call(store.get_fastpod, namespace, name)
+                if fastpod is not None and openfaas.is_function_fastpod(fastpod):
+                    return web.json_response(openfaas.fastpod_status(fastpod, self._count(name, namespace)))
+        except StoreError as error:
+            return self._store_failed(error)
+        return _text(404, f"no function {name!r} in namespace {namespace!r}")
+
+    async def deploy(self, request: web.Request) -> web.StreamResponse:
+        store, body = self._store(), await self._json(request)
+        try:
+            fastfunc = openfaas.to_fastfunc(body, self.functions.default_namespace)
+        except openfaas.InvalidDeployment as error:
+            return self._invalid(error)
+        name, namespace = fastfunc["metadata"]["name"], self._namespace(request, fastfunc["metadata"]["namespace"])
+        try:
+            await self._call(store.create_fastfunc, namespace, fastfunc)
+        except StoreError as error:
+            if error.status == CONFLICT:
+                return _text(409, f"function {name!r} already exists in namespace {namespace!r}; "
+                                  "update it with PUT /system/functions")
+            return self._store_failed(error)
+        self.functions.add_fastfunc((namespace, name))
+        log.info("deployed function=%s.%s", name, namespace)
+        return web.Response(status=202)
+
+    async def update(self, request: web.Request) -> web.StreamResponse:
+        store, body = self._store(), await self._json(request)
+        try:
+            openfaas.to_fastfunc(body, self.functions.default_namespace)  # every problem before any read
+            assert isinstance(body, Mapping)
+            name = str(body["service"])
+            namespace = self._namespace(request, body.get("namespace") or None)
+            for _ in range(CONFLICT_RETRIES):
+                existing = await self._call(store.get_fastfunc, namespace, name)
+                if existing is None:
+                    return _text(404, f"no function {name!r} in namespace {namespace!r}; create it with POST "
+                                      "/system/functions")
+                wanted = openfaas.to_fastfunc(body, namespace, replicas=openfaas.fixed_replicas(existing))
+                try:
+                    await self._call(store.replace_fastfunc, namespace, name, _updated(existing, wanted))
+                    return web.Response(status=202)
+                except StoreError as error:
+                    if error.status != CONFLICT:
+                        raise
+        except openfaas.InvalidDeployment as error:
+            return self._invalid(error)
+        except StoreError as error:
+            return self._store_failed(error)
+        return _text(409, f"function {name!r} changed {CONFLICT_RETRIES} times while being updated; retry")
+
+    async def delete(self, request: web.Request) -> web.StreamResponse:
+        store, body = self._store(), await self._json(request)
+        try:
+            name, namespace = openfaas.parse_delete_request(body, self.functions.default_namespace)
+        except openfaas.InvalidDeployment as error:
+            return self._invalid(error)
+        namespace = self._namespace(request, namespace)
+        try:
+            if not await self._call(store.delete_fastfunc, namespace, name):
+                return _text(404, f"no function {name!r} in namespace {namespace!r}")
+        except StoreError as error:
+            return self._store_failed(error)
+        self.functions.remove_fastfunc((namespace, name))
+        log.info("deleted function=%s.%s", name, namespace)
+        return web.Response(status=202)
+
+    async def scale(self, request: web.Request) -> web.StreamResponse:
+        store = self._store()
+        name, dotted = openfaas.split_function_name(request.match_info["name"], "")
+        body = await self._json(request)
+        try:
+            replicas = openfaas.parse_scale_request(body, name)
+        except openfaas.InvalidDeployment as error:
+            return self._invalid(error)
+        asked = body.get("namespace") if isinstance(body, Mapping) else None
+        namespace = self._namespace(request, dotted or asked or None)
+        try:
+            fastfunc = await self._call(store.get_fastfunc, namespace, name)
+            if fastfunc is None:
+                fastpod = (await self._call(store.get_fastpod, namespace, name)
+                           if namespace == self.functions.default_namespace else None)
+                if fastpod is not None and openfaas.is_function_fastpod(fastpod):
+                    return _text(400, f"function {name!r} is a FaSTPod, served read-only; scale it with "
+                                      f"kubectl scale fastpod {name} -n {namespace} --replicas={replicas}")
+                return _text(404, f"no function {name!r} in namespace {namespace!r}")
+            if not openfaas.is_fixed(fastfunc):
+                return web.Response(status=202, headers={AUTOSCALED_HEADER: "true"})
+            await self._call(store.patch_fastfunc, namespace, name, openfaas.scale_patch(replicas))
+        except StoreError as error:
+            return self._store_failed(error)
+        log.info("scaled function=%s.%s replicas=%d", name, namespace, replicas)
+        return web.Response(status=202)
+
+    async def info(self, request: web.Request) -> web.StreamResponse:
+        try:
+            release = importlib.metadata.version("fastgshare")
+        except importlib.metadata.PackageNotFoundError:
+            release = "dev"
+        return web.json_response({"provider": "fastgshare", "orchestration": "kubernetes",
+                                  "version": {"sha": "", "release": release, "commit_message": ""}})
+
+    async def namespaces(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(list(self.functions.namespaces))
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        if not self.functions.synced:
+            return _text(503, "the function pods are not listed yet")
+        return _text(200, "OK")
+
+    async def metrics_page(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def not_implemented(self, request: web.Request) -> web.StreamResponse:
+        parts = request.path.strip("/").split("/")
+        what = parts[1] if len(parts) > 1 else parts[0]
+        message = NOT_IMPLEMENTED.get(what) or (
+            "asynchronous invocations are not supported by fastgshare; call /function/<name>"
+            if parts[0] == "async-function" else f"{request.method} {request.path} is not part of fastgshare's "
+                                                 "OpenFaaS provider API")
+        return _text(501, f"not implemented: {message}")
+
+
+def _updated(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """``existing`` with what a FunctionDeployment says: labels, annotations and the pod template replaced,
+    scaling and fixed fields merged; other spec fields (SLO, profile, autoscaler settings) kept."""
+    metadata = dict(existing.get("metadata") or {})
+    for field in ("labels", "annotations"):
+        metadata.pop(field, None)
+        if wanted["metadata"].get(field):
+            metadata[field] = wanted["metadata"][field]
+    spec = dict(existing.get("spec") or {})
+    new_spec = wanted["spec"]
+    spec["podSpec"] = new_spec["podSpec"]
+    for field in ("scaling", "fixed"):
+        if field in new_spec:
+            spec[field] = {**(spec.get(field) or {}), **new_spec[field]}
+    if "memory" in new_spec:
+        spec["memory"] = new_spec["memory"]
+    return {"apiVersion": existing.get("apiVersion", keys.FASTFUNC_API_VERSION),
+            "kind": existing.get("kind", keys.FASTFUNC_KIND), "metadata": metadata, "spec": spec}
+
+
+async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event, *,
+                started: Callable[[int], None] | None = None, shutdown_timeout_s: float = 10.0) -> None:
+    """Serve ``app`` until ``stop`` is set, then finish the requests in progress (up to the timeout)."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout_s)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, backlog=1024)
+        await site.start()
+        bound = port
+        with contextlib.suppress(Exception):
+            bound = runner.addresses[0][1]
+        log.info("listening on %s:%d", host, bound)
+        if started is not None:
+            started(bound)
+        await stop.wait()
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,194 @@
+"""The gateway's Kubernetes adapter (through :mod:`fastgshare_kube`): watches and FaSTFunc calls.
+
+- :class:`Watches`: the project's list/watch loop (:class:`~fastgshare_kube.reflector.Reflector`) on the
+  pods of each function namespace that carry the function label (and, in the default function namespace,
+  the FaSTPod label: a FaSTPod applied there is a function), and on the FaSTFuncs' names; every change is
+  handed to the event loop with ``loop.call_soon_threadsafe`` (the sinks run in the watch threads);
+- :class:`KubeStore`: the :class:`~fastgshare_gateway.store.FunctionStore` over the API (custom objects as
+  JSON), every failure a :class:`~fastgshare_gateway.store.StoreError`;
+- :func:`missing_crd`: one line when the FaSTFunc CRD is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastgshare import keys
+from fastgshare_gateway.routing import Functions
+from fastgshare_gateway.store import StoreError
+from fastgshare_kube import rest
+from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
+from fastgshare_kube.errors import ApiError
+from fastgshare_kube.reflector import Reflector
+from fastgshare_kube.rest import RawListWatch
+
+WATCH_TIMEOUT_S = 240
+REQUEST_TIMEOUT = (5.0, 30.0)
+CRD_HINT = {404: f"the FaSTFunc CRD ({keys.FASTFUNC_CRD_NAME}) is not installed: kubectl apply -f "
+                 "deploy/crd/fastfuncs.yaml", 403: "the gateway's service account may not list this resource (RBAC)"}
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+
+
+class _OnLoop:
+    """A reflector sink that replays each call on the event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, replace: Callable[[list[dict[str, Any]]], None],
+                 upsert: Callable[[Mapping[str, Any]], None], delete: Callable[[Mapping[str, Any]], None]) -> None:
+        self._loop, self._replace, self._upsert, self._delete = loop, replace, upsert, delete
+
+    def replace(self, objects: list[dict[str, Any]]) -> None:
+        self._loop.call_soon_threadsafe(self._replace, objects)
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        self._loop.call_soon_threadsafe(self._upsert, obj)
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        self._loop.call_soon_threadsafe(self._delete, obj)
+
+
+class _Merged:
+    """Several reflectors' lists as one: the pods of every watched namespace and label."""
+
+    def __init__(self, functions: Functions, parts: int) -> None:
+        self._functions = functions
+        self._lists: dict[int, list[dict[str, Any]]] = {}
+        self._parts = parts
+
+    def replace(self, part: int, objects: list[dict[str, Any]]) -> None:
+        self._lists[part] = objects
+        if len(self._lists) == self._parts:
+            self._functions.replace_pods([pod for pods in self._lists.values() for pod in pods])
+
+
+def _replace_fastfuncs(functions: Functions, namespace: str, objects: list[dict[str, Any]]) -> None:
+    functions.replace_fastfuncs(namespace, [_key(obj)[1] for obj in objects])
+
+
+class Watches:
+    def __init__(self, api: ApiClient, functions: Functions, loop: asyncio.AbstractEventLoop) -> None:
+        core, custom = rest.core_v1(api), rest.custom_objects(api)
+        sources = [(namespace, keys.FUNCTION_LABEL) for namespace in functions.namespaces]
+        if functions.default_namespace in functions.namespaces:
+            sources.append((functions.default_namespace, keys.FASTPOD_NAME_LABEL))
+        merged = _Merged(functions, len(sources))
+        self._reflectors = []
+        for part, (namespace, label) in enumerate(sources):
+            sink = _OnLoop(loop, functools.partial(merged.replace, part),
+                           functions.upsert_pod, functions.delete_pod)
+            source = RawListWatch(core.list_namespaced_pod, namespace=namespace, label_selector=label)
+            self._reflectors.append(Reflector(f"function-pods-{namespace}-{label.rsplit('/', 1)[-1]}", source, sink,
+                                              watch_timeout_s=WATCH_TIMEOUT_S))
+        for namespace in functions.namespaces:
+            source = RawListWatch(custom.list_namespaced_custom_object, group=keys.FASTFUNC_GROUP,
+                                  version=keys.FASTFUNC_VERSION, namespace=namespace, plural=keys.FASTFUNC_PLURAL)
+            sink = _OnLoop(loop, functools.partial(_replace_fastfuncs, functions, namespace),
+                           lambda obj: functions.add_fastfunc(_key(obj)),
+                           lambda obj: functions.remove_fastfunc(_key(obj)))
+            self._reflectors.append(Reflector(f"fastfuncs-{namespace}", source, sink, watch_timeout_s=WATCH_TIMEOUT_S,
+                                              hints=CRD_HINT))
+
+    def start(self) -> None:
+        for reflector in self._reflectors:
+            reflector.start()
+
+    def stop(self) -> None:
+        for reflector in self._reflectors:
+            reflector.stop()
+
+
+def missing_crd(api: ApiClient, namespace: str) -> str | None:
+    """One line when FaSTFuncs cannot be listed for a reason a restart will not fix, else None."""
+    try:
+        rest.call(rest.custom_objects(api).list_namespaced_custom_object, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,
+                  namespace, keys.FASTFUNC_PLURAL, limit=1, timeout_s=REQUEST_TIMEOUT)
+    except ApiError as error:
+        if error.status in CRD_HINT:
+            return f"cannot list FaSTFuncs in namespace {namespace}: {CRD_HINT[error.status]} ({error})"
+        if error.unreachable:
+            return f"the Kubernetes API server does not answer: {error}; check --kubeconfig"
+    return None
+
+
+def _translated(error: ApiError) -> StoreError:
+    return StoreError(error.status, error.message or str(error))
+
+
+class KubeStore:
+    def __init__(self, api: ApiClient) -> None:
+        self._custom = rest.custom_objects(api)
+
+    def _fastfunc_args(self, namespace: str) -> tuple[str, str, str, str]:
+        return keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, namespace, keys.FASTFUNC_PLURAL
+
+    def list_fastfuncs(self, namespace: str) -> list[dict[str, Any]]:
+        try:
+            return list(rest.call(self._custom.list_namespaced_custom_object, *self._fastfunc_args(namespace),
+                                  timeout_s=REQUEST_TIMEOUT).get("items") or [])
+        except ApiError as error:
+            raise _translated(error) from None
+
+    def get_fastfunc(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return rest.call(self._custom.get_namespaced_custom_object, *self._fastfunc_args(namespace), name,
+                             timeout_s=REQUEST_TIMEOUT)
+        except ApiError as error:
+            if error.not_found and "could not find the requested resource" not in error.message:
+                return None
+            raise _translated(error) from None
+
+    def create_fastfunc(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return rest.call(self._custom.create_namespaced_custom_object, *self._fastfunc_args(namespace),
+                             rest.raw(body), timeout_s=REQUEST_TIMEOUT)
+        except ApiError as error:
+            raise _translated(error) from None
+
+    def replace_fastfunc(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return rest.call(self._custom.replace_namespaced_custom_object, *self._fastfunc_args(namespace), name,
+                             rest.raw(body), timeout_s=REQUEST_TIMEOUT)
+        except ApiError as error:
+            raise _translated(error) from None
+
+    def patch_fastfunc(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            return rest.call(self._custom.patch_namespaced_custom_object, *self._fastfunc_args(namespace), name,
+                             rest.raw(patch), _content_type=rest.MERGE_PATCH, timeout_s=REQUEST_TIMEOUT)
+        except ApiError as error:
+            raise _translated(error) from None
+
+    def delete_fastfunc(self, namespace: str, name: str) -> bool:
+        try:
+            rest.call(self._custom.delete_namespaced_custom_object, *self._fastfunc_args(namespace), name,
+                      body=rest.raw({"propagationPolicy": "Background"}), timeout_s=REQUEST_TIMEOUT)
+            return True
+        except ApiError as error:
+            if error.not_found and "could not find the requested resource" not in error.message:
+                return False
+            raise _translated(error) from None
+
+    def list_fastpods(self, namespace: str) -> list[dict[str, Any]]:
+        try:
+            return list(rest.call(self._custom.list_namespaced_custom_object, keys.FASTPOD_GROUP,
+                                  keys.FASTPOD_VERSION, namespace, keys.FASTPOD_PLURAL,
+                                  timeout_s=REQUEST_TIMEOUT).get("items") or [])
+        except ApiError as error:
+            if error.not_found:
+                return []  # no FaSTPod CRD: no FaSTPod functions
+            raise _translated(error) from None
+
+    def get_fastpod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return rest.call(self._custom.get_namespaced_custom_object, keys.FASTPOD_GROUP, keys.FASTPOD_VERSION,
+                             namespace, keys.FASTPOD_PLURAL, name, timeout_s=REQUEST_TIMEOUT)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise _translated(error) from None

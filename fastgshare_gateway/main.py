@@ -1,0 +1,120 @@
+"""``fastgshare-gateway``: flags, wiring and signal handling (the composition root).
+
+Misconfiguration (a bad ``--listen``, an unusable kubeconfig, the FaSTFunc CRD missing, an address in use)
+is one line on stderr and exit status 1 (2 for a bad flag), never a traceback. SIGTERM and SIGINT stop
+accepting, finish the requests in progress (up to ``--shutdown-timeout``), then stop the watches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from fastgshare import keys
+from fastgshare_gateway import http
+from fastgshare_gateway.kube import KubeConfigError, KubeStore, Watches, load_api_client, missing_crd
+from fastgshare_gateway.metrics import GatewayMetrics
+from fastgshare_gateway.pool import Limits
+from fastgshare_gateway.routing import Functions
+
+log = logging.getLogger("fastgshare_gateway")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen {text!r}: must be HOST:PORT with a port 0..65535, e.g. 0.0.0.0:8080")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be > 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number > 0")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastgshare-gateway", description=(
+        "Route /function/<name>[.<namespace>] to a function's ready pods and serve the OpenFaaS provider API "
+        "(/system/...) over FaSTFunc objects, with OpenFaaS's gateway metrics on /metrics."))
+    parser.add_argument("--listen", default=f"0.0.0.0:{keys.DEFAULT_GATEWAY_PORT}",
+                        help="HOST:PORT (default %(default)s)")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
+    parser.add_argument("--namespace", action="append", dest="namespaces", metavar="NS",
+                        help=f"a function namespace; repeat for more (default {keys.DEFAULT_FUNCTION_NAMESPACE}); "
+                             "the first is the default of /function/<name> and /system/functions")
+    parser.add_argument("--max-queue", type=_positive_int, default=1000,
+                        help="requests waiting per function before 429 (default %(default)s)")
+    parser.add_argument("--queue-timeout", type=_positive_float, default=30.0,
+                        help="seconds a request waits for a pod before 503 (default %(default)s)")
+    parser.add_argument("--pod-max-inflight", type=_positive_int, default=8,
+                        help="requests in flight at one pod at most (default %(default)s)")
+    parser.add_argument("--upstream-timeout", type=_positive_float, default=60.0,
+                        help="seconds for a pod's whole answer before 504 (default %(default)s)")
+    parser.add_argument("--shutdown-timeout", type=_positive_float, default=10.0,
+                        help="seconds to finish requests in progress on SIGTERM (default %(default)s)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+async def run(args: argparse.Namespace, host: str, port: int) -> int:
+    namespaces = list(dict.fromkeys(args.namespaces or [keys.DEFAULT_FUNCTION_NAMESPACE]))
+    api = load_api_client(args.kubeconfig)
+    for namespace in namespaces:
+        if problem := await asyncio.to_thread(missing_crd, api, namespace):
+            log.error("%s", problem)
+            return 1
+    limits = Limits(max_queue=args.max_queue, queue_timeout_s=args.queue_timeout, max_inflight=args.pod_max_inflight)
+    functions = Functions(namespaces, limits, GatewayMetrics(), default_namespace=namespaces[0])
+    gateway = http.Gateway(functions, KubeStore(api), http.Options(upstream_timeout_s=args.upstream_timeout))
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    watches = Watches(api, functions, loop)
+    watches.start()
+    try:
+        await http.serve(gateway.app(), host, port, stop, shutdown_timeout_s=args.shutdown_timeout)
+    finally:
+        await asyncio.to_thread(watches.stop)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        host, port = parse_listen(args.listen)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        code = asyncio.run(run(args, host, port))
+    except KubeConfigError as error:
+        log.error("%s", error)
+        return 1
+    except OSError as error:
+        log.error("cannot serve on %s: %s", args.listen, error)
+        return 1
+    if code == 0:
+        log.info("gateway stopped")
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

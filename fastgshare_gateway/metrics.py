@@ -1,0 +1,58 @@
+"""The gateway's Prometheus metrics, in a registry of its own.
+
+OpenFaaS's gateway names and labels (``openfaas/faas:gateway/metrics/metrics.go``), ``function_name`` being
+``<fn>.<namespace>``, so the reference autoscalers' PromQL works unchanged:
+``gateway_function_invocation_total{function_name, code}`` and ``gateway_functions_seconds{function_name,
+code}`` once per completed invocation, ``gateway_function_invocation_started{function_name}`` once per
+invocation started, ``gateway_service_count{function_name}`` the function's ready pods as the gateway sees
+them. Ours: ``fastgshare_gateway_queue_depth`` and ``fastgshare_gateway_inflight`` per function.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+def function_label(name: str, namespace: str) -> str:
+    return f"{name}.{namespace}"
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.invocations = Counter("gateway_function_invocation", "Invocations completed, by status code",
+                                   ["function_name", "code"], registry=self.registry)
+        self.seconds = Histogram("gateway_functions_seconds", "Invocation time taken, by status code",
+                                 ["function_name", "code"], registry=self.registry)
+        self.started = Counter("gateway_function_invocation_started", "Invocations started",
+                               ["function_name"], registry=self.registry)
+        self.service_count = Gauge("gateway_service_count", "Ready pods of the function",
+                                   ["function_name"], registry=self.registry)
+        self.queue_depth = Gauge("fastgshare_gateway_queue_depth", "Requests waiting for a pod",
+                                 ["function_name"], registry=self.registry)
+        self.inflight = Gauge("fastgshare_gateway_inflight", "Requests sent to the function's pods, unanswered",
+                              ["function_name"], registry=self.registry)
+        self._counts: dict[str, float] = {}
+
+    def invocation_started(self, function: str) -> None:
+        self.started.labels(function).inc()
+
+    def invocation_done(self, function: str, code: int, seconds: float) -> None:
+        self.invocations.labels(function, str(code)).inc()
+        self.seconds.labels(function, str(code)).observe(seconds)
+        self._counts[function] = self._counts.get(function, 0) + 1
+
+    def invocation_count(self, function: str) -> float:
+        """What ``GET /system/functions`` reports as ``invocationCount`` (this gateway's own count)."""
+        return self._counts.get(function, 0)
+
+    def load(self, function: str, *, queued: int, inflight: int, ready: int) -> None:
+        self.queue_depth.labels(function).set(queued)
+        self.inflight.labels(function).set(inflight)
+        self.service_count.labels(function).set(ready)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

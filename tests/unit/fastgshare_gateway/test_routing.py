@@ -1,0 +1,151 @@
+"""Pods to endpoints, the function index, and one function's admission queue."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from fastgshare import keys
+from fastgshare_gateway.endpoints import Endpoint, EndpointIndex, pod_entry
+from fastgshare_gateway.metrics import GatewayMetrics
+from fastgshare_gateway.pool import FunctionPool, Limits, QueueFull, QueueTimeout
+from fastgshare_gateway.routing import Functions
+
+NS = keys.DEFAULT_FUNCTION_NAMESPACE
+
+
+def pod(name: str, *, namespace: str = NS, function: str | None = "fn", fastpod: str | None = None,
+        ready: bool = True, ip: str | None = "10.0.0.1", deleting: bool = False) -> dict[str, Any]:
+    labels = {**({keys.FUNCTION_LABEL: function} if function else {}),
+              **({keys.FASTPOD_NAME_LABEL: fastpod} if fastpod else {})}
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-{namespace}-{name}",
+                                "labels": labels}
+    if deleting:
+        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if ip:
+        status["podIP"] = ip
+    return {"metadata": metadata, "status": status}
+
+
+def test_a_pod_serves_when_ready_not_terminating_and_with_an_ip() -> None:
+    assert pod_entry(pod("a")).endpoint == Endpoint(pod="a", address="10.0.0.1:8080")
+    assert pod_entry(pod("a", ready=False)).endpoint is None
+    assert pod_entry(pod("a", ip=None)).endpoint is None
+    assert pod_entry(pod("a", deleting=True)).endpoint is None
+
+
+def test_fastpod_pods_are_functions_only_in_the_default_function_namespace() -> None:
+    assert pod_entry(pod("p-1", function=None, fastpod="resnet")).functions == ((NS, "resnet"),)
+    assert pod_entry(pod("p-1", namespace="other", function=None, fastpod="resnet")).functions == ()
+    # a FaSTFunc's child FaSTPod's pods serve the function, not the FaSTPod's name
+    assert pod_entry(pod("p-1", function="fn", fastpod="fn-q40-s12")).functions == ((NS, "fn"),)
+
+
+def test_the_index_follows_upserts_and_deletes() -> None:
+    index = EndpointIndex()
+    assert index.replace([pod("a", ip="10.0.0.1"), pod("b", ready=False)]) == {(NS, "fn")}
+    assert [e.pod for e in index.endpoints((NS, "fn"))] == ["a"]
+    index.upsert(pod("b", ip="10.0.0.2"))
+    assert [e.address for e in index.endpoints((NS, "fn"))] == ["10.0.0.1:8080", "10.0.0.2:8080"]
+    assert index.delete(pod("a")) == {(NS, "fn")}
+    index.upsert(pod("b", function="other"))  # relabelled: moves to the other function
+    assert index.endpoints((NS, "fn")) == [] and [e.pod for e in index.endpoints((NS, "other"))] == ["b"]
+
+
+def test_a_function_exists_by_fastfunc_or_pods_in_a_served_namespace() -> None:
+    functions = Functions([NS], Limits(), GatewayMetrics())
+    assert functions.pool((NS, "fn")) is None
+    functions.upsert_pod(pod("a", ready=False))
+    pool = functions.pool((NS, "fn"))
+    assert pool is not None and pool.endpoints == []
+    functions.upsert_pod(pod("a"))
+    assert [e.pod for e in pool.endpoints] == ["a"]  # the pool follows its pods
+    functions.replace_fastfuncs(NS, ["zero"])
+    assert functions.pool((NS, "zero")) is not None  # no pods yet (scaled to zero): still a function
+    functions.upsert_pod(pod("x", namespace="elsewhere"))
+    assert functions.pool(("elsewhere", "fn")) is None  # not a served namespace
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+async def settle() -> None:
+    """Let every woken task run (a queued request resumes through a few loop turns)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_the_queue_is_bounded_fifo_and_times_out() -> None:
+    async def scenario() -> None:
+        pool = FunctionPool((NS, "fn"), Limits(max_queue=2, queue_timeout_s=30, max_inflight=1))
+        pool.set_endpoints([Endpoint("a", "a:8080")])
+        first = await pool.acquire()
+        waiters = [asyncio.create_task(pool.acquire()) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert pool.queued == 2
+        with pytest.raises(QueueFull):
+            await pool.acquire()
+        pool.release(first)
+        assert (await waiters[0]).pod == "a" and not waiters[1].done()  # in order
+        waiters[1].cancel()
+        await settle()
+        assert pool.queued == 0
+
+        short = FunctionPool((NS, "fn"), Limits(max_queue=2, queue_timeout_s=0.01, max_inflight=1))
+        with pytest.raises(QueueTimeout):
+            await short.acquire()  # no endpoint at all
+        assert short.queued == 0 and short.inflight == 0
+    run(scenario())
+
+
+def test_pods_arriving_serve_the_queue_and_the_idle_hook_fires() -> None:
+    woken: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        pool = FunctionPool((NS, "fn"), Limits(max_queue=5, queue_timeout_s=30), on_idle_wait=woken.append)
+        waiter = asyncio.create_task(pool.acquire())
+        await asyncio.sleep(0)
+        assert woken == [(NS, "fn")]
+        pool.set_endpoints([Endpoint("a", "a:8080")])
+        assert (await waiter).pod == "a" and pool.inflight == 1
+    run(scenario())
+
+
+def test_a_retry_takes_another_pod_or_none() -> None:
+    async def scenario() -> None:
+        pool = FunctionPool((NS, "fn"), Limits(max_inflight=1))
+        pool.set_endpoints([Endpoint("a", "a:8080"), Endpoint("b", "b:8080")])
+        first = await pool.acquire()
+        other = pool.retry_endpoint([first.pod])
+        assert other is not None and other.pod != first.pod
+        assert pool.retry_endpoint([first.pod]) is None  # the other is full now
+    run(scenario())
+
+
+def test_pods_of_capacity_10_and_30_under_load_get_requests_1_to_3() -> None:
+    """Saturated: the fast pod finishes three requests while the slow one finishes one."""
+    async def scenario() -> dict[str, int]:
+        pool = FunctionPool((NS, "fn"), Limits(max_queue=10_000, max_inflight=4))
+        pool.set_endpoints([Endpoint("slow", "s:8080", capacity=10), Endpoint("fast", "f:8080", capacity=30)])
+        tasks = [asyncio.create_task(pool.acquire()) for _ in range(2000)]
+        await asyncio.sleep(0)
+        counts = {"slow": 0, "fast": 0}
+        held: dict[str, list[Endpoint]] = {"slow": [], "fast": []}
+        pending = tasks
+        while pending:
+            await settle()
+            for task in [t for t in pending if t.done()]:
+                counts[task.result().pod] += 1
+                held[task.result().pod].append(task.result())
+            pending = [t for t in pending if not t.done()]
+            for name, finishing in (("slow", 1), ("fast", 3)):  # one tick of service
+                for endpoint in held[name][:finishing]:
+                    held[name].remove(endpoint)
+                    pool.release(endpoint)
+        return counts
+    counts = run(scenario())
+    assert counts["fast"] / counts["slow"] == pytest.approx(3, rel=0.1)
