@@ -5,6 +5,10 @@
   and the C library it needs, with ``tenant-entrypoint.sh``. No CUDA driver inside: as the
   NVIDIA container toolkit does for a real GPU, the node agent's Allocate mounts the
   (simulated) driver into the container.
+- ``docker.io/fastgshare/fake-fn:local``: busybox and the ``fake-fn`` function from
+  ``vgpu_hook/build`` (``vgpu_hook/fake_fn/fake_fn.c``), an HTTP server on port 8080 (OpenFaaS
+  of-watchdog contract, ``GET /_/health``) whose every request runs ``FAKE_FN_GPU_MS`` (default 5)
+  of kernels through the hook. The driver is mounted the same way as for the tenant.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from fastgshare_cluster.oci import ImageSpec, write_archive
 PAUSE_IMAGE = "registry.k8s.io/pause:3.2-fastgshare"
 TENANT_IMAGE = "docker.io/fastgshare/tenant:local"
 TENANT_IMAGE_SHORT = "fastgshare/tenant:local"
+FAKE_FN_IMAGE = "docker.io/fastgshare/fake-fn:local"
+FAKE_FN_IMAGE_SHORT = "fastgshare/fake-fn:local"
+FAKE_FN_PORT = 8080
 BUSYBOX = Path("/bin/busybox")
 BUSYBOX_APPLETS = ("sh", "cat", "echo", "env", "grep", "head", "ls", "mkdir", "ps", "sed", "sleep", "tail",
                    "test", "wc", "id", "kill", "printf", "stat", "true", "false", "date", "awk", "cut", "tr")
@@ -78,6 +85,25 @@ def build_tenant(workdir: Path, hook_build: Path) -> Path:
         entrypoint=["/usr/local/bin/tenant-entrypoint"],
     )
     archive = workdir / "tenant.tar"
+    write_archive(spec, archive)
+    return archive
+
+
+def build_fake_fn(workdir: Path, hook_build: Path) -> Path:
+    """The fake-fn image from ``hook_build`` (``make -C vgpu_hook``); returns the archive."""
+    fake_fn = hook_build / "fake-fn"
+    missing = [str(path) for path in (fake_fn, BUSYBOX) if not path.exists()]
+    if missing:
+        raise ImageError(f"cannot build the fake-fn image: missing {', '.join(missing)} "
+                         "(make -C vgpu_hook PYTHON=.venv/bin/python; apt-get install busybox-static)")
+    spec = ImageSpec(
+        name=FAKE_FN_IMAGE,
+        files={"/bin/busybox": BUSYBOX, "/opt/fastgshare/bin/fake-fn": fake_fn, **shared_libraries(fake_fn)},
+        links={f"/bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS},
+        entrypoint=["/opt/fastgshare/bin/fake-fn"],
+        env=[f"FAKE_FN_PORT={FAKE_FN_PORT}"],
+    )
+    archive = workdir / "fake-fn.tar"
     write_archive(spec, archive)
     return archive
 
