@@ -244,7 +244,9 @@ def _as_int(value: object) -> int:
 
 
 def _condition(kind: str, true: bool, reason: str, message: str) -> dict[str, Any]:
-    return {"type": kind, "status": "True" if true else "False", "reason": reason, "message": message}
+    condition = {"type": kind, "status": "True" if true else "False", "reason": reason}
+    # No empty message: the API server refused a status write with "" messages (as null).
+    return {**condition, "message": message} if message else condition
 
 
 def _ready(spec: FunctionSpec | None, outcome: FunctionSpec | InvalidFunction, rows: Sequence[Mapping[str, Any]],
