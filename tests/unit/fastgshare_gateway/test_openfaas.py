@@ -85,7 +85,9 @@ def test_defaults_limit_is_the_request_sm_is_whole_replicas_one_or_kept() -> Non
     only_memory = to_fastfunc({"service": "f", "image": "i", "annotations": {keys.GPU_MEM: "1Gi"}}, NS)
     assert only_memory["spec"]["fixed"]["quotaRequest"] == only_memory["spec"]["fixed"]["quotaLimit"] == "1"
     bare = to_fastfunc(body, NS)["spec"]["podSpec"]["containers"][0]
-    assert "env" not in bare and "resources" not in bare and "securityContext" not in bare
+    assert "env" not in bare
+    assert "resources" not in bare
+    assert "securityContext" not in bare
 
 
 def test_every_problem_is_listed_at_once_naming_the_field() -> None:
@@ -111,7 +113,9 @@ def test_error_message_names_field_value_and_what_is_allowed() -> None:
         to_fastfunc({"service": "f", "image": "i", "annotations": {keys.GPU_MEM: "1Gi",
                                                                    keys.GPU_SM_PARTITION: "150"}}, NS)
     text = str(caught.value)
-    assert keys.GPU_SM_PARTITION in text and "150" in text and "1..100" in text
+    assert keys.GPU_SM_PARTITION in text
+    assert "150" in text
+    assert "1..100" in text
 
 
 def stored(fastfunc: dict[str, Any], **status: Any) -> dict[str, Any]:
@@ -156,7 +160,8 @@ FASTPOD = {
 
 def test_a_fastpod_is_listed_as_a_function_read_only() -> None:
     status = openfaas.fastpod_status(FASTPOD, 3)
-    assert status["name"] == "resnet-pytorch" and status["image"] == "yukiozhu/resnet:fast"
+    assert status["name"] == "resnet-pytorch"
+    assert status["image"] == "yukiozhu/resnet:fast"
     assert (status["replicas"], status["availableReplicas"], status["invocationCount"]) == (2, 1, 3)
     assert status["labels"] == FASTPOD["metadata"]["labels"]
     assert status["envProcess"] == "python main.py"

@@ -52,7 +52,8 @@ def test_the_index_follows_upserts_and_deletes() -> None:
     assert [e.address for e in index.endpoints((NS, "fn"))] == ["10.0.0.1:8080", "10.0.0.2:8080"]
     assert index.delete(pod("a")) == {(NS, "fn")}
     index.upsert(pod("b", function="other"))  # relabelled: moves to the other function
-    assert index.endpoints((NS, "fn")) == [] and [e.pod for e in index.endpoints((NS, "other"))] == ["b"]
+    assert index.endpoints((NS, "fn")) == []
+    assert [e.pod for e in index.endpoints((NS, "other"))] == ["b"]
 
 
 def test_a_function_exists_by_fastfunc_or_pods_in_a_served_namespace() -> None:
@@ -60,7 +61,8 @@ def test_a_function_exists_by_fastfunc_or_pods_in_a_served_namespace() -> None:
     assert functions.pool((NS, "fn")) is None
     functions.upsert_pod(pod("a", ready=False))
     pool = functions.pool((NS, "fn"))
-    assert pool is not None and pool.endpoints == []
+    assert pool is not None
+    assert pool.endpoints == []
     functions.upsert_pod(pod("a"))
     assert [e.pod for e in pool.endpoints] == ["a"]  # the pool follows its pods
     functions.replace_fastfuncs(NS, ["zero"])
@@ -90,7 +92,8 @@ def test_the_queue_is_bounded_fifo_and_times_out() -> None:
         with pytest.raises(QueueFull):
             await pool.acquire()
         pool.release(first)
-        assert (await waiters[0]).pod == "a" and not waiters[1].done()  # in order
+        assert (await waiters[0]).pod == "a"
+        assert not waiters[1].done()
         waiters[1].cancel()
         await settle()
         assert pool.queued == 0
@@ -98,7 +101,8 @@ def test_the_queue_is_bounded_fifo_and_times_out() -> None:
         short = FunctionPool((NS, "fn"), Limits(max_queue=2, queue_timeout_s=0.01, max_inflight=1))
         with pytest.raises(QueueTimeout):
             await short.acquire()  # no endpoint at all
-        assert short.queued == 0 and short.inflight == 0
+        assert short.queued == 0
+        assert short.inflight == 0
     run(scenario())
 
 
@@ -111,7 +115,8 @@ def test_pods_arriving_serve_the_queue_and_the_idle_hook_fires() -> None:
         await asyncio.sleep(0)
         assert woken == [(NS, "fn")]
         pool.set_endpoints([Endpoint("a", "a:8080")])
-        assert (await waiter).pod == "a" and pool.inflight == 1
+        assert (await waiter).pod == "a"
+        assert pool.inflight == 1
     run(scenario())
 
 
@@ -121,7 +126,8 @@ def test_a_retry_takes_another_pod_or_none() -> None:
         pool.set_endpoints([Endpoint("a", "a:8080"), Endpoint("b", "b:8080")])
         first = await pool.acquire()
         other = pool.retry_endpoint([first.pod])
-        assert other is not None and other.pod != first.pod
+        assert other is not None
+        assert other.pod != first.pod
         assert pool.retry_endpoint([first.pod]) is None  # the other is full now
     run(scenario())
 
