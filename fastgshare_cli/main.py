@@ -6,6 +6,7 @@
   allows and print the placement.
 - ``fastgshare demo``: tenants sharing one simulated GPU under the real hook and arbiter.
 - ``fastgshare cluster up | down | status``: the whole system on this machine.
+- ``fastgshare fn deploy | list | invoke | delete``: functions through the gateway's OpenFaaS API.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from fastgshare_cli.cluster_command import add_parser as add_cluster_parser
 from fastgshare_cli.cluster_command import cluster_main
 from fastgshare_cli.demo import TENANT_HELP, demo_main
 from fastgshare_cli.documents import DocumentError, load_documents
+from fastgshare_cli.fn_command import add_parser as add_fn_parser
+from fastgshare_cli.fn_command import fn_main
 from fastgshare_cli.inspect_command import add_parser as add_inspect_parser
 from fastgshare_cli.inspect_command import inspect_main
 from fastgshare_cli.plan_command import add_parser as add_plan_parser
@@ -94,6 +97,7 @@ def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
     add_plan_parser(commands)
     add_inspect_parser(commands)
     add_cluster_parser(commands)
+    add_fn_parser(commands)
     return parser
 
 
@@ -105,8 +109,8 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
 def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
     args = build_parser(prog).parse_args(argv)
     _interruptible()
-    if args.command == "inspect":
-        return inspect_main(args)
+    if args.command in ("inspect", "fn"):  # they write to sys.stdout and sys.stderr themselves
+        return inspect_main(args) if args.command == "inspect" else fn_main(args)
     console, errors = _console(), _console(stderr=True)
     if args.command == "check":
         return run_check(args.files, args.output, console, errors)

@@ -1,0 +1,357 @@
+"""``fastgshare fn deploy | list | invoke | delete``: thin conveniences over the gateway's OpenFaaS API.
+
+- ``deploy NAME --image IMG [--quota-request R --quota-limit L --sm S --memory M] [--replicas N]
+  [--env K=V ...]`` sends an OpenFaaS ``FunctionDeployment`` (``service, image, namespace, envVars,
+  labels, annotations``) with the share as ``fastgshare/gpu_*`` annotations and the replicas as the
+  ``com.openfaas.scale.min/max`` labels: ``PUT /system/functions``, and ``POST`` when the gateway
+  answers 404 (what ``faas-cli deploy`` does);
+- ``list``: ``GET /system/functions`` as a table (or the JSON with ``-o json``);
+- ``invoke NAME``: ``POST /function/<name>[.<namespace>]`` with ``--data`` or stdin, the answer's
+  body on stdout;
+- ``delete NAME``: ``DELETE /system/functions`` with ``{functionName, namespace}``.
+
+The gateway is ``--gateway URL`` (default ``$FASTGSHARE_GATEWAY``, else http://127.0.0.1:8080).
+Bad arguments: one line naming the flag, the value and what is allowed, exit 2. The gateway
+unreachable or answering an error: one line with its status and message, exit 1. Only urllib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import re
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any, BinaryIO, TextIO
+
+import attrs
+
+from fastgshare import keys
+from fastgshare.errors import InvalidShareSpec
+from fastgshare.share import parse_share
+
+ENV_GATEWAY = "FASTGSHARE_GATEWAY"
+DEFAULT_GATEWAY = f"http://127.0.0.1:{keys.DEFAULT_GATEWAY_PORT}"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+MESSAGE_CHARS = 300  # of a gateway's error answer, in the one line we print
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+
+# --flag -> the annotation it sets, and the value parse_share is given for a flag left out (so
+# only the flags given are checked, and request <= limit only when both are given).
+SHARE_FLAGS = {
+    "quota_request": ("--quota-request", keys.GPU_QUOTA_REQUEST, "0"),
+    "quota_limit": ("--quota-limit", keys.GPU_QUOTA_LIMIT, "1"),
+    "sm": ("--sm", keys.GPU_SM_PARTITION, "100"),
+    "memory": ("--memory", keys.GPU_MEM, "1"),
+}
+
+
+class UsageError(Exception):
+    """A bad argument; the message names the flag, the value and what is allowed."""
+
+
+class GatewayError(Exception):
+    """The gateway could not be reached or answered an error; the message is one line."""
+
+
+@attrs.frozen
+class Answer:
+    status: int
+    body: bytes
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--gateway", metavar="URL",
+                        help=f"the gateway (default: ${ENV_GATEWAY}, else {DEFAULT_GATEWAY})")
+    common.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="how long to wait for the gateway's answer (default: %(default)s)")
+    namespaced = argparse.ArgumentParser(add_help=False)
+    namespaced.add_argument("-n", "--namespace", metavar="NS",
+                            help=f"the function's namespace (default: {keys.DEFAULT_FUNCTION_NAMESPACE})")
+
+    fn = commands.add_parser(
+        "fn", help="deploy, list, invoke and delete functions through the gateway's OpenFaaS API",
+        description="Thin conveniences over the gateway's OpenFaaS API (/system/functions, /function/NAME); "
+                    "faas-cli works against the same gateway.")
+    actions = fn.add_subparsers(dest="fn_command", required=True, metavar="ACTION")
+
+    deploy = actions.add_parser(
+        "deploy", parents=[common, namespaced], help="create or update a function",
+        description="Send an OpenFaaS FunctionDeployment: PUT /system/functions, then POST if the function does "
+                    "not exist yet. The share goes in the fastgshare/gpu_* annotations, the replicas in the "
+                    f"{keys.OPENFAAS_SCALE_MIN_LABEL} and {keys.OPENFAAS_SCALE_MAX_LABEL} labels.")
+    deploy.add_argument("name", help="the function's name (a DNS label: lowercase letters, digits, '-')")
+    deploy.add_argument("--image", required=True, help="the container image, e.g. fastgshare/fake-fn:local")
+    deploy.add_argument("--quota-request", metavar="R", help="guaranteed fraction of GPU time, 0..1")
+    deploy.add_argument("--quota-limit", metavar="L", help="most GPU time, request..1")
+    deploy.add_argument("--sm", metavar="S", help="percent of the GPU's SMs, 1..100")
+    deploy.add_argument("--memory", metavar="M", help="GPU memory, bytes or with Ki/Mi/Gi, e.g. 1Gi")
+    deploy.add_argument("--replicas", type=int, default=1, metavar="N", help="pods to run (default: %(default)s)")
+    deploy.add_argument("--env", action="append", default=[], metavar="K=V", help="an environment variable; repeat")
+    deploy.add_argument("--label", action="append", default=[], metavar="K=V", help="a label; repeat")
+    deploy.add_argument("--annotation", action="append", default=[], metavar="K=V", help="an annotation; repeat")
+
+    listing = actions.add_parser("list", aliases=["ls"], parents=[common, namespaced], help="the functions",
+                                 description="GET /system/functions: name, namespace, image, ready replicas, "
+                                             "invocations and the GPU share of each function.")
+    listing.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                         help="output format (default: %(default)s)")
+
+    invoke = actions.add_parser("invoke", parents=[common, namespaced], help="call a function, print its answer",
+                                description="POST /function/NAME[.NAMESPACE] with --data, else stdin; the "
+                                            "answer's body goes to stdout. Exit 1 if the answer is not 2xx.")
+    invoke.add_argument("name")
+    invoke.add_argument("-d", "--data", help="the request body (default: read stdin)")
+    invoke.add_argument("--method", default="POST", help="HTTP method (default: %(default)s)")
+    invoke.add_argument("--content-type", default="text/plain", help="Content-Type (default: %(default)s)")
+
+    delete = actions.add_parser("delete", aliases=["rm"], parents=[common, namespaced], help="remove a function",
+                                description="DELETE /system/functions {functionName, namespace}.")
+    delete.add_argument("name")
+
+
+def fn_main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None,
+            stdin: BinaryIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
+    action = {"ls": "list", "rm": "delete"}.get(args.fn_command, args.fn_command)
+    try:
+        gateway = gateway_url(args.gateway if args.gateway is not None else os.environ.get(ENV_GATEWAY) or None)
+        if not args.timeout > 0:
+            raise UsageError(f"--timeout {args.timeout}: expected seconds > 0")
+        if action == "deploy":
+            return _deploy(gateway, args, out)
+        if action == "list":
+            return _list(gateway, args, out)
+        if action == "invoke":
+            return _invoke(gateway, args, out, err, stdin)
+        return _delete(gateway, args, out)
+    except UsageError as error:
+        err.write(f"fastgshare fn {action}: {error}\n")
+        return EXIT_USAGE
+    except GatewayError as error:
+        err.write(f"fastgshare fn {action}: {error}\n")
+        return EXIT_FAILED
+
+
+# --- arguments ------------------------------------------------------------------------------
+def gateway_url(value: str | None) -> str:
+    """The gateway's base URL without a trailing slash."""
+    url = (value or DEFAULT_GATEWAY).rstrip("/")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise UsageError(f"--gateway {value!r}: expected http://HOST[:PORT] or https://HOST[:PORT] "
+                         f"(also from ${ENV_GATEWAY})")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        raise UsageError(f"--gateway {value!r}: the port must be a number in 0..65535") from None
+    return url
+
+
+def _dns_label(flag: str, value: str) -> str:
+    if len(value) > 63 or not DNS_LABEL.fullmatch(value):
+        raise UsageError(f"{flag} {value!r}: expected a DNS label (at most 63 lowercase letters, digits and "
+                         "'-', starting and ending with a letter or digit)")
+    return value
+
+
+def _pairs(flag: str, values: Sequence[str], *, env: bool = False) -> dict[str, str]:
+    result = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key or (env and not ENV_NAME.fullmatch(key)):
+            what = "an environment variable name" if env else "a key"
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE with {what} before the '='")
+        result[key] = value
+    return result
+
+
+def share_annotations(args: argparse.Namespace) -> dict[str, str]:
+    """The fastgshare/gpu_* annotations for the share flags given, each checked by parse_share."""
+    given = {key: getattr(args, attr) for attr, (_, key, _) in SHARE_FLAGS.items() if getattr(args, attr) is not None}
+    try:
+        parse_share({key: default for _, key, default in SHARE_FLAGS.values()} | given)
+    except InvalidShareSpec as error:
+        flags = {key: flag for flag, key, _ in SHARE_FLAGS.values()}
+        problems = [f"{flags[p.field]} ({p.field}): {p.message}" for p in error.problems if p.field in given]
+        if problems:
+            raise UsageError("; ".join(problems)) from None
+    return given
+
+
+def deployment(args: argparse.Namespace) -> dict[str, Any]:
+    """The OpenFaaS FunctionDeployment that ``fn deploy`` sends."""
+    if args.replicas < 0:
+        raise UsageError(f"--replicas {args.replicas}: expected a whole number >= 0")
+    if not args.image.strip():
+        raise UsageError("--image '': expected an image reference, e.g. fastgshare/fake-fn:local")
+    labels = _pairs("--label", args.label)
+    labels[keys.OPENFAAS_SCALE_MIN_LABEL] = labels[keys.OPENFAAS_SCALE_MAX_LABEL] = str(args.replicas)
+    annotations = _pairs("--annotation", args.annotation) | share_annotations(args)
+    return {
+        "service": _dns_label("NAME", args.name),
+        "image": args.image,
+        "namespace": _dns_label("--namespace", args.namespace or keys.DEFAULT_FUNCTION_NAMESPACE),
+        "envVars": _pairs("--env", args.env, env=True),
+        "labels": labels,
+        "annotations": annotations,
+    }
+
+
+# --- the gateway ----------------------------------------------------------------------------
+def call(gateway: str, method: str, path: str, body: bytes | None = None, *, content_type: str | None = None,
+         timeout: float = 60.0) -> Answer:
+    """One request; any HTTP status is an :class:`Answer`, no answer at all a :class:`GatewayError`."""
+    headers = {"Content-Type": content_type} if content_type and body is not None else {}
+    request = urllib.request.Request(gateway + path, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return Answer(response.status, response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return Answer(error.code, error.read())
+    except TimeoutError:
+        raise GatewayError(f"no answer from the gateway at {gateway} within {timeout:g} s") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", error)
+        raise GatewayError(f"cannot reach the gateway at {gateway}: {reason} (is it running? pass --gateway URL "
+                           f"or set ${ENV_GATEWAY})") from None
+
+
+def message(answer: Answer) -> str:
+    """The gateway's error answer as one line: its status and the start of its message."""
+    text = answer.body.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        text = str(data.get("message") or data.get("error") or text)
+    line = " ".join(text.split())
+    if len(line) > MESSAGE_CHARS:
+        line = line[:MESSAGE_CHARS] + "..."
+    reason = http.client.responses.get(answer.status, "")
+    return f"the gateway answered {answer.status} {reason}".rstrip() + (f": {line}" if line else "")
+
+
+def _ok(answer: Answer) -> bool:
+    return 200 <= answer.status < 300
+
+
+# --- the actions ----------------------------------------------------------------------------
+def _deploy(gateway: str, args: argparse.Namespace, out: TextIO) -> int:
+    body = json.dumps(deployment(args)).encode()
+    answer = call(gateway, "PUT", "/system/functions", body, content_type="application/json", timeout=args.timeout)
+    created = answer.status == 404
+    if created:
+        answer = call(gateway, "POST", "/system/functions", body, content_type="application/json",
+                      timeout=args.timeout)
+    if not _ok(answer):
+        raise GatewayError(message(answer))
+    namespace = args.namespace or keys.DEFAULT_FUNCTION_NAMESPACE
+    out.write(f"{'created' if created else 'updated'} function {args.name} in {namespace} "
+              f"({args.replicas} replica{'' if args.replicas == 1 else 's'}, image {args.image}) via {gateway}\n")
+    return EXIT_OK
+
+
+def _list(gateway: str, args: argparse.Namespace, out: TextIO) -> int:
+    query = f"?{urllib.parse.urlencode({'namespace': args.namespace})}" if args.namespace else ""
+    answer = call(gateway, "GET", f"/system/functions{query}", timeout=args.timeout)
+    if not _ok(answer):
+        raise GatewayError(message(answer))
+    try:
+        functions = json.loads(answer.body)
+    except ValueError:
+        functions = None
+    if not isinstance(functions, list) or not all(isinstance(f, dict) for f in functions):
+        raise GatewayError(f"the gateway's /system/functions is not a JSON list of functions: "
+                           f"{answer.body[:100]!r}")
+    if args.output == "json":
+        out.write(json.dumps(functions, indent=2) + "\n")
+        return EXIT_OK
+    out.write(function_table(functions))
+    return EXIT_OK
+
+
+def function_table(functions: Sequence[dict[str, Any]]) -> str:
+    """NAME, NAMESPACE, IMAGE, READY (available/replicas), INVOCATIONS and SHARE, aligned."""
+    if not functions:
+        return "no functions\n"
+    rows = [("NAME", "NAMESPACE", "IMAGE", "READY", "INVOCATIONS", "SHARE")]
+    for fn in sorted(functions, key=lambda f: (str(f.get("namespace", "")), str(f.get("name", "")))):
+        invocations = fn.get("invocationCount", 0)
+        count = f"{invocations:g}" if isinstance(invocations, (int, float)) else str(invocations)
+        rows.append((str(fn.get("name", "?")), str(fn.get("namespace", "")), str(fn.get("image", "")),
+                     f"{fn.get('availableReplicas', 0)}/{fn.get('replicas', 0)}", count,
+                     _share_text(fn.get("annotations") or {})))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() + "\n"
+                   for row in rows)
+
+
+def _share_text(annotations: dict[str, Any]) -> str:
+    """``time 0.2..0.5, 50% SM, 1Gi`` from whichever share annotations are there; ``-`` if none."""
+    if not isinstance(annotations, dict):
+        return "-"
+    parts = []
+    request, limit = annotations.get(keys.GPU_QUOTA_REQUEST), annotations.get(keys.GPU_QUOTA_LIMIT)
+    if request is not None or limit is not None:
+        parts.append(f"time {request if request is not None else '?'}..{limit if limit is not None else '?'}")
+    if (sm := annotations.get(keys.GPU_SM_PARTITION)) is not None:
+        parts.append(f"{sm}% SM")
+    if (memory := annotations.get(keys.GPU_MEM)) is not None:
+        parts.append(str(memory))
+    return ", ".join(parts) or "-"
+
+
+def _invoke(gateway: str, args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
+    name = _dns_label("NAME", args.name)
+    target = f"{name}.{_dns_label('--namespace', args.namespace)}" if args.namespace else name
+    if not re.fullmatch(r"[A-Za-z]+", args.method):
+        raise UsageError(f"--method {args.method!r}: expected an HTTP method such as POST or GET")
+    if args.data is not None:
+        body: bytes | None = args.data.encode()
+    else:
+        source = stdin if stdin is not None else sys.stdin.buffer
+        body = source.read()
+    if args.method.upper() in ("GET", "HEAD") and not body:
+        body = None
+    answer = call(gateway, args.method.upper(), f"/function/{target}", body, content_type=args.content_type,
+                  timeout=args.timeout)
+    if not _ok(answer):
+        raise GatewayError(f"function {target}: {message(answer)}")
+    _write_bytes(out, answer.body)
+    return EXIT_OK
+
+
+def _write_bytes(out: TextIO, data: bytes) -> None:
+    """The function's answer as it came: bytes to a binary stream where there is one."""
+    buffer = getattr(out, "buffer", None)
+    if buffer is not None:
+        out.flush()
+        buffer.write(data)
+        buffer.flush()
+    else:
+        out.write(data.decode("utf-8", errors="replace"))
+        out.flush()
+
+
+def _delete(gateway: str, args: argparse.Namespace, out: TextIO) -> int:
+    name = _dns_label("NAME", args.name)
+    namespace = _dns_label("--namespace", args.namespace or keys.DEFAULT_FUNCTION_NAMESPACE)
+    body = json.dumps({"functionName": name, "namespace": namespace}).encode()
+    answer = call(gateway, "DELETE", "/system/functions", body, content_type="application/json",
+                  timeout=args.timeout)
+    if answer.status == 404:
+        raise GatewayError(f"no function {name} in {namespace} ({message(answer)})")
+    if not _ok(answer):
+        raise GatewayError(message(answer))
+    out.write(f"deleted function {name} from {namespace}\n")
+    return EXIT_OK
