@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
+import yaml
 
 from fastgshare_cli.fn_command import ENV_GATEWAY, fn_main
 from fastgshare_cli.main import build_parser, main
@@ -257,3 +260,22 @@ def test_a_gateway_that_never_answers_times_out_in_one_line() -> None:
         code, _, err = run("list", "--gateway", url, "--timeout", "0.2")
     assert code == 1
     assert err == f"fastgshare fn list: no answer from the gateway at {url} within 0.2 s\n"
+
+
+def test_the_examples_deploy_line_sends_what_the_fastpod_example_runs(gateway: FakeGateway) -> None:
+    """examples/functions/README.md's `fastgshare fn deploy` line, as written, against the fake gateway."""
+    examples = Path(__file__).resolve().parents[3] / "examples" / "functions"
+    [line] = [line for line in (examples / "README.md").read_text().splitlines()
+              if line.startswith("fastgshare fn deploy ")]
+    gateway.answers[("POST", "/system/functions")] = (202, b"")
+    code, _, err = run(*shlex.split(line)[2:], "--gateway", gateway.url)
+    assert (code, err) == (0, "")
+    sent = gateway.seen[-1].json()
+    [fastpod] = yaml.safe_load_all((examples / "fake-fn-fastpod.yaml").read_text())
+    container = fastpod["spec"]["podSpec"]["containers"][0]
+    assert sent["image"] == container["image"]
+    assert sent["namespace"] == fastpod["metadata"]["namespace"] == "fast-gshare-fn"
+    assert sent["annotations"] == fastpod["metadata"]["annotations"]
+    assert sent["labels"] == fastpod["metadata"]["labels"]
+    assert sent["envVars"] == {e["name"]: e["value"] for e in container["env"]}
+    assert int(sent["labels"]["com.openfaas.scale.max"]) == fastpod["spec"]["replicas"]
