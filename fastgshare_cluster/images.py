@@ -91,14 +91,15 @@ def build_tenant(workdir: Path, hook_build: Path) -> Path:
 
 def build_fake_fn(workdir: Path, hook_build: Path) -> Path:
     """The fake-fn image from ``hook_build`` (``make -C vgpu_hook``); returns the archive."""
-    fake_fn = hook_build / "fake-fn"
-    missing = [str(path) for path in (fake_fn, BUSYBOX) if not path.exists()]
+    fake_fn, hook = hook_build / "fake-fn", hook_build / "libfastgshare-hook.so"
+    missing = [str(path) for path in (fake_fn, hook, BUSYBOX) if not path.exists()]
     if missing:
         raise ImageError(f"cannot build the fake-fn image: missing {', '.join(missing)} "
                          "(make -C vgpu_hook PYTHON=.venv/bin/python; apt-get install busybox-static)")
     spec = ImageSpec(
         name=FAKE_FN_IMAGE,
-        files={"/bin/busybox": BUSYBOX, "/opt/fastgshare/bin/fake-fn": fake_fn, **shared_libraries(fake_fn)},
+        # The hook is mounted by Allocate; the libraries it needs must be in the image.
+        files={"/bin/busybox": BUSYBOX, "/opt/fastgshare/bin/fake-fn": fake_fn, **shared_libraries(fake_fn, hook)},
         links={f"/bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS},
         entrypoint=["/opt/fastgshare/bin/fake-fn"],
         env=[f"FAKE_FN_PORT={FAKE_FN_PORT}"],
