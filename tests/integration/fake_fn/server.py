@@ -8,6 +8,7 @@ whole answer (the server always closes), so tests can send what no HTTP client l
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -19,7 +20,8 @@ import pytest
 from tests.integration.hook.fake_arbiter import FakeArbiter
 from tests.integration.hook.tenants import BUILD, Build, tenant_env
 
-FAKE_FN = BUILD / "fake-fn"
+# FAKE_FN_BINARY runs the tests against another build, e.g. one with -fsanitize=address,undefined.
+FAKE_FN = Path(os.environ.get("FAKE_FN_BINARY") or BUILD / "fake-fn")
 
 
 @attrs.frozen

@@ -7,7 +7,10 @@ state file counts them). Bad requests get one error answer and the server keeps 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
+import re
 import socket
 import subprocess
 import threading
@@ -264,3 +267,38 @@ def test_memory_at_start_is_charged_and_a_refusal_stops_it(build: Build, gpu_dir
     assert result.returncode == 1
     assert "cuMemAlloc" in result.stderr
     assert "OUT_OF_MEMORY" in result.stderr
+
+
+def test_mangled_requests_never_stop_it(run_fake_fn: RunFakeFn) -> None:
+    """Good requests cut short, with bytes flipped or repeated: every answer is a status line or nothing."""
+    server = run_fake_fn(FAKE_FN_GPU_MS="0", FAKE_FN_READ_TIMEOUT_MS="300", FAKE_FN_MAX_HEADER="512",
+                         FAKE_FN_MAX_BODY="64")
+    seeds = [b"POST /a?b=c HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhello",
+             b"PUT / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;x\r\nabc\r\n0\r\nT: 1\r\n\r\n"]
+    generator = random.Random(16)
+    for _ in range(150):
+        data = bytearray(generator.choice(seeds))
+        for _ in range(generator.randint(1, 4)):
+            where = generator.randrange(len(data) + 1)
+            kind = generator.randrange(4)
+            if kind == 0 and where < len(data):
+                data[where] = generator.randrange(256)
+            elif kind == 1:
+                del data[where:]
+            elif kind == 2:
+                data[where:where] = data[where:where + generator.randint(1, 40)] * generator.randint(1, 30)
+            else:
+                data[where:where] = generator.choice([b"\r\n", b"\n", b"\x00", b" ", b":", b"\r\n\r\n", b"ff\r\n"])
+        with socket.create_connection(("127.0.0.1", server.port), timeout=20) as sock:
+            with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                sock.sendall(bytes(data))
+                sock.shutdown(socket.SHUT_WR)
+            try:
+                raw = read_all(sock)
+            except ConnectionResetError:
+                raw = b""
+        if raw.startswith(b"HTTP/1.1 100 "):
+            raw = raw.split(b"\r\n\r\n", 1)[1]
+        assert raw == b"" or re.match(rb"HTTP/1\.1 (200|400|408|413|417|431|501) ", raw), (bytes(data), raw)
+    assert server.process.poll() is None
+    assert_still_serving(server)
