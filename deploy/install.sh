@@ -172,6 +172,8 @@ main() {
     wait_ready deployment/fastgshare-controller
     wait_ready deployment/fastgshare-scheduler
     wait_ready daemonset/fastgshare-node-agent
+    wait_ready deployment/fastgshare-function-controller
+    wait_ready deployment/fastgshare-gateway
     echo "fastgshare is installed; try: kubectl apply -f $here/examples/testfastpod.yaml && kubectl get fstp"
 }
 

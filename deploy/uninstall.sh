@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Remove fastgshare from the cluster: every FaSTPod (its pods go with it), everything deploy/
-# created, and the fastgshare/gpu_info annotation the node agent wrote on each GPU node.
+# created (with the function namespace fast-gshare-fn and the functions in it), and the
+# fastgshare/gpu_info annotation the node agent wrote on each GPU node.
 #
 #   deploy/uninstall.sh          says what it will delete and asks
 #   deploy/uninstall.sh --yes    deletes without asking (scripts)
@@ -54,7 +55,7 @@ main() {
     for argument in "$@"; do
         case "$argument" in
             --yes | -y) yes=yes ;;
-            -h | --help) sed -n '2,12s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; return 0 ;;
+            -h | --help) sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; return 0 ;;
             *) die "unknown argument '$argument'; usage: deploy/uninstall.sh [--yes]" ;;
         esac
     done
@@ -67,7 +68,9 @@ main() {
         [ -n "$name" ] && echo "  - FaSTPod $namespace/$name (and its pods)"
     done <<<"$listed"
     echo "  - everything deploy/ created: namespace $NAMESPACE (controller, scheduler, node agent, MPS"
-    echo "    daemon), the FaSTPod CRD $CRD, and fastgshare's cluster roles and bindings"
+    echo "    daemon, function controller, gateway), namespace fast-gshare-fn with every function in it,"
+    echo "    the FaSTPod CRD $CRD and the FaSTFunc CRD, and fastgshare's cluster roles and bindings"
+    echo "    (deploy/functions.sh uninstall removes only the function components)"
     for node in $nodes; do
         echo "  - the $NODE_ANNOTATION annotation of node $node"
     done

@@ -40,6 +40,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--hook-build", type=Path, default=cluster.Options.hook_build,
                     help="where make -C vgpu_hook put the hook, the simulated driver and the tenant "
                          "(default: %(default)s; built if missing)")
+    up.add_argument("--gateway-listen", default=cluster.DEFAULT_GATEWAY_LISTEN, metavar="HOST:PORT",
+                    help="where the function gateway listens (default: %(default)s)")
     up.add_argument("--no-install", action="store_true", help="do not apt-get install missing packages")
     down = actions.add_parser("down", help="stop everything up started and leave the host as it was")
     down.add_argument("--keep-logs", action="store_true", help="keep <state-dir>/logs")
@@ -101,10 +103,13 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
         return 2
     running = cluster.up(Options(state_dir=args.state_dir, gpus=args.gpus, slots_per_gpu=args.slots_per_gpu,
                                  hook_build=args.hook_build, install_packages=not args.no_install,
+                                 gateway_listen=args.gateway_listen,
                                  say=lambda text: console.print(text, markup=False, highlight=False)))
     console.print(f"cluster up: node {running.node_name} with {spec.count} simulated GPU(s) ({args.gpus}), "
                   f"{args.slots_per_gpu} pods per GPU", markup=False)
     console.print(f"kubeconfig: {running.kubeconfig}", markup=False, highlight=False)
+    console.print(f"function gateway: {running.gateway_url} (fastgshare fn --gateway {running.gateway_url} ...)",
+                  markup=False, highlight=False)
     console.print(f"export KUBECONFIG={running.kubeconfig}", markup=False, highlight=False)
     return 0
 

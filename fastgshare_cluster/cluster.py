@@ -2,11 +2,13 @@
 
 ``up`` starts, from the cached binaries, etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler (a ``default-scheduler`` profile and the ``fastgshare-scheduler`` profile with
-our extender), our extender and FaSTPod controller, containerd with a CNI bridge, a real kubelet,
-and our node agent with simulated GPUs; it installs the FaSTPod CRD and imports the pause and
-tenant images. Every process logs to ``<state-dir>/logs`` and is recorded with its PID and
-start time in ``<state-dir>/cluster.json``, together with the host state found before ``up``,
-so that ``down`` (another process, later) stops exactly those and puts the host back.
+our extender), our extender and FaSTPod controller, the function controller and the function
+gateway (on ``127.0.0.1:8080`` by default), containerd with a CNI bridge, a real kubelet, and our
+node agent with simulated GPUs; it installs the FaSTPod and FaSTFunc CRDs, creates the function
+namespace ``fast-gshare-fn`` and imports the pause, tenant and fake-fn images. Every process logs
+to ``<state-dir>/logs`` and is recorded with its PID and start time in ``<state-dir>/cluster.json``,
+together with the host state found before ``up``, so that ``down`` (another process, later) stops
+exactly those and puts the host back.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from fastgshare import keys
 from fastgshare.inventory import parse_gpu_spec
 from fastgshare_cluster import images, node
 from fastgshare_cluster.controlplane import (
@@ -68,8 +71,10 @@ PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "gc
             "busybox": "busybox-static", "ip": "iproute2", "etcd": "etcd-server"}
 CNI_PACKAGE = "containernetworking-plugins"
 # The order ``down`` stops components in: clients of the API first, the node, then the control plane.
-STOP_ORDER = ("node-agent", "fastgshare-controller", "kube-scheduler", "fastgshare-extender", "kubelet",
-              "containerd", "kube-controller-manager", "kube-apiserver", "etcd")
+STOP_ORDER = ("fastgshare-gateway", "fastgshare-function-controller", "node-agent", "fastgshare-controller",
+              "kube-scheduler", "fastgshare-extender", "kubelet", "containerd", "kube-controller-manager",
+              "kube-apiserver", "etcd")
+DEFAULT_GATEWAY_LISTEN = f"127.0.0.1:{keys.DEFAULT_GATEWAY_PORT}"
 
 
 class ClusterError(Exception):
@@ -88,6 +93,7 @@ class Options:
     subnet: str = DEFAULT_SUBNET
     bridge: str = DEFAULT_BRIDGE
     install_packages: bool = True
+    gateway_listen: str = DEFAULT_GATEWAY_LISTEN  # the function gateway (OpenFaaS API and /function/...)
     die_with_parent: bool = False  # the test tier: components die with the test process
     say: Say = field(default=print)
 
@@ -103,6 +109,7 @@ class Cluster:
     node_agent_state_dir: Path
     extender_url: str
     controller_url: str  # /healthz and /metrics
+    gateway_url: str = ""  # the function gateway: /function/<name>, /system/*, /metrics
 
     def api_client(self) -> ApiClient:
         return load_api_client(str(self.kubeconfig))
@@ -141,7 +148,7 @@ def _cluster_of(state_dir: Path, state: dict[str, Any]) -> Cluster:
     return Cluster(state_dir=state_dir, kubeconfig=Path(state["kubeconfig"]), node_name=state["node_name"],
                    containerd_socket=Path(state["containerd_socket"]),
                    node_agent_state_dir=Path(state["node_agent_state_dir"]), extender_url=state["extender_url"],
-                   controller_url=state.get("controller_url", ""))
+                   controller_url=state.get("controller_url", ""), gateway_url=state.get("gateway_url", ""))
 
 
 def load(state_dir: Path = DEFAULT_STATE_DIR) -> Cluster:
@@ -189,7 +196,7 @@ def ensure_packages(install: bool, say: Say) -> None:
 def ensure_hook_build(hook_build: Path, say: Say) -> None:
     """The hook, the simulated driver and the tenant program, built if missing."""
     needed = [hook_build / name for name in ("libfastgshare-hook.so", "fake/libcuda.so.1", "fake/libnvidia-ml.so.1",
-                                             "tenant", "memcheck")]
+                                             "tenant", "memcheck", "fake-fn")]
     if all(path.exists() for path in needed):
         return
     makefile_dir = hook_build.parent
@@ -221,13 +228,25 @@ def _scheduler_document(extender_url: str) -> dict[str, Any]:
     return document
 
 
-def _install_crd(api: ApiClient) -> None:
-    crd = yaml.safe_load((REPO / "deploy/crd/fastpods.yaml").read_text())
+CRDS = ("fastpods.yaml", "fastfuncs.yaml")
+
+
+def _install_crds(api: ApiClient) -> None:
+    for name in CRDS:
+        crd = yaml.safe_load((REPO / "deploy/crd" / name).read_text())
+        try:
+            rest.call(rest.apiextensions_v1(api).create_custom_resource_definition, rest.raw(crd))
+        except ApiError as error:
+            if not error.conflict:  # already there
+                raise ClusterError(f"cannot install the {crd['spec']['names']['kind']} CRD: {error}") from None
+
+
+def _create_namespace(core: Any, name: str) -> None:
     try:
-        rest.call(rest.apiextensions_v1(api).create_custom_resource_definition, rest.raw(crd))
+        rest.call(core.create_namespace, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     except ApiError as error:
-        if not error.conflict:  # already there
-            raise ClusterError(f"cannot install the FaSTPod CRD: {error}") from None
+        if not error.conflict:
+            raise ClusterError(f"cannot create namespace {name}: {error}") from None
 
 
 def _read_node(core: Any, name: str) -> dict[str, Any]:
@@ -296,7 +315,8 @@ class _Startup:
         def build_images() -> None:
             try:
                 built["archives"] = [images.build_pause(self.dir / "images"),
-                                     images.build_tenant(self.dir / "images", options.hook_build)]
+                                     images.build_tenant(self.dir / "images", options.hook_build),
+                                     images.build_fake_fn(self.dir / "images", options.hook_build)]
             except BaseException as error:  # re-raised in the main thread
                 built["archives"] = error
 
@@ -339,7 +359,8 @@ class _Startup:
         self.record(kubelet.process)
         self.record(start_controller_manager(binaries, plane, self.dir / "controller-manager", self.processes,
                                              wait=False, log_dir=self.logs))
-        extender_port, scheduler_port, scheduler_health, controller_health, agent_metrics = free_ports(5)
+        extender_port, scheduler_port, scheduler_health, controller_health, agent_metrics, function_health = \
+            free_ports(6)
         extender_url = f"http://{LOOPBACK}:{extender_port}"
         extender = self.start("fastgshare-extender", [
             _command("fastgshare-extender"), "--kubeconfig", str(kubeconfig), "--listen",
@@ -364,15 +385,27 @@ class _Startup:
             "--fake-driver-dir", str(options.hook_build / "fake"),
             "--metrics-listen", f"{network.node_ip}:{agent_metrics}"])
         with plane.api_client() as api:
-            _install_crd(api)
-            self.step("components started, FaSTPod CRD installed")
+            _install_crds(api)
             core = rest.core_v1(api)
+            _create_namespace(core, keys.DEFAULT_FUNCTION_NAMESPACE)
+            functions = self.start("fastgshare-function-controller", [
+                _command("fastgshare-function-controller"), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
+                "--health-address", f"{LOOPBACK}:{function_health}"])
+            gateway = self.start("fastgshare-gateway", [
+                _command("fastgshare-gateway"), "--kubeconfig", str(kubeconfig), "--listen", options.gateway_listen])
+            gateway_url = f"http://{options.gateway_listen}"
+            self.step(f"components started, FaSTPod and FaSTFunc CRDs installed, namespace "
+                      f"{keys.DEFAULT_FUNCTION_NAMESPACE} created")
             wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",
                        timeout_s=60, watched=extender)
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{scheduler_health}/healthz"),
                        what="kube-scheduler /healthz", timeout_s=60, watched=scheduler)
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{controller_health}/healthz"),
                        what="fastgshare-controller /healthz", timeout_s=60, watched=controller)
+            wait_until(lambda: http_ok(f"http://{LOOPBACK}:{function_health}/healthz"),
+                       what="fastgshare-function-controller /healthz", timeout_s=60, watched=functions)
+            wait_until(lambda: http_ok(f"{gateway_url}/healthz"), what=f"fastgshare-gateway /healthz on {gateway_url}",
+                       timeout_s=60, watched=gateway)
             wait_until(lambda: _node_ready(core, node.NODE_NAME), what=f"node {node.NODE_NAME} Ready",
                        timeout_s=90, watched=kubelet.process)
             _untaint(core, node.NODE_NAME)
@@ -383,7 +416,7 @@ class _Startup:
         self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME,
                            "containerd_socket": str(containerd_socket), "node_agent_state_dir": str(agent_state),
                            "extender_url": extender_url, "gpus": options.gpus,
-                           "controller_url": f"http://{LOOPBACK}:{controller_health}",
+                           "controller_url": f"http://{LOOPBACK}:{controller_health}", "gateway_url": gateway_url,
                            "up_seconds": round(time.monotonic() - self.started, 1)})
         _write_state(self.dir, self.state)
         self.processes.release()
@@ -470,7 +503,8 @@ def _remove(path: Path) -> None:
 # --- restart ------------------------------------------------------------------------------------
 
 RESTARTABLE = {"node-agent": "node-agent", "extender": "fastgshare-extender", "controller": "fastgshare-controller",
-               "kubelet": "kubelet", "containerd": "containerd"}
+               "kubelet": "kubelet", "containerd": "containerd", "gateway": "fastgshare-gateway",
+               "function-controller": "fastgshare-function-controller"}
 
 
 def _process_image(pid: int) -> tuple[list[str], dict[str, str]]:

@@ -34,6 +34,7 @@ from fastgshare import keys
 from fastgshare.inventory import GpuDevice
 from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster.cluster import Cluster, ClusterError, Options
+from fastgshare_cluster.processes import free_ports
 from tests.cluster import controlplane
 from tests.cluster.controlplane import Binaries, ClusterUnavailable, ControlPlane, ProcessSet
 from tests.cluster.gpu_nodes import create_gpu_node
@@ -244,7 +245,8 @@ def real_cluster(cluster_binaries: Binaries, real_node_turn: None,
     controlplane.install_emergency_cleanup()
     state_dir = tmp_path_factory.mktemp("real-cluster")
     lines: list[str] = []
-    options = Options(state_dir=state_dir, die_with_parent=True, say=lines.append)
+    options = Options(state_dir=state_dir, die_with_parent=True, say=lines.append,
+                      gateway_listen=f"127.0.0.1:{free_ports(1)[0]}")
     try:
         running = local_cluster.up(options)
     except ClusterError as error:

@@ -4,6 +4,7 @@
 #   FAKE_VERSION       the server's gitVersion (/version), or FAKE_UNREACHABLE=1
 #   FAKE_STUCK         a rollout target (e.g. deployment/fastgshare-scheduler) that times out
 #   FAKE_FASTPODS      lines "NAMESPACE NAME" of the FaSTPods that exist
+#   FAKE_FASTFUNCS     lines "NAMESPACE NAME" of the FaSTFuncs that exist (the FaSTFunc CRD is there if set)
 #   FAKE_ANNOTATED     node names carrying the fastgshare/gpu_info annotation
 #   FAKE_SECRET_CERT, FAKE_SECRET_CA  the webhook Secret's tls.crt and ca.crt (base64), if any
 # kubectl apply -f - stores what it was given in $FAKE_LOG.applied.
@@ -45,8 +46,12 @@ YAML
     echo "[kube-scheduler] no kind \"KubeSchedulerConfiguration\" is registered for version \"kubescheduler.config.k8s.io/v1\"" ;;
   *"get secret"*'tls\.crt'*) printf '%s' "${FAKE_SECRET_CERT:-}" ;;
   *"get secret"*'ca\.crt'*) printf '%s' "${FAKE_SECRET_CA:-}" ;;
+  *"get crd fastfuncs"*)
+    [ -n "${FAKE_FASTFUNCS+x}" ] || exit 1 ;;
   *"get crd"*)
     [ -n "${FAKE_FASTPODS+x}" ] || exit 1 ;;
+  *"get fastfuncs"*)
+    printf '%s\n' "${FAKE_FASTFUNCS:-}" | sed '/^$/d' ;;
   *"get fastpods"*)
     printf '%s\n' "${FAKE_FASTPODS:-}" | sed '/^$/d' ;;
   *"get nodes"*)

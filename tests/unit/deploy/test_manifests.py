@@ -48,6 +48,9 @@ def test_everything_lives_in_our_namespace_or_is_cluster_scoped() -> None:
             assert namespace is None, _id(obj)
         elif obj["kind"] == "RoleBinding" and namespace == "kube-system":
             assert obj["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+        elif namespace == keys.DEFAULT_FUNCTION_NAMESPACE:  # only the gateway's rights over the functions
+            assert obj["kind"] in ("Role", "RoleBinding"), _id(obj)
+            assert obj["metadata"]["name"] == "fastgshare-gateway", _id(obj)
         else:
             assert namespace == keys.SYSTEM_NAMESPACE, _id(obj)
 

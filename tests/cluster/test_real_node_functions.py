@@ -1,0 +1,179 @@
+"""Real-node tier: serverless functions on shared GPUs (issue 16).
+
+``fastgshare cluster up`` runs the function controller and the gateway; the fake-fn image serves
+HTTP on 8080 and runs each request's kernels on the simulated GPU through the hook. These tests
+invoke functions through the gateway as a user (or faas-cli) would: plain HTTP, the OpenFaaS
+provider API, the gateway's metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes.client
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastgshare import keys
+from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
+from fastgshare_cluster.processes import wait_until
+from tests.cluster.real_node import apply, share_annotations
+
+pytestmark = pytest.mark.realnode
+
+NAMESPACE = keys.DEFAULT_FUNCTION_NAMESPACE
+
+
+@pytest.fixture
+def core(real_node_turn: None, real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(real_cluster.api_client())
+
+
+@pytest.fixture
+def custom(real_cluster: Cluster) -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+
+
+def _pods(core: kubernetes.client.CoreV1Api, selector: str) -> list[kubernetes.client.V1Pod]:
+    return core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+
+
+@pytest.fixture
+def function_namespace(core: kubernetes.client.CoreV1Api, custom: kubernetes.client.CustomObjectsApi) -> Iterator[str]:
+    """The function namespace ``up`` created; emptied afterwards, owners first, as a user would."""
+    yield NAMESPACE
+    for plural in (keys.FASTFUNC_PLURAL, keys.FASTPOD_PLURAL):
+        custom.delete_collection_namespaced_custom_object(keys.API_GROUP, "v1", NAMESPACE, plural)
+    core.delete_collection_namespaced_pod(NAMESPACE)
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE).items, what=f"no pods left in {NAMESPACE}",
+               timeout_s=90)
+
+
+def http(url: str, *, method: str = "GET", body: bytes | None = None,
+         timeout_s: float = 30) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def running(core: kubernetes.client.CoreV1Api, selector: str, count: int, timeout_s: float = 180) -> None:
+    def ready() -> bool:
+        pods = _pods(core, selector)
+        return len(pods) == count and all(
+            any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or []) for p in pods)
+    wait_until(ready, what=f"{count} ready pods with {selector} in {NAMESPACE}", timeout_s=timeout_s)
+
+
+def invoke(cluster: Cluster, name: str, payload: bytes, timeout_s: float = 60) -> dict[str, Any]:
+    """POST to the function until the gateway has its endpoint (it follows the pods' watch), then once."""
+    url = f"{cluster.gateway_url}/function/{name}/infer"
+    answers: list[tuple[int, bytes]] = []
+
+    def answered() -> bool:
+        answers.append(http(url, method="POST", body=payload))
+        return answers[-1][0] == 200
+
+    wait_until(answered, what=f"a 200 from {url}", timeout_s=timeout_s, interval_s=0.5)
+    return json.loads(answers[-1][1])
+
+
+def invocations(cluster: Cluster, function_name: str) -> dict[str, float]:
+    """The gateway's ``gateway_function_invocation_total`` for one function, by code."""
+    _, text = http(f"{cluster.gateway_url}/metrics")
+    found = {}
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            if sample.name == "gateway_function_invocation_total" and \
+                    sample.labels.get("function_name") == function_name:
+                found[sample.labels["code"]] = sample.value
+    return found
+
+
+def test_a_fastpod_written_like_the_originals_function_is_served_by_the_gateway(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, function_namespace: str) -> None:
+    """The original FaST-GShare's user flow: a plain FaSTPod in fast-gshare-fn with OpenFaaS scale
+    labels and fixed replicas is a function at /function/<fastpod-name>."""
+    fastpod = {
+        "apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+        "metadata": {"name": "resnet-like", "labels": {keys.OPENFAAS_SCALE_MIN_LABEL: "1",
+                                                       keys.OPENFAAS_SCALE_MAX_LABEL: "1"},
+                     "annotations": share_annotations(0.3, 0.5, 50, "256Mi")},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "resnet-like"}},
+                 "podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
+                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "2"}]}]}},
+    }
+    apply(real_cluster, function_namespace, fastpod)
+    running(core, f"{keys.FASTPOD_NAME_LABEL}=resnet-like", 1)
+    answer = invoke(real_cluster, "resnet-like", b"a picture")
+    assert answer["echo"] == "a picture"
+    assert answer["kernels"] > 0  # it ran on the (simulated) GPU, through the hook
+    assert answer["pod"].startswith(f"{NAMESPACE}/resnet-like-")
+    status, listed = http(f"{real_cluster.gateway_url}/system/functions")
+    assert status == 200
+    [listed_fn] = [f for f in json.loads(listed) if f["name"] == "resnet-like"]
+    assert listed_fn["replicas"] == 1
+
+
+def test_a_function_deployed_through_the_openfaas_api_answers_scales_and_is_deleted(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, custom: kubernetes.client.CustomObjectsApi,
+        function_namespace: str) -> None:
+    gateway = real_cluster.gateway_url
+    deployment = {  # what faas-cli sends (types/function_deployment.go)
+        "service": "echo-gpu", "image": FAKE_FN_IMAGE_SHORT, "namespace": NAMESPACE,
+        "envVars": {"FAKE_FN_GPU_MS": "2"},
+        "labels": {"team": "ml"},
+        "annotations": {keys.GPU_QUOTA_REQUEST: "0.2", keys.GPU_QUOTA_LIMIT: "0.4", keys.GPU_SM_PARTITION: "30",
+                        keys.GPU_MEM: "256Mi"},
+    }
+    assert http(f"{gateway}/system/functions", method="PUT", body=json.dumps(deployment).encode())[0] == 404
+    status, body = http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode())
+    assert status == 202, body
+    selector = f"{keys.FUNCTION_LABEL}=echo-gpu"
+    running(core, selector, 1)
+    [pod] = _pods(core, selector)
+    assert pod.metadata.annotations[keys.GPU_QUOTA_LIMIT] == "0.4"
+    assert pod.metadata.annotations[keys.GPU_SM_PARTITION] == "30"
+
+    answers = [invoke(real_cluster, "echo-gpu", f"request {index}".encode()) for index in range(3)]
+    assert [a["echo"] for a in answers] == ["request 0", "request 1", "request 2"]
+    wait_until(lambda: invocations(real_cluster, f"echo-gpu.{NAMESPACE}").get("200") == 3,
+               what="3 invocations counted once each", timeout_s=10)
+
+    status, body = http(f"{gateway}/system/function/echo-gpu")
+    assert status == 200
+    assert json.loads(body)["replicas"] == 1
+
+    status, _ = http(f"{gateway}/system/scale-function/echo-gpu", method="POST",
+                     body=json.dumps({"serviceName": "echo-gpu", "replicas": 2}).encode())
+    assert status == 202
+    running(core, selector, 2)
+    wait_until(lambda: json.loads(http(f"{gateway}/system/function/echo-gpu")[1])["availableReplicas"] == 2,
+               what="2 available replicas reported", timeout_s=60)
+    assert core.read_namespaced_service("echo-gpu", NAMESPACE).spec.ports[0].port == keys.FUNCTION_PORT
+
+    status, _ = http(f"{gateway}/system/functions", method="DELETE",
+                     body=json.dumps({"functionName": "echo-gpu", "namespace": NAMESPACE}).encode())
+    assert status == 202
+
+    def all_gone() -> bool:
+        fastfuncs = custom.list_namespaced_custom_object(keys.API_GROUP, "v1", NAMESPACE, keys.FASTFUNC_PLURAL)
+        fastpods = custom.list_namespaced_custom_object(keys.API_GROUP, "v1", NAMESPACE, keys.FASTPOD_PLURAL,
+                                                        label_selector=selector)
+        services = core.list_namespaced_service(NAMESPACE, field_selector="metadata.name=echo-gpu").items
+        return not fastfuncs["items"] and not fastpods["items"] and not services and not _pods(core, selector)
+
+    started = time.monotonic()
+    wait_until(all_gone, what="the FaSTFunc, its FaSTPods, pods and Service gone", timeout_s=120)
+    print(f"deleted function gone after {time.monotonic() - started:.1f}s")
+    assert http(f"{gateway}/system/function/echo-gpu")[0] == 404
