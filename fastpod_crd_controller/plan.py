@@ -63,7 +63,8 @@ def plan(desired: int, pods: Sequence[PodInfo], revision: str) -> Plan:
 
 
 def in_place_updates(pods: Sequence[PodInfo], spec: FaSTPodSpec) -> list[PodInfo]:
-    """The active pods of another revision that differ from ``spec`` only in their time quota."""
+    """The active pods of another revision that differ from ``spec`` only in their time quota, by name
+    (the order the controller patches them in, whatever order the cache holds them in)."""
     found: dict[tuple[str | None, str | None], str] = {}  # time quota -> the revision it gives
     updates = []
     for pod in pods:
@@ -73,4 +74,4 @@ def in_place_updates(pods: Sequence[PodInfo], spec: FaSTPodSpec) -> list[PodInfo
             found[pod.time_quota] = revision_with_time_quota(spec, pod.time_quota)
         if found[pod.time_quota] == pod.revision:
             updates.append(pod)
-    return updates
+    return sorted(updates, key=lambda pod: pod.name)
