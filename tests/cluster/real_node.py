@@ -13,12 +13,14 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import kubernetes.client
+import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -161,6 +163,23 @@ def live_memory(cluster: Cluster, gpu_uuid: str) -> int:
 def measure_shares(cluster: Cluster, gpus: Iterable[str], seconds: float) -> dict[str, float]:
     """Pod UID -> share of GPU time its processes got over the next ``seconds``, on ``gpus``."""
     return pod_shares.measure_shares((cluster.fake_gpu_dir(gpu) for gpu in gpus), seconds)
+
+
+@pytest.fixture(name="core")
+def real_node_core(real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
+    """The real node's API as ``core`` (import this fixture into a real-node test module)."""
+    return kubernetes.client.CoreV1Api(real_cluster.api_client())
+
+
+@pytest.fixture(name="namespace")
+def real_node_test_namespace(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,
+                             request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace named after the test (parametrized cases differ), emptied afterwards as
+    :func:`real_node_namespace` does (import this fixture into a real-node test module)."""
+    base = request.node.name.removeprefix("test_").replace("_", "-")
+    name = f"{base[:40].rstrip('-')}-{zlib.crc32(base.encode()) % 100_000}"
+    with real_node_namespace(real_cluster, core, name):
+        yield name
 
 
 @contextmanager

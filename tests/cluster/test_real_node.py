@@ -13,7 +13,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import kubernetes.client
@@ -23,7 +22,7 @@ from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.image_build import IMAGE
 from fastgshare_cluster.processes import wait_until
 from tests.cluster.prometheus import running_prometheus
-from tests.cluster.real_node import (
+from tests.cluster.real_node import (  # noqa: F401 - fixtures
     apply,
     assignment_of,
     busy_by_pod,
@@ -36,7 +35,8 @@ from tests.cluster.real_node import (
     measure_shares,
     node_metrics,
     node_metrics_address,
-    real_node_namespace,
+    real_node_core,
+    real_node_test_namespace,
     running_pods,
     share_annotations,
     tenant_container,
@@ -47,19 +47,6 @@ pytestmark = pytest.mark.realnode
 REPOSITORY = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.02  # points of GPU time
 GiB = 1 << 30
-
-
-@pytest.fixture
-def core(real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api(real_cluster.api_client())
-
-
-@pytest.fixture
-def namespace(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,
-              request: pytest.FixtureRequest) -> Iterator[str]:
-    name = request.node.name.removeprefix("test_").replace("_", "-")[:50].rstrip("-")
-    with real_node_namespace(real_cluster, core, name):
-        yield name
 
 
 def test_fastpods_get_a_share_within_their_request_and_limit(

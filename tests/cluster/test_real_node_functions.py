@@ -23,16 +23,11 @@ from fastgshare import keys
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import wait_until
-from tests.cluster.real_node import apply, share_annotations
+from tests.cluster.real_node import apply, real_node_core, share_annotations  # noqa: F401 - the fixture core
 
 pytestmark = pytest.mark.realnode
 
 NAMESPACE = keys.DEFAULT_FUNCTION_NAMESPACE
-
-
-@pytest.fixture
-def core(real_node_turn: None, real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api(real_cluster.api_client())
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ updates its pods in place (no new pod).
 from __future__ import annotations
 
 import time
-import zlib
-from collections.abc import Iterator
 
 import kubernetes.client
 import pytest
@@ -19,7 +17,7 @@ import pytest
 from fastgshare import keys
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.processes import wait_until
-from tests.cluster.real_node import (
+from tests.cluster.real_node import (  # noqa: F401 - fixtures
     apply,
     assignment_of,
     busy_by_pod,
@@ -27,7 +25,8 @@ from tests.cluster.real_node import (
     gpu_pod,
     kubectl,
     measure_shares,
-    real_node_namespace,
+    real_node_core,
+    real_node_test_namespace,
     running_pods,
     share_annotations,
     tenant_container,
@@ -38,20 +37,6 @@ pytestmark = pytest.mark.realnode
 TENANT = {"TENANT_KERNEL_US": "2000", "TENANT_MEMORY": "64Mi"}
 SAMPLE_S = 0.05
 WINDOW_S = 0.4  # the achieved share is judged over sliding windows this long
-
-
-@pytest.fixture
-def core(real_node_turn: None, real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api(real_cluster.api_client())
-
-
-@pytest.fixture
-def namespace(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,
-              request: pytest.FixtureRequest) -> Iterator[str]:
-    base = request.node.name.removeprefix("test_").replace("_", "-")
-    name = f"{base[:40].rstrip('-')}-{zlib.crc32(base.encode()) % 100_000}"
-    with real_node_namespace(real_cluster, core, name):
-        yield name
 
 
 def events_of(core: kubernetes.client.CoreV1Api, namespace: str, pod: str, reason: str) -> list[str]:

@@ -8,8 +8,6 @@ hooks in the tenants reconnect. Also: a tenant cannot remove or replace the arbi
 from __future__ import annotations
 
 import time
-import zlib
-from collections.abc import Iterator
 
 import kubernetes.client
 import pytest
@@ -19,7 +17,7 @@ from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.processes import http_ok, wait_until
 from scheduler_extender.config import DEFAULT_BIND_WAIT_S
-from tests.cluster.real_node import (
+from tests.cluster.real_node import (  # noqa: F401 - fixtures
     ADMISSION_REJECTED,
     apply,
     assignment_of,
@@ -29,7 +27,8 @@ from tests.cluster.real_node import (
     kubectl,
     log_lines,
     node_metrics,
-    real_node_namespace,
+    real_node_core,
+    real_node_test_namespace,
     running_pods,
     share_annotations,
     tenant_container,
@@ -39,20 +38,6 @@ pytestmark = pytest.mark.realnode
 
 MiB = 1 << 20
 SHARES = {"low": (0.2, 0.3), "mid": (0.3, 0.5), "high": (0.1, 0.6)}
-
-
-@pytest.fixture
-def core(real_node_turn: None, real_cluster: Cluster) -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api(real_cluster.api_client())
-
-
-@pytest.fixture
-def namespace(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,
-              request: pytest.FixtureRequest) -> Iterator[str]:
-    base = request.node.name.removeprefix("test_").replace("_", "-")
-    name = f"{base[:40].rstrip('-')}-{zlib.crc32(base.encode()) % 100_000}"  # parametrized cases differ
-    with real_node_namespace(real_cluster, core, name):
-        yield name
 
 
 def agent_healthy(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> bool:
