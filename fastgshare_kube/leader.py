@@ -17,7 +17,9 @@ by the wall clock, and a missing namespace is one more failed attempt, retried f
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
 import random
 import threading
 import time
@@ -160,3 +162,36 @@ class LeaderElector:
         })
         metadata = dict((current or {}).get("metadata") or {"name": self.name, "namespace": self.namespace})
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+
+
+# --- the flags every leader-elected service takes ---------------------------------------------
+def add_leader_election_arguments(parser: argparse.ArgumentParser, *, lease_name: str,
+                                  lease_namespace: str) -> None:
+    """``--[no-]leader-elect``, ``--lease-namespace`` (default ``$POD_NAMESPACE``, else
+    ``lease_namespace``), ``--lease-name``, ``--identity`` and the three timings, with the defaults
+    client-go uses; :func:`leader_election_problem` checks them."""
+    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
+                        help="run only while holding the Lease, so several replicas can run; "
+                             "--no-leader-elect for a single replica (default: on)")
+    parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or lease_namespace,
+                        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else %(default)s)")
+    parser.add_argument("--lease-name", default=lease_name,
+                        help="name of the leader-election Lease (default: %(default)s)")
+    parser.add_argument("--identity", default="",
+                        help="this replica's name in the Lease (default: $POD_NAME or the host name, "
+                             "plus a random suffix)")
+    parser.add_argument("--lease-duration-seconds", type=float, default=15.0,
+                        help="how long a standby waits after the leader's last renewal before taking over "
+                             "(default: %(default)s)")
+    parser.add_argument("--renew-deadline-seconds", type=float, default=10.0,
+                        help="the leader gives up when it could not renew for this long (default: %(default)s)")
+    parser.add_argument("--retry-period-seconds", type=float, default=2.0,
+                        help="how often to try to acquire or renew the Lease (default: %(default)s)")
+
+
+def leader_election_problem(args: argparse.Namespace) -> str | None:
+    """Why the timings of :func:`add_leader_election_arguments` cannot work, else None."""
+    if not args.retry_period_seconds < args.renew_deadline_seconds < args.lease_duration_seconds:
+        return ("need --retry-period-seconds < --renew-deadline-seconds < --lease-duration-seconds, got "
+                f"{args.retry_period_seconds} < {args.renew_deadline_seconds} < {args.lease_duration_seconds}")
+    return None

@@ -20,13 +20,13 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from fastgshare import __version__, keys
-from fastgshare_kube.leader import LeaderElector
+from fastgshare_kube.health import HealthServer, parse_address
+from fastgshare_kube.leader import LeaderElector, add_leader_election_arguments, leader_election_problem
 from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
 from fastpod_crd_controller.errors import ConfigError
 from fastpod_crd_controller.events import EventRecorder
-from fastpod_crd_controller.health import HealthServer
 from fastpod_crd_controller.metrics import ControllerMetrics
 
 log = logging.getLogger("fastpod_crd_controller")
@@ -55,23 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="FaSTPods reconciled in parallel (default: %(default)s)")
     parser.add_argument("--resync-seconds", type=float, default=300.0,
                         help="reconcile every FaSTPod at least this often (default: %(default)s)")
-    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                        help="run only while holding the Lease, so several replicas can run; "
-                             "--no-leader-elect for a single replica (default: on)")
-    parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or keys.SYSTEM_NAMESPACE,
-                        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else %(default)s)")
-    parser.add_argument("--lease-name", default=names.LEASE_NAME,
-                        help="name of the leader-election Lease (default: %(default)s)")
-    parser.add_argument("--identity", default="",
-                        help="this replica's name in the Lease (default: $POD_NAME or the host name, "
-                             "plus a random suffix)")
-    parser.add_argument("--lease-duration-seconds", type=float, default=15.0,
-                        help="how long a standby waits after the leader's last renewal before taking over "
-                             "(default: %(default)s)")
-    parser.add_argument("--renew-deadline-seconds", type=float, default=10.0,
-                        help="the leader gives up when it could not renew for this long (default: %(default)s)")
-    parser.add_argument("--retry-period-seconds", type=float, default=2.0,
-                        help="how often to try to acquire or renew the Lease (default: %(default)s)")
+    add_leader_election_arguments(parser, lease_name=names.LEASE_NAME, lease_namespace=keys.SYSTEM_NAMESPACE)
     parser.add_argument("--health-address", default="", metavar="HOST:PORT",
                         help="serve /healthz, /readyz and /metrics (Prometheus) here (default: off)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -87,17 +71,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--workers must be >= 1, got {args.workers}")
     if args.resync_seconds <= 0:
         raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
-    if not args.retry_period_seconds < args.renew_deadline_seconds < args.lease_duration_seconds:
-        raise UsageError("need --retry-period-seconds < --renew-deadline-seconds < --lease-duration-seconds, got "
-                         f"{args.retry_period_seconds} < {args.renew_deadline_seconds} < "
-                         f"{args.lease_duration_seconds}")
-    if args.health_address and not _parse_address(args.health_address):
+    if (problem := leader_election_problem(args)) is not None:
+        raise UsageError(problem)
+    if args.health_address and not parse_address(args.health_address):
         raise UsageError(f"--health-address must be HOST:PORT, got {args.health_address!r}")
-
-
-def _parse_address(text: str) -> tuple[str, int] | None:
-    host, _, port = text.rpartition(":")
-    return (host, int(port)) if host and port.isdigit() else None
 
 
 def default_identity() -> str:
@@ -161,7 +138,7 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
 
 def _start_health(args: argparse.Namespace, check: Callable[[], bool],
                   metrics: Callable[[], tuple[bytes, str]]) -> HealthServer | None:
-    address = _parse_address(args.health_address) if args.health_address else None
+    address = parse_address(args.health_address) if args.health_address else None
     if address is None:
         return None
     server = HealthServer(address[0], address[1], check, metrics)

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from fastpod_crd_controller.health import HealthServer
+from fastgshare_kube.health import HealthServer
 
 
 def command(*args: str) -> subprocess.CompletedProcess[str]:

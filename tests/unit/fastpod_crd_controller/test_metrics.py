@@ -8,11 +8,11 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from fastgshare_kube.health import HealthServer
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
 from fastpod_crd_controller.errors import ApiError
 from fastpod_crd_controller.events import EventRecorder
-from fastpod_crd_controller.health import HealthServer
 from fastpod_crd_controller.metrics import ControllerMetrics
 from fastpod_crd_controller.workqueue import WorkQueue
 from tests.unit.fastpod_crd_controller.fakes import FakeKube, ScriptedListWatch

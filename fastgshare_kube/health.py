@@ -1,8 +1,8 @@
-"""``/healthz`` for the kubelet's liveness probe (200 while the process is sound, else 503) and
-``/metrics`` for Prometheus.
-
-A standby replica (not the leader) is healthy; the leader is healthy while its watches and
-workers are alive. Off unless ``--health-address`` is given.
+"""The services' health and metrics endpoint: ``/healthz`` and ``/readyz`` for the kubelet's probes
+(200 while the process is sound, else 503) and, where a service has them, ``/metrics`` for
+Prometheus. What "sound" means is the service's: the controllers count a standby replica (not the
+leader) as healthy, and the leader while its watches and workers are alive. Served on the
+``--health-address`` a service takes (:func:`parse_address`).
 """
 
 from __future__ import annotations
@@ -56,3 +56,9 @@ class HealthServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` as (host, port); None if it is not that."""
+    host, _, port = text.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
