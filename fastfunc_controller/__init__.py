@@ -4,7 +4,8 @@ Each FaSTFunc (``fastfuncs.fastgshare.caps.in.tum``) is reconciled into one chil
 (quota, SM) configuration, named ``<fn>-q<quota%>-s<sm%>``, a ClusterIP Service ``<fn>`` and its
 status. This version runs ``policy: fixed`` (the share and replica count in ``spec.fixed``); the
 autoscaling policies ``rpr`` and ``hpa`` run the same fixed configuration until the autoscaler
-exists (``ProfileMissing`` says so when there is no profile).
+exists (``ProfileMissing`` says so when there is no profile). ``Unschedulable`` says when a pod of
+the function cannot be placed, with the scheduler's reason.
 
 - :mod:`.spec`: the FaSTFunc validated into a :class:`~.spec.FunctionSpec` (pure);
 - :mod:`.plan`: the desired children, the actions that converge them and the status (pure);

@@ -1,8 +1,9 @@
 """The function controller: caches, one work loop, and ``reconcile(key)``.
 
-Three caches, each fed by a :class:`~fastgshare_kube.reflector.Reflector`: every FaSTFunc, and
-the FaSTPods and Services carrying the function label. A change to any of them enqueues the
-FaSTFunc it belongs to. One worker takes keys and reconciles, level-triggered and idempotent:
+Four caches, each fed by a :class:`~fastgshare_kube.reflector.Reflector`: every FaSTFunc, and
+the FaSTPods, Services and pods carrying the function label (the FaSTPod controller copies a
+child's labels to its pods). A change to any of them enqueues the FaSTFunc it belongs to (a pod:
+the one its function label names). One worker takes keys and reconciles, level-triggered and idempotent:
 
 1. gone, or being deleted: nothing (the garbage collector removes the FaSTPods and the Service
    through their owner references);
@@ -10,7 +11,9 @@ FaSTFunc it belongs to. One worker takes keys and reconciles, level-triggered an
    condition and one Warning event per new message;
 3. valid: the actions of :func:`~.plan.plan` (deletes first), a Warning event when a policy runs
    without its profile, Normal events for what was created, deleted and updated;
-4. the status (:func:`~.plan.compute_status`) through the status subresource, if it changed.
+4. the status (:func:`~.plan.compute_status`, with the pods the children control for the
+   ``Unschedulable`` condition) through the status subresource, if it changed, and one Warning
+   event when ``Unschedulable`` turns True.
 
 Child names are fixed by the configuration, so a create the cache has not seen yet answers 409
 and is simply waited for: no expectations are needed. A failure is retried after a delay that
@@ -35,10 +38,12 @@ from fastfunc_controller.plan import (
     DeleteFaSTPod,
     PatchFaSTPod,
     PatchService,
+    PodSummary,
     Problem,
     compute_status,
     controlled_by,
     plan,
+    pod_summary,
 )
 from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function
 from fastgshare import keys
@@ -57,6 +62,7 @@ FASTFUNC_HINTS = {404: f"the FaSTFunc CRD {keys.FASTFUNC_CRD_NAME} is not instal
 FASTPOD_HINTS = {404: f"the FaSTPod CRD {keys.FASTPOD_CRD_NAME} is not installed; install it with kubectl apply -f "
                       "deploy/crd/fastpods.yaml", 403: _RBAC.format(what="FaSTPods")}
 SERVICE_HINTS = {403: _RBAC.format(what="Services")}
+POD_HINTS = {403: _RBAC.format(what="pods")}
 
 
 class KubePort(Protocol):
@@ -175,6 +181,7 @@ class Controller:
         self.fastfuncs = ObjectStore(lambda old, new: self.queue.add(object_key(new or old or {})))
         self.fastpods = ObjectStore(self._child_changed)
         self.services = ObjectStore(self._child_changed)
+        self.pods = ObjectStore(self._pod_changed)
         self._retries: dict[str, float] = {}
         self._reflectors: list[Reflector] = []
         self._threads: list[threading.Thread] = []
@@ -189,6 +196,22 @@ class Controller:
                 if ref.get("controller") and ref.get("kind") == keys.FASTFUNC_KIND:
                     self.queue.add(f"{metadata.get('namespace', '')}/{ref.get('name', '')}")
 
+    def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for obj in (old, new):
+            metadata = (obj or {}).get("metadata") or {}
+            if function := (metadata.get("labels") or {}).get(keys.FUNCTION_LABEL):
+                self.queue.add(f"{metadata.get('namespace', '')}/{function}")
+
+    def _pods_of(self, namespace: str, children: list[dict[str, Any]]) -> list[PodSummary]:
+        """The pods the ``children`` FaSTPods control, summarised for the Unschedulable condition."""
+        uids = {str(child["metadata"].get("uid", "")) for child in children} - {""}
+
+        def controlled(pod: Mapping[str, Any]) -> bool:
+            return any(ref.get("controller") and ref.get("kind") == keys.FASTPOD_KIND and ref.get("uid") in uids
+                       for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+        return [pod_summary(pod) for pod in self.pods.select(namespace, controlled)]
+
     # --- reconcile ----------------------------------------------------------------------------
     def reconcile(self, key: str) -> str:
         """Converge one FaSTFunc; raises :class:`ApiError` to be retried."""
@@ -198,13 +221,14 @@ class Controller:
         metadata = fastfunc["metadata"]
         namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
         children = self.fastpods.select(namespace, lambda obj: controlled_by(obj, uid))
+        pods = self._pods_of(namespace, children)
         try:
             spec = parse_function(fastfunc)
         except InvalidFunction as error:
             if not _condition_says(fastfunc, names.CONDITION_INVALID_SPEC, "True", str(error)):
                 log.info("fastfunc=%s invalid: %s", key, error)
                 self._recorder.event(fastfunc, WARNING, names.REASON_INVALID_SPEC, str(error))
-            self._write_status(fastfunc, compute_status(fastfunc, error, children, self._now()))
+            self._write_status(fastfunc, compute_status(fastfunc, error, children, self._now(), pods=pods))
             return RESULT_INVALID
         if spec.fallback and not spec.profile and not _condition_says(fastfunc, names.CONDITION_PROFILE_MISSING,
                                                                       "True"):
@@ -219,7 +243,7 @@ class Controller:
         except ApiError as error:
             failure = error
             problem = Problem(reason=names.REASON_FAILED, message=f"cannot update the function's objects: {error}")
-        self._write_status(fastfunc, compute_status(fastfunc, spec, children, self._now(), problem))
+        self._write_status(fastfunc, compute_status(fastfunc, spec, children, self._now(), problem, pods=pods))
         if failure is not None:
             raise failure
         return RESULT_SYNCED
@@ -271,6 +295,7 @@ class Controller:
         return f"updated Service {action.name}: selector and port"
 
     def _write_status(self, fastfunc: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Patch what changed of the status; one Warning event when Unschedulable turns True."""
         old = fastfunc.get("status") or {}
         patch = {key: value for key, value in status.items() if old.get(key) != value}
         if not patch:
@@ -281,14 +306,21 @@ class Controller:
         except ApiError as error:
             if not error.not_found:
                 raise
+            return
+        stuck = next((c for c in status.get("conditions") or [] if c["type"] == names.CONDITION_UNSCHEDULABLE
+                      and c["status"] == "True"), None)
+        if stuck is not None and not _condition_says(fastfunc, names.CONDITION_UNSCHEDULABLE, "True"):
+            log.info("fastfunc=%s/%s unschedulable: %s", metadata["namespace"], metadata["name"], stuck["message"])
+            self._recorder.event(fastfunc, WARNING, names.REASON_PODS_UNSCHEDULABLE, stuck["message"])
 
     # --- running ------------------------------------------------------------------------------
-    def start(self, fastfuncs: ListWatch, fastpods: ListWatch, services: ListWatch) -> None:
+    def start(self, fastfuncs: ListWatch, fastpods: ListWatch, services: ListWatch, pods: ListWatch) -> None:
         """Fill the caches, then start the worker and the periodic resync; TimeoutError names a cache
         that did not fill (its reflector's log says why)."""
         self._reflectors = [Reflector("fastfuncs", fastfuncs, self.fastfuncs, hints=FASTFUNC_HINTS),
                             Reflector("fastpods", fastpods, self.fastpods, hints=FASTPOD_HINTS),
-                            Reflector("services", services, self.services, hints=SERVICE_HINTS)]
+                            Reflector("services", services, self.services, hints=SERVICE_HINTS),
+                            Reflector("pods", pods, self.pods, hints=POD_HINTS)]
         for reflector in self._reflectors:
             reflector.start()
         for reflector in self._reflectors:

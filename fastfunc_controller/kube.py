@@ -2,8 +2,9 @@
 module of the controller that reaches the API.
 
 - :func:`load_api_client`: ``--kubeconfig``, else in-cluster config, else ``~/.kube/config``;
-- :func:`fastfunc_source`, :func:`fastpod_source`, :func:`service_source`: what the reflectors list
-  and watch, as dicts: every FaSTFunc, and the FaSTPods and Services carrying the function label;
+- :func:`fastfunc_source`, :func:`fastpod_source`, :func:`service_source`, :func:`pod_source`: what
+  the reflectors list and watch, as dicts: every FaSTFunc, and the FaSTPods, Services and pods
+  carrying the function label;
 - :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), events and Leases;
 - :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start.
 
@@ -53,6 +54,14 @@ def service_source(api: ApiClient, namespace: str | None) -> RawListWatch:
     if namespace:
         return RawListWatch(core.list_namespaced_service, namespace=namespace, label_selector=keys.FUNCTION_LABEL)
     return RawListWatch(core.list_service_for_all_namespaces, label_selector=keys.FUNCTION_LABEL)
+
+
+def pod_source(api: ApiClient, namespace: str | None) -> RawListWatch:
+    """Pods with the function label: the FaSTPod controller copies it from the child FaSTPods."""
+    core = rest.core_v1(api)
+    if namespace:
+        return RawListWatch(core.list_namespaced_pod, namespace=namespace, label_selector=keys.FUNCTION_LABEL)
+    return RawListWatch(core.list_pod_for_all_namespaces, label_selector=keys.FUNCTION_LABEL)
 
 
 def check_crd(api: ApiClient) -> str | None:
@@ -109,4 +118,4 @@ class KubeClient(rest.Leases, rest.Events):
 
 
 __all__ = ["ApiClient", "ApiError", "KubeClient", "KubeConfigError", "RawListWatch", "check_crd", "fastfunc_source",
-           "fastpod_source", "load_api_client", "service_source"]
+           "fastpod_source", "load_api_client", "pod_source", "service_source"]

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"The FaSTFunc controller: runs every FaSTFunc ({keys.FASTFUNC_CRD_NAME}) as one FaSTPod per "
                     "(quota, SM) configuration, named <fn>-q<quota%%>-s<sm%%>, and a ClusterIP Service <fn> on port "
                     f"{keys.FUNCTION_PORT}; reports replicas, configurations and conditions (Ready, InvalidSpec, "
-                    "ProfileMissing) in the FaSTFunc's status. Policy fixed runs spec.fixed.")
+                    "ProfileMissing, Unschedulable) in the FaSTFunc's status. Policy fixed runs spec.fixed.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     parser.add_argument("--namespace", default="",
@@ -122,10 +122,10 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
     namespace = args.namespace or None
     try:
         controller.start(kube.fastfunc_source(api, namespace), kube.fastpod_source(api, namespace),
-                         kube.service_source(api, namespace))
+                         kube.service_source(api, namespace), kube.pod_source(api, namespace))
     except TimeoutError as error:
-        log.error("%s; are the FaSTFunc and FaSTPod CRDs installed and may this account list FaSTFuncs, FaSTPods "
-                  "and Services (deploy/function-controller/rbac.yaml)?", error)
+        log.error("%s; are the FaSTFunc and FaSTPod CRDs installed and may this account list FaSTFuncs, FaSTPods, "
+                  "Services and pods (deploy/function-controller/rbac.yaml)?", error)
         controller.stop()
         if elector is not None:
             elector.release()

@@ -20,6 +20,7 @@ POLICIES: Final = (POLICY_FIXED, POLICY_RPR, POLICY_HPA)
 CONDITION_READY: Final = "Ready"
 CONDITION_INVALID_SPEC: Final = "InvalidSpec"
 CONDITION_PROFILE_MISSING: Final = "ProfileMissing"
+CONDITION_UNSCHEDULABLE: Final = "Unschedulable"
 
 # --- condition and event reasons -----------------------------------------------------------
 REASON_INVALID_SPEC: Final = "InvalidSpec"
@@ -30,6 +31,8 @@ REASON_NOT_NEEDED: Final = "NotNeeded"  # policy fixed needs no profile
 REASON_ALL_READY: Final = "AllReplicasReady"
 REASON_REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"
 REASON_SERVICE_CONFLICT: Final = "ServiceConflict"
+REASON_PODS_UNSCHEDULABLE: Final = "PodsUnschedulable"  # a pod the scheduler cannot place
+REASON_PODS_SCHEDULABLE: Final = "PodsSchedulable"  # none such (or no pods)
 REASON_CREATED: Final = "SuccessfulCreate"
 REASON_DELETED: Final = "SuccessfulDelete"
 REASON_UPDATED: Final = "SuccessfulUpdate"

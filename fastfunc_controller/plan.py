@@ -14,7 +14,8 @@ FaSTPods and the Service the caches hold, and returns the actions:
 
 An invalid FaSTFunc plans nothing: what runs keeps running until the spec is fixed.
 :func:`compute_status` gives the whole ``status`` (counts from the children's own status,
-per-config rows, conditions ``Ready``, ``InvalidSpec``, ``ProfileMissing``).
+per-config rows, conditions ``Ready``, ``InvalidSpec``, ``ProfileMissing``, and ``Unschedulable``
+from the children's pods, each reduced by :func:`pod_summary` to what :func:`unschedulable` needs).
 """
 
 from __future__ import annotations
@@ -200,8 +201,8 @@ class Problem:
 
 def compute_status(fastfunc: Mapping[str, Any], outcome: FunctionSpec | InvalidFunction,
                    children: Sequence[Mapping[str, Any]], now: str,
-                   problem: Problem | None = None) -> dict[str, Any]:
-    """The whole status ``fastfunc`` should have, from its own children's status."""
+                   problem: Problem | None = None, *, pods: Sequence[PodSummary] = ()) -> dict[str, Any]:
+    """The whole status ``fastfunc`` should have, from its own children's status and their ``pods``."""
     metadata, old = fastfunc.get("metadata") or {}, fastfunc.get("status") or {}
     rows = sorted((_config_row(child) for child in children), key=lambda row: row["fastPod"])
     replicas = sum(row.pop("_replicas") for row in rows)
@@ -216,7 +217,8 @@ def compute_status(fastfunc: Mapping[str, Any], outcome: FunctionSpec | InvalidF
         "configs": rows,
         "configSummary": ", ".join(f"{row['config']}x{row['replicas']}" for row in rows) or "-",
     }
-    conditions = [_ready(spec, outcome, rows, ready, problem), _invalid(outcome), _profile(fastfunc, spec)]
+    conditions = [_ready(spec, outcome, rows, ready, problem), _invalid(outcome), _profile(fastfunc, spec),
+                  unschedulable(pods)]
     status["conditions"] = _with_times(conditions, old.get("conditions") or [], now)
     return status
 
@@ -291,6 +293,39 @@ def _profile(fastfunc: Mapping[str, Any], spec: FunctionSpec | None) -> dict[str
         return _condition(names.CONDITION_PROFILE_MISSING, True, names.REASON_PROFILE_MISSING,
                           fallback or f"policy {policy} needs a profile (spec.profile.configMapRef)")
     return _condition(names.CONDITION_PROFILE_MISSING, False, names.REASON_PROFILE_GIVEN, fallback)
+
+
+@attrs.frozen(kw_only=True)
+class PodSummary:
+    """What the Unschedulable condition needs of one pod of the function."""
+
+    name: str
+    unschedulable: bool  # Pending, and the scheduler said PodScheduled False / Unschedulable
+    message: str = ""  # the scheduler's reason (the PodScheduled condition's message)
+
+
+def pod_summary(pod: Mapping[str, Any]) -> PodSummary:
+    """``pod`` (a dict as the API gives it) reduced to what :func:`unschedulable` needs."""
+    metadata, status = pod.get("metadata") or {}, pod.get("status") or {}
+    scheduled: Mapping[str, Any] = next((c for c in status.get("conditions") or []
+                                         if c.get("type") == "PodScheduled"), {})
+    stuck = (status.get("phase", "Pending") == "Pending" and scheduled.get("status") == "False"
+             and scheduled.get("reason") == "Unschedulable" and not metadata.get("deletionTimestamp"))
+    return PodSummary(name=str(metadata.get("name", "")), unschedulable=stuck,
+                      message=str(scheduled.get("message") or "") if stuck else "")
+
+
+def unschedulable(pods: Sequence[PodSummary]) -> dict[str, Any]:
+    """The ``Unschedulable`` condition: True while any of ``pods`` cannot be scheduled, its message
+    the count and the scheduler's reason for one of them (the first by name, so it does not flap)."""
+    stuck = sorted((pod for pod in pods if pod.unschedulable), key=lambda pod: pod.name)
+    if not stuck:
+        return _condition(names.CONDITION_UNSCHEDULABLE, False, names.REASON_PODS_SCHEDULABLE, "")
+    first = stuck[0]
+    count = f"{len(stuck)} of {len(pods)} pods" if len(pods) > 1 else "1 pod"
+    why = f": {first.message}" if first.message else ""
+    return _condition(names.CONDITION_UNSCHEDULABLE, True, names.REASON_PODS_UNSCHEDULABLE,
+                      f"{count} of the function cannot be scheduled; pod {first.name}{why}")
 
 
 def _with_times(conditions: list[dict[str, Any]], old: Sequence[Mapping[str, Any]], now: str) -> list[dict[str, Any]]:

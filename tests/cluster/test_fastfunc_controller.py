@@ -3,7 +3,7 @@
 The controller runs in-process through its composition root (``main.run``) with its real
 adapters, watching only the test's namespace, with the CRDs of ``deploy/crd``. The FaSTPod
 controller does not run: a test plays it by writing a child FaSTPod's status, as that controller
-would once its pods are ready.
+would once its pods are ready, and by creating the pods it would (for the scheduler to refuse).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from fastfunc_controller.main import build_parser, run
 from fastgshare import keys
+from tests.cluster.conftest import MakeGpuNode, StartScheduler, unique_name
 from tests.cluster.controlplane import ControlPlane, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,3 +233,41 @@ def test_deleting_the_function_collects_its_fastpods_and_service(functions: Func
     functions.delete("doomed")
     wait_until(lambda: not functions.fastpods() and "doomed" not in functions.services(),
                what="the garbage collector to delete the FaSTPod and the Service", timeout_s=120)
+
+
+def test_a_pod_no_node_can_hold_makes_the_function_unschedulable_with_the_schedulers_reason(
+        functions: Functions, controller: None, make_gpu_node: MakeGpuNode, start_scheduler: StartScheduler) -> None:
+    profile = unique_name("fn-unschedulable")  # only this test's pods go to this scheduler
+    make_gpu_node(1)
+    start_scheduler({"profiles": [{"schedulerName": profile}]})
+    functions.create("stuck", {"quotaRequest": "0.4", "smPartition": 12, "replicas": 1})
+    fastpod = functions.wait_for_fastpods({"stuck-q40-s12"})["stuck-q40-s12"]
+    functions.wait_for_status("stuck", lambda s: condition(s, "Unschedulable").get("status") == "False",
+                              "Unschedulable False before any pod")
+    # The pod the FaSTPod controller would make: the child's labels and its owner reference.
+    metadata = fastpod["metadata"]
+    functions.core.create_namespaced_pod(functions.namespace, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "stuck-q40-s12-x1", "labels": metadata["labels"],
+                     "ownerReferences": [{"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+                                          "name": metadata["name"], "uid": metadata["uid"], "controller": True}]},
+        "spec": {"schedulerName": profile, "nodeSelector": {"example.com/no-such-node": "true"},
+                 "containers": POD_SPEC["containers"]}})
+
+    status = functions.wait_for_status("stuck", lambda s: condition(s, "Unschedulable").get("status") == "True",
+                                       "Unschedulable True", timeout_s=120)
+    pod = functions.core.read_namespaced_pod("stuck-q40-s12-x1", functions.namespace)
+    [scheduled] = [c for c in pod.status.conditions if c.type == "PodScheduled"]
+    assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
+    stuck = condition(status, "Unschedulable")
+    assert stuck["reason"] == "PodsUnschedulable"
+    assert stuck["message"] == f"1 pod of the function cannot be scheduled; pod stuck-q40-s12-x1: {scheduled.message}"
+    assert stuck["message"].endswith("0/1 nodes are available: 1 node(s) didn't match Pod's node affinity.")
+    wait_until(lambda: len(functions.events("stuck", "PodsUnschedulable")) == 1, what="the Warning event",
+               timeout_s=30)
+    [event] = functions.events("stuck", "PodsUnschedulable")
+    assert (event.type, event.message) == ("Warning", stuck["message"])
+
+    functions.core.delete_namespaced_pod("stuck-q40-s12-x1", functions.namespace, grace_period_seconds=0)
+    functions.wait_for_status("stuck", lambda s: condition(s, "Unschedulable").get("status") == "False",
+                              "Unschedulable False once the pod is gone")

@@ -82,3 +82,70 @@ def test_a_deleted_function_is_left_to_the_garbage_collector() -> None:
     made.fastfuncs.delete(FN)
     assert made.reconcile("fn/resnet") == "gone"
     assert kube.calls == []
+
+
+SCHEDULER_SAYS = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity."
+
+
+def child_pod(name: str, fastpod_uid: str, *, stuck: bool, function: str = "resnet") -> dict[str, Any]:
+    """A pod of the FaSTPod controller: the child's labels, its controller owner reference."""
+    scheduled = ({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SCHEDULER_SAYS}
+                 if stuck else {"type": "PodScheduled", "status": "True"})
+    return {"metadata": {"name": name, "namespace": "fn", "labels": {keys.FUNCTION_LABEL: function},
+                         "ownerReferences": [{"kind": keys.FASTPOD_KIND, "name": "resnet-q40-s12",
+                                              "uid": fastpod_uid, "controller": True}]},
+            "status": {"phase": "Pending", "conditions": [scheduled]}}
+
+
+def with_child(made: Controller) -> str:
+    """Put the function's FaSTPod in the cache, as the watch would after the create; its uid."""
+    made.fastpods.upsert({"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+                          "metadata": {"name": "resnet-q40-s12", "namespace": "fn", "uid": "fp1",
+                                       "ownerReferences": [{"kind": keys.FASTFUNC_KIND, "name": "resnet", "uid": "u1",
+                                                            "controller": True}]}})
+    return "fp1"
+
+
+def unschedulable_of(kube: FakeKube) -> dict[str, Any]:
+    [status] = [call[1] for call in kube.calls if call[0] == "status"][-1:]
+    [condition] = [c for c in status["conditions"] if c["type"] == "Unschedulable"]
+    return condition
+
+
+def test_a_pod_change_enqueues_the_function_its_label_names() -> None:
+    made = controller(FakeKube())
+    while len(made.queue):
+        made.queue.get()
+    made.pods.upsert(child_pod("resnet-q40-s12-a", "fp1", stuck=False))
+    assert made.queue.get() == "fn/resnet"
+
+
+def test_an_unschedulable_pod_sets_the_condition_and_one_warning_event() -> None:
+    kube = FakeKube()
+    made = controller(kube)
+    uid = with_child(made)
+    made.pods.upsert(child_pod("resnet-q40-s12-a", uid, stuck=True))
+    made.pods.upsert(child_pod("resnet-q40-s12-b", uid, stuck=False))
+    made.pods.upsert(child_pod("other-q40-s12-c", "someone-else", stuck=True))  # not a child's pod
+    made.reconcile("fn/resnet")
+    condition = unschedulable_of(kube)
+    assert (condition["status"], condition["reason"]) == ("True", "PodsUnschedulable")
+    assert condition["message"] == ("1 of 2 pods of the function cannot be scheduled; pod resnet-q40-s12-a: "
+                                    + SCHEDULER_SAYS)
+    warnings = [e for e in kube.events if e["type"] == "Warning"]
+    assert [(e["reason"], e["message"]) for e in warnings] == [("PodsUnschedulable", condition["message"])]
+
+    # The status came back through the watch: the condition stays True, no second event.
+    stored = made.fastfuncs.get("fn/resnet")
+    assert stored is not None
+    stored["status"] = {"conditions": [dict(condition)]}
+    made.fastfuncs.upsert(stored)
+    made.pods.upsert(child_pod("resnet-q40-s12-b", uid, stuck=True))
+    made.reconcile("fn/resnet")
+    assert unschedulable_of(kube)["message"].startswith("2 of 2 pods of the function cannot be scheduled")
+    assert len([e for e in kube.events if e["type"] == "Warning"]) == 1
+
+    made.pods.delete(child_pod("resnet-q40-s12-a", uid, stuck=True))
+    made.pods.upsert(child_pod("resnet-q40-s12-b", uid, stuck=False))
+    made.reconcile("fn/resnet")
+    assert (unschedulable_of(kube)["status"], unschedulable_of(kube)["reason"]) == ("False", "PodsSchedulable")

@@ -17,6 +17,8 @@ from fastfunc_controller.plan import (
     desired_fastpod,
     desired_service,
     plan,
+    pod_summary,
+    unschedulable,
 )
 from fastfunc_controller.spec import InvalidFunction, parse_function
 from fastgshare import keys
@@ -243,3 +245,64 @@ def test_an_invalid_spec_keeps_counting_what_runs() -> None:
     assert conditions["InvalidSpec"]["message"].startswith('spec.fixed.smPartition: "0" is out of range')
     assert conditions["Ready"]["status"] == "False"
     assert status["readyReplicas"] == 2
+
+
+# --- the Unschedulable condition ---------------------------------------------------------------
+SCHEDULER_SAYS = "0/1 nodes are available: 1 Insufficient fastgshare.caps.in.tum/vgpu."
+
+
+def pod(name: str, phase: str = "Pending", scheduled: dict[str, Any] | None = None, **metadata: Any) -> dict[str, Any]:
+    """A pod as the API gives it; ``scheduled`` is its PodScheduled condition, if any."""
+    conditions = [{"type": "PodScheduled", **scheduled}] if scheduled is not None else []
+    return {"metadata": {"name": name, "namespace": "fn", **metadata},
+            "status": {"phase": phase, "conditions": conditions}}
+
+
+STUCK = {"status": "False", "reason": "Unschedulable", "message": SCHEDULER_SAYS}
+
+
+def test_no_pods_are_not_unschedulable() -> None:
+    assert unschedulable([]) == {"type": "Unschedulable", "status": "False", "reason": "PodsSchedulable"}
+
+
+def test_a_pending_pod_the_scheduler_has_not_refused_is_not_unschedulable() -> None:
+    pods = [pod("a"), pod("b", scheduled={"status": "True"}), pod("c", phase="Running", scheduled={"status": "True"})]
+    assert [pod_summary(p).unschedulable for p in pods] == [False, False, False]
+    assert unschedulable([pod_summary(p) for p in pods])["status"] == "False"
+
+
+def test_an_unschedulable_pod_says_so_with_the_schedulers_message() -> None:
+    summary = pod_summary(pod("resnet-q40-s12-x7k2p", scheduled=STUCK))
+    assert (summary.unschedulable, summary.message) == (True, SCHEDULER_SAYS)
+    assert unschedulable([summary]) == {
+        "type": "Unschedulable", "status": "True", "reason": "PodsUnschedulable",
+        "message": f"1 pod of the function cannot be scheduled; pod resnet-q40-s12-x7k2p: {SCHEDULER_SAYS}"}
+
+
+def test_mixed_pods_count_the_unschedulable_ones_and_name_the_first() -> None:
+    pods = [pod("r-q40-s12-b", scheduled=STUCK), pod("r-q40-s12-c", phase="Running", scheduled={"status": "True"}),
+            pod("r-q40-s12-a", scheduled={**STUCK, "message": "0/1 nodes are available: 1 node(s) didn't match "
+                                                              "Pod's node affinity."}),
+            pod("r-q40-s12-d")]
+    condition = unschedulable([pod_summary(p) for p in pods])
+    assert (condition["status"], condition["reason"]) == ("True", "PodsUnschedulable")
+    assert condition["message"] == ("2 of 4 pods of the function cannot be scheduled; pod r-q40-s12-a: 0/1 nodes are "
+                                    "available: 1 node(s) didn't match Pod's node affinity.")
+
+
+def test_a_terminating_or_other_reason_pod_is_not_unschedulable() -> None:
+    going = pod("a", scheduled=STUCK, deletionTimestamp="2026-01-01T00:00:00Z")
+    gated = pod("b", scheduled={"status": "False", "reason": "SchedulerError", "message": "boom"})
+    assert not any(pod_summary(p).unschedulable for p in (going, gated))
+
+
+def test_status_carries_the_unschedulable_condition_and_its_transition_time() -> None:
+    obj = fastfunc()
+    spec = parse_function(obj)
+    status = compute_status(obj, spec, [], "T0")
+    [condition] = [c for c in status["conditions"] if c["type"] == "Unschedulable"]
+    assert (condition["status"], condition["lastTransitionTime"]) == ("False", "T0")
+    obj["status"] = status
+    later = compute_status(obj, spec, [], "T1", pods=[pod_summary(pod("p", scheduled=STUCK))])
+    [condition] = [c for c in later["conditions"] if c["type"] == "Unschedulable"]
+    assert (condition["status"], condition["lastTransitionTime"]) == ("True", "T1")
