@@ -2,7 +2,8 @@
 
 - ``/function/<name>[.<namespace>][/rest]``, any method: a pod from the function's pool
   (:mod:`fastgshare_gateway.pool`), then the request streamed to ``podIP:8080/rest`` and the answer
-  streamed back. 404 unknown function, 429 queue full, 503 no pod within the queue timeout, 502 the pod
+  streamed back. 404 unknown function, 429 queue full, 503 no pod within the queue timeout (the cold-start
+  timeout for a function that scales from zero: the wake-up patch is sent from here), 502 the pod
   could not be reached (after one retry on another pod: a connect failure sends no body, so the retry is
   safe) or broke the exchange, 504 no answer within the upstream timeout. ``X-Forwarded-For``,
   ``X-Forwarded-Host`` and ``X-Call-Id`` (kept if the client sent one, returned on the answer).
@@ -33,8 +34,9 @@ from aiohttp import web
 from fastgshare import keys
 from fastgshare_gateway import openfaas
 from fastgshare_gateway.endpoints import Endpoint, FunctionKey
+from fastgshare_gateway.fastfunc import scale_problem
 from fastgshare_gateway.metrics import CONTENT_TYPE, function_label
-from fastgshare_gateway.pool import FunctionPool, QueueFull, QueueTimeout
+from fastgshare_gateway.pool import ColdStartTimeout, FunctionPool, QueueFull, QueueTimeout
 from fastgshare_gateway.routing import Functions
 from fastgshare_gateway.store import CONFLICT, NOT_FOUND, FunctionStore, StoreError
 
@@ -75,6 +77,9 @@ class Gateway:
         self.store = store
         self.options = options or Options()
         self._session: aiohttp.ClientSession | None = None
+        self._wakeups: set[asyncio.Task[None]] = set()
+        if store is not None:
+            functions.waker = self._wake
 
     # --- the application ---------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -112,6 +117,26 @@ class Gateway:
         if self._session is not None:
             await self._session.close()
 
+    # --- scale from zero ---------------------------------------------------------------------
+    def _wake(self, key: FunctionKey, patch: Mapping[str, Any]) -> None:
+        """Send a wake-up patch (Functions decided it is due); runs on the event loop."""
+        task = asyncio.get_running_loop().create_task(self._send_wake(key, patch))
+        self._wakeups.add(task)
+        task.add_done_callback(self._wakeups.discard)
+
+    async def _send_wake(self, key: FunctionKey, patch: Mapping[str, Any]) -> None:
+        namespace, name = key
+        store = self._store()
+        log.info("waking function=%s.%s from zero replicas: patching spec.fixed.replicas=%s, holding its requests "
+                 "up to %gs", name, namespace, patch["spec"]["fixed"]["replicas"], self.functions.cold_start_timeout_s)
+        try:
+            woken = await self._call(store.patch_fastfunc, namespace, name, patch)
+        except StoreError as error:
+            log.warning("function=%s.%s could not be woken: %s; the next request retries", name, namespace, error)
+            self.functions.wake_failed(key)
+            return
+        self.functions.upsert_fastfunc(woken, namespace)  # before the watch brings it
+
     # --- invocations -------------------------------------------------------------------------
     async def invoke(self, request: web.Request) -> web.StreamResponse:
         name, namespace = openfaas.split_function_name(request.match_info["name"], self.functions.default_namespace)
@@ -141,6 +166,9 @@ class Gateway:
         except QueueFull:
             return _text(429, f"function {key[1]}.{key[0]}: {pool.queued} requests already wait for a pod "
                               f"(--max-queue {pool.limits.max_queue}); retry later")
+        except ColdStartTimeout as error:
+            return _text(503, f"function {key[1]}.{key[0]}: scaled to zero and woken, but it did not become ready "
+                              f"within the cold-start timeout ({error.timeout_s:g}s, --cold-start-timeout)")
         except QueueTimeout:
             return _text(503, f"function {key[1]}.{key[0]}: no ready pod took the request within "
                               f"{pool.limits.queue_timeout_s:g}s ({len(pool.endpoints)} ready pods)")
@@ -277,13 +305,13 @@ class Gateway:
             return self._invalid(error)
         name, namespace = fastfunc["metadata"]["name"], self._namespace(request, fastfunc["metadata"]["namespace"])
         try:
-            await self._call(store.create_fastfunc, namespace, fastfunc)
+            created = await self._call(store.create_fastfunc, namespace, fastfunc)
         except StoreError as error:
             if error.status == CONFLICT:
                 return _text(409, f"function {name!r} already exists in namespace {namespace!r}; "
                                   "update it with PUT /system/functions")
             return self._store_failed(error)
-        self.functions.add_fastfunc((namespace, name))
+        self.functions.upsert_fastfunc(created, namespace)
         log.info("deployed function=%s.%s", name, namespace)
         return web.Response(status=202)
 
@@ -341,12 +369,9 @@ class Gateway:
         try:
             fastfunc = await self._call(store.get_fastfunc, namespace, name)
             if fastfunc is None:
-                fastpod = (await self._call(store.get_fastpod, namespace, name)
-                           if namespace == self.functions.default_namespace else None)
-                if fastpod is not None and openfaas.is_function_fastpod(fastpod):
-                    return _text(400, f"function {name!r} is a FaSTPod, served read-only; scale it with "
-                                      f"kubectl scale fastpod {name} -n {namespace} --replicas={replicas}")
-                return _text(404, f"no function {name!r} in namespace {namespace!r}")
+                return await self._not_scaled(store, namespace, name, replicas)
+            if problem := scale_problem(fastfunc, name, replicas):
+                return _text(400, problem)
             if not openfaas.is_fixed(fastfunc):
                 return web.Response(status=202, headers={AUTOSCALED_HEADER: "true"})
             await self._call(store.patch_fastfunc, namespace, name, openfaas.scale_patch(replicas))
@@ -354,6 +379,15 @@ class Gateway:
             return self._store_failed(error)
         log.info("scaled function=%s.%s replicas=%d", name, namespace, replicas)
         return web.Response(status=202)
+
+    async def _not_scaled(self, store: FunctionStore, namespace: str, name: str, replicas: int) -> web.Response:
+        """The answer to scaling a function that is no FaSTFunc: 400 for a FaSTPod function, else 404."""
+        fastpod = (await self._call(store.get_fastpod, namespace, name)
+                   if namespace == self.functions.default_namespace else None)
+        if fastpod is not None and openfaas.is_function_fastpod(fastpod):
+            return _text(400, f"function {name!r} is a FaSTPod, served read-only; scale it with "
+                              f"kubectl scale fastpod {name} -n {namespace} --replicas={replicas}")
+        return _text(404, f"no function {name!r} in namespace {namespace!r}")
 
     async def info(self, request: web.Request) -> web.StreamResponse:
         try:

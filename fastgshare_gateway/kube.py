@@ -2,7 +2,8 @@
 
 - :class:`Watches`: the project's list/watch loop (:class:`~fastgshare_kube.reflector.Reflector`) on the
   pods of each function namespace that carry the function label (and, in the default function namespace,
-  the FaSTPod label: a FaSTPod applied there is a function), and on the FaSTFuncs' names; every change is
+  the FaSTPod label: a FaSTPod applied there is a function), and on the FaSTFuncs (their names and the
+  settings the gateway uses: minimum replicas, SLO); every change is
   handed to the event loop with ``loop.call_soon_threadsafe`` (the sinks run in the watch threads);
 - :class:`KubeStore`: the :class:`~fastgshare_gateway.store.FunctionStore` over the API (custom objects as
   JSON), every failure a :class:`~fastgshare_gateway.store.StoreError`;
@@ -67,10 +68,6 @@ class _Merged:
             self._functions.replace_pods([pod for pods in self._lists.values() for pod in pods])
 
 
-def _replace_fastfuncs(functions: Functions, namespace: str, objects: list[dict[str, Any]]) -> None:
-    functions.replace_fastfuncs(namespace, [_key(obj)[1] for obj in objects])
-
-
 class Watches:
     def __init__(self, api: ApiClient, functions: Functions, loop: asyncio.AbstractEventLoop) -> None:
         core, custom = rest.core_v1(api), rest.custom_objects(api)
@@ -88,8 +85,7 @@ class Watches:
         for namespace in functions.namespaces:
             source = RawListWatch(custom.list_namespaced_custom_object, group=keys.FASTFUNC_GROUP,
                                   version=keys.FASTFUNC_VERSION, namespace=namespace, plural=keys.FASTFUNC_PLURAL)
-            sink = _OnLoop(loop, functools.partial(_replace_fastfuncs, functions, namespace),
-                           lambda obj: functions.add_fastfunc(_key(obj)),
+            sink = _OnLoop(loop, functools.partial(functions.replace_fastfuncs, namespace), functions.upsert_fastfunc,
                            lambda obj: functions.remove_fastfunc(_key(obj)))
             self._reflectors.append(Reflector(f"fastfuncs-{namespace}", source, sink, watch_timeout_s=WATCH_TIMEOUT_S,
                                               hints=CRD_HINT))

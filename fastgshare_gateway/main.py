@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="requests waiting per function before 429 (default %(default)s)")
     parser.add_argument("--queue-timeout", type=_positive_float, default=30.0,
                         help="seconds a request waits for a pod before 503 (default %(default)s)")
+    parser.add_argument("--cold-start-timeout", type=_positive_float, default=120.0,
+                        help="seconds a request for a function woken from zero replicas (minReplicas 0) waits "
+                             "for its first ready pod before 503 (default %(default)s)")
     parser.add_argument("--pod-max-inflight", type=_positive_int, default=8,
                         help="requests in flight at one pod at most (default %(default)s)")
     parser.add_argument("--upstream-timeout", type=_positive_float, default=60.0,
@@ -79,7 +82,8 @@ async def run(args: argparse.Namespace, host: str, port: int) -> int:
             log.error("%s", problem)
             return 1
     limits = Limits(max_queue=args.max_queue, queue_timeout_s=args.queue_timeout, max_inflight=args.pod_max_inflight)
-    functions = Functions(namespaces, limits, GatewayMetrics(), default_namespace=namespaces[0])
+    functions = Functions(namespaces, limits, GatewayMetrics(), default_namespace=namespaces[0],
+                          cold_start_timeout_s=args.cold_start_timeout)
     gateway = http.Gateway(functions, KubeStore(api), http.Options(upstream_timeout_s=args.upstream_timeout))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

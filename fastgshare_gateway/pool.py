@@ -8,9 +8,9 @@ after ``queue_timeout_s`` (503). A finished request or a changed set of endpoint
 waiting requests in order. Runs on the event loop only (asyncio, no locks).
 
 Scale from zero is a hook: ``on_idle_wait`` is called (once per wait) when a request starts waiting while
-the function has no endpoint at all; the gateway's default does nothing, so such requests wait out
-``queue_timeout_s`` and get 503. The autoscaler issue plugs its wake-up there (and may give a longer
-cold-start timeout).
+the function has no endpoint at all; it may wake the function and returns how long to hold the request
+instead of ``queue_timeout_s`` (None: the queue timeout), and a request held that long without a pod gets
+:class:`ColdStartTimeout` (503). The gateway's hook is :meth:`fastgshare_gateway.routing.Functions.on_idle_wait`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ class QueueTimeout(Exception):
     """No pod took the request within the queue timeout."""
 
 
+class ColdStartTimeout(QueueTimeout):
+    """The function, woken from zero replicas, had no ready pod within the cold-start timeout."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(f"no ready pod within the cold-start timeout ({timeout_s:g}s)")
+
+
 @attrs.frozen
 class Limits:
     max_queue: int = 1000  # requests waiting per function
@@ -44,7 +52,7 @@ class FunctionPool:
     """One function's endpoints, in-flight counts and queue."""
 
     def __init__(self, key: FunctionKey, limits: Limits,
-                 on_idle_wait: Callable[[FunctionKey], None] | None = None) -> None:
+                 on_idle_wait: Callable[[FunctionKey], float | None] | None = None) -> None:
         self.key = key
         self.limits = limits
         self._on_idle_wait = on_idle_wait
@@ -89,14 +97,15 @@ class FunctionPool:
             raise QueueFull
         future: asyncio.Future[Endpoint] = asyncio.get_running_loop().create_future()
         self._waiting.append(future)
+        hold_s = None
         if not self._endpoints and self._on_idle_wait is not None:
-            self._on_idle_wait(self.key)
+            hold_s = self._on_idle_wait(self.key)
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.limits.queue_timeout_s)
+            return await asyncio.wait_for(asyncio.shield(future), hold_s or self.limits.queue_timeout_s)
         except TimeoutError:
             if future.done() and not future.cancelled():  # a pod came with the timeout: give it back
                 self.release(future.result())
-            raise QueueTimeout from None
+            raise (QueueTimeout() if hold_s is None else ColdStartTimeout(hold_s)) from None
         except asyncio.CancelledError:  # the client left
             if future.done() and not future.cancelled():
                 self.release(future.result())

@@ -4,15 +4,23 @@ A function exists when a FaSTFunc of that name is in one of the gateway's namesp
 its label (ready or not; in the default function namespace also a FaSTPod's pods, see
 :mod:`fastgshare_gateway.endpoints`). The Kubernetes adapter feeds pods and FaSTFunc names here from its
 watch threads through ``loop.call_soon_threadsafe``; tests call the same methods, or :meth:`set_endpoints`.
+
+The FaSTFuncs' settings (:mod:`fastgshare_gateway.fastfunc`: minimum replicas, SLO) come with them. Scale
+from zero: :meth:`Functions.on_idle_wait` is the pools' hook; it takes :func:`~fastgshare_gateway.fastfunc.on_idle`'s
+decision, keeps the single-flight state (a wake-up is on its way until a pod of the function is ready, the
+cold-start timeout passes or the wake-up fails) and hands the patch to ``waker`` (the HTTP edge sends it
+through the store).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from fastgshare import keys
 from fastgshare_gateway.endpoints import Endpoint, EndpointIndex, FunctionKey
+from fastgshare_gateway.fastfunc import FunctionSettings, on_idle, settings_of
 from fastgshare_gateway.metrics import GatewayMetrics, function_label
 from fastgshare_gateway.pool import FunctionPool, Limits
 
@@ -20,14 +28,18 @@ from fastgshare_gateway.pool import FunctionPool, Limits
 class Functions:
     def __init__(self, namespaces: Collection[str], limits: Limits, metrics: GatewayMetrics, *,
                  default_namespace: str = keys.DEFAULT_FUNCTION_NAMESPACE,
-                 on_idle_wait: Callable[[FunctionKey], None] | None = None) -> None:
+                 cold_start_timeout_s: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.namespaces = tuple(namespaces)
         self.default_namespace = default_namespace
         self.limits = limits
         self.metrics = metrics
-        self._on_idle_wait = on_idle_wait
+        self.cold_start_timeout_s = cold_start_timeout_s
+        # sends a wake-up patch (the HTTP edge sets it when it has a store); it calls wake_failed on failure
+        self.waker: Callable[[FunctionKey, dict[str, Any]], None] | None = None
+        self._clock = clock
+        self._waking: dict[FunctionKey, float] = {}  # a wake-up sent: until when it counts as on its way
         self._index = EndpointIndex(default_namespace)
-        self._fastfuncs: set[FunctionKey] = set()
+        self._fastfuncs: dict[FunctionKey, FunctionSettings] = {}
         self._injected: dict[FunctionKey, list[Endpoint]] = {}
         self._pools: dict[FunctionKey, FunctionPool] = {}
         self.synced = False
@@ -43,15 +55,24 @@ class Functions:
     def delete_pod(self, pod: Mapping[str, Any]) -> None:
         self._refresh(self._index.delete(pod))
 
-    def replace_fastfuncs(self, namespace: str, names: Iterable[str]) -> None:
-        """A (re)list of one namespace's FaSTFuncs."""
-        self._fastfuncs = {key for key in self._fastfuncs if key[0] != namespace} | {(namespace, n) for n in names}
+    def replace_fastfuncs(self, namespace: str, fastfuncs: Iterable[Mapping[str, Any]]) -> None:
+        """A (re)list of one namespace's FaSTFuncs (API objects)."""
+        self._fastfuncs = {key: settings for key, settings in self._fastfuncs.items() if key[0] != namespace}
+        for fastfunc in fastfuncs:
+            self.upsert_fastfunc(fastfunc, namespace)
 
-    def add_fastfunc(self, key: FunctionKey) -> None:
-        self._fastfuncs.add(key)
+    def upsert_fastfunc(self, fastfunc: Mapping[str, Any], namespace: str | None = None) -> None:
+        metadata = fastfunc.get("metadata") or {}
+        key = (str(namespace or metadata.get("namespace", "")), str(metadata.get("name", "")))
+        self._fastfuncs[key] = settings_of(fastfunc)
 
     def remove_fastfunc(self, key: FunctionKey) -> None:
-        self._fastfuncs.discard(key)
+        self._fastfuncs.pop(key, None)
+        self._waking.pop(key, None)
+
+    def settings(self, key: FunctionKey) -> FunctionSettings | None:
+        """The function's FaSTFunc settings; None when it is no FaSTFunc (a FaSTPod, endpoints injected)."""
+        return self._fastfuncs.get(key)
 
     def set_endpoints(self, key: FunctionKey, endpoints: Iterable[Endpoint]) -> None:
         """Endpoints given directly (tests, benchmarks): the function exists while they are set."""
@@ -69,9 +90,26 @@ class Functions:
             return None
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = FunctionPool(key, self.limits, self._on_idle_wait)
+            pool = self._pools[key] = FunctionPool(key, self.limits, self.on_idle_wait)
             pool.set_endpoints(self._endpoints(key))
         return pool
+
+    def on_idle_wait(self, key: FunctionKey) -> float | None:
+        """The pools' hook: a request waits for ``key``, which has no ready pod. How long to hold it (None:
+        the queue timeout); sends the wake-up when one is due."""
+        until = self._waking.get(key)
+        hold = on_idle(self._fastfuncs.get(key), waking=until is not None and self._clock() < until,
+                       cold_start_timeout_s=self.cold_start_timeout_s)
+        if hold is None:
+            return None
+        if hold.patch is not None and self.waker is not None:
+            self._waking[key] = self._clock() + hold.timeout_s
+            self.waker(key, hold.patch)
+        return hold.timeout_s
+
+    def wake_failed(self, key: FunctionKey) -> None:
+        """The wake-up could not be sent: the next request waiting for ``key`` sends another."""
+        self._waking.pop(key, None)
 
     def observe(self, key: FunctionKey) -> None:
         """Publish the function's queue, in-flight and ready gauges."""
@@ -86,6 +124,9 @@ class Functions:
     def _refresh(self, changed: Iterable[FunctionKey]) -> None:
         for key in changed:
             pool = self._pools.get(key)
+            endpoints = self._endpoints(key)
+            if endpoints:
+                self._waking.pop(key, None)  # woken
             if pool is not None:
-                pool.set_endpoints(self._endpoints(key))
+                pool.set_endpoints(endpoints)
                 self.observe(key)

@@ -143,3 +143,38 @@ def test_the_pod_watch_makes_ready_function_pods_endpoints(gateway_api: Any, api
         finally:
             await asyncio.to_thread(watches.stop)
     asyncio.run(scenario())
+
+
+def test_the_fastfunc_watch_carries_settings_and_a_request_wakes_a_function_at_zero(
+        gateway_api: Any, api_client: kubernetes.client.ApiClient, namespace: str, fastfunc_crd: None) -> None:
+    custom = kubernetes.client.CustomObjectsApi(api_client)
+    custom.create_namespaced_custom_object(keys.API_GROUP, keys.FASTFUNC_VERSION, namespace, keys.FASTFUNC_PLURAL, {
+        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": "zero"},
+        "spec": {"podSpec": {"containers": [{"name": "fn", "image": "registry.invalid/fn:1"}]}, "memory": "1Gi",
+                 "slo": {"latencyMs": 200}, "scaling": {"policy": "fixed", "minReplicas": 0},
+                 "fixed": {"quotaRequest": "0.5", "replicas": 0}}})
+
+    def replicas() -> int:
+        return custom.get_namespaced_custom_object(keys.API_GROUP, keys.FASTFUNC_VERSION, namespace,
+                                                   keys.FASTFUNC_PLURAL, "zero")["spec"]["fixed"]["replicas"]
+
+    async def scenario() -> None:
+        functions = Functions([namespace], Limits(), GatewayMetrics(), default_namespace=namespace,
+                              cold_start_timeout_s=0.5)
+        gateway = Gateway(functions, KubeStore(gateway_api))
+        watches = Watches(gateway_api, functions, asyncio.get_running_loop())
+        watches.start()
+        key = (namespace, "zero")
+        try:
+            async with asyncio.timeout(30):
+                while (settings := functions.settings(key)) is None:
+                    await asyncio.sleep(0.05)
+            assert (settings.min_replicas, settings.replicas, settings.slo_s) == (0, 0, 0.2)
+            async with serving(gateway.app()) as address, aiohttp.ClientSession() as client, \
+                    client.get(f"http://{address}/function/zero.{namespace}") as answer:
+                assert answer.status == 503  # no controller here: woken, but no pod comes
+                assert "cold-start timeout" in await answer.text()
+            assert await asyncio.to_thread(replicas) == 1
+        finally:
+            await asyncio.to_thread(watches.stop)
+    asyncio.run(scenario())

@@ -37,8 +37,9 @@ async def serving(app: web.Application) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def gateway(limits: Limits | None = None, options: Options | None = None, store: Any = None,
-                  namespaces: tuple[str, ...] = (NS,)) -> AsyncIterator[tuple[Gateway, str]]:
-    functions = Functions(namespaces, limits or Limits(), GatewayMetrics())
+                  namespaces: tuple[str, ...] = (NS,), cold_start_timeout_s: float = 120.0,
+                  ) -> AsyncIterator[tuple[Gateway, str]]:
+    functions = Functions(namespaces, limits or Limits(), GatewayMetrics(), cold_start_timeout_s=cold_start_timeout_s)
     functions.replace_pods([])
     gw = Gateway(functions, store, options)
     async with serving(gw.app()) as address:
@@ -77,6 +78,7 @@ class MemoryStore:
         self.fastfuncs: dict[tuple[str, str], dict[str, Any]] = {}
         self.fastpods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in fastpods or []}
         self._version = 0
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []  # every patch_fastfunc call, in order
 
     def _stamp(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         self._version += 1
@@ -109,6 +111,7 @@ class MemoryStore:
         return self.fastfuncs[(namespace, name)]
 
     def patch_fastfunc(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        self.patches.append((namespace, name, copy.deepcopy(dict(patch))))
         current = self.fastfuncs[(namespace, name)]
         for field, value in patch["spec"].items():
             current["spec"][field] = {**current["spec"].get(field, {}), **value}

@@ -10,7 +10,7 @@ import pytest
 from fastgshare import keys
 from fastgshare_gateway.endpoints import Endpoint, EndpointIndex, pod_entry
 from fastgshare_gateway.metrics import GatewayMetrics
-from fastgshare_gateway.pool import FunctionPool, Limits, QueueFull, QueueTimeout
+from fastgshare_gateway.pool import ColdStartTimeout, FunctionPool, Limits, QueueFull, QueueTimeout
 from fastgshare_gateway.routing import Functions
 
 NS = keys.DEFAULT_FUNCTION_NAMESPACE
@@ -65,7 +65,7 @@ def test_a_function_exists_by_fastfunc_or_pods_in_a_served_namespace() -> None:
     assert pool.endpoints == []
     functions.upsert_pod(pod("a"))
     assert [e.pod for e in pool.endpoints] == ["a"]  # the pool follows its pods
-    functions.replace_fastfuncs(NS, ["zero"])
+    functions.replace_fastfuncs(NS, [{"metadata": {"name": "zero", "namespace": NS}}])
     assert functions.pool((NS, "zero")) is not None  # no pods yet (scaled to zero): still a function
     functions.upsert_pod(pod("x", namespace="elsewhere"))
     assert functions.pool(("elsewhere", "fn")) is None  # not a served namespace
@@ -120,6 +120,21 @@ def test_pods_arriving_serve_the_queue_and_the_idle_hook_fires() -> None:
     run(scenario())
 
 
+def test_the_idle_hook_may_hold_a_request_longer_than_the_queue_timeout() -> None:
+    async def scenario() -> None:
+        held = FunctionPool((NS, "fn"), Limits(queue_timeout_s=0.01), on_idle_wait=lambda key: 30.0)
+        waiter = asyncio.create_task(held.acquire())
+        await asyncio.sleep(0.05)  # past the queue timeout: still held
+        assert not waiter.done()
+        held.set_endpoints([Endpoint("a", "a:8080")])
+        assert (await waiter).pod == "a"
+        short = FunctionPool((NS, "fn"), Limits(queue_timeout_s=30), on_idle_wait=lambda key: 0.01)
+        with pytest.raises(ColdStartTimeout):
+            await short.acquire()
+        assert short.queued == 0
+    run(scenario())
+
+
 def test_a_retry_takes_another_pod_or_none() -> None:
     async def scenario() -> None:
         pool = FunctionPool((NS, "fn"), Limits(max_inflight=1))
@@ -155,3 +170,31 @@ def test_pods_of_capacity_10_and_30_under_load_get_requests_1_to_3() -> None:
         return counts
     counts = run(scenario())
     assert counts["fast"] / counts["slow"] == pytest.approx(3, rel=0.1)
+
+
+def test_a_function_at_zero_gets_one_wake_up_until_a_pod_is_ready_or_the_cold_start_timeout() -> None:
+    now = [0.0]
+    sent: list[tuple[tuple[str, str], dict[str, Any]]] = []
+    functions = Functions([NS], Limits(queue_timeout_s=30), GatewayMetrics(), cold_start_timeout_s=100,
+                          clock=lambda: now[0])
+    functions.waker = lambda key, patch: sent.append((key, patch))
+    functions.upsert_fastfunc({"metadata": {"name": "zero", "namespace": NS},
+                               "spec": {"scaling": {"minReplicas": 0}, "fixed": {"replicas": 0}}})
+    functions.upsert_fastfunc({"metadata": {"name": "one", "namespace": NS}, "spec": {"fixed": {"replicas": 0}}})
+    key = (NS, "zero")
+    assert [functions.on_idle_wait(key) for _ in range(3)] == [100, 100, 100]
+    assert sent == [(key, {"spec": {"fixed": {"replicas": 1}}})]
+    assert functions.on_idle_wait((NS, "one")) is None  # minReplicas 1: the queue timeout, no wake-up
+    functions.upsert_pod(pod("a", function="zero"))  # woken
+    functions.upsert_pod(pod("a", function="zero", ready=False))  # ...and gone again
+    functions.on_idle_wait(key)
+    assert len(sent) == 2
+    now[0] = 99.0
+    functions.on_idle_wait(key)
+    assert len(sent) == 2
+    now[0] = 101.0  # the cold-start timeout passed without a pod: the next request tries again
+    functions.on_idle_wait(key)
+    assert len(sent) == 3
+    functions.wake_failed(key)
+    functions.on_idle_wait(key)
+    assert len(sent) == 4
