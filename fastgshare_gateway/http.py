@@ -155,7 +155,8 @@ class Gateway:
             code = response.status
             return response
         finally:
-            self.metrics.invocation_done(label, code, loop.time() - started)
+            settings = self.functions.settings(key)
+            self.metrics.invocation_done(label, code, loop.time() - started, settings.slo_s if settings else None)
             self.functions.observe(key)
 
     async def _invoke(self, request: web.Request, pool: FunctionPool, key: FunctionKey,

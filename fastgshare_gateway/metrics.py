@@ -5,7 +5,10 @@ OpenFaaS's gateway names and labels (``openfaas/faas:gateway/metrics/metrics.go`
 ``gateway_function_invocation_total{function_name, code}`` and ``gateway_functions_seconds{function_name,
 code}`` once per completed invocation, ``gateway_function_invocation_started{function_name}`` once per
 invocation started, ``gateway_service_count{function_name}`` the function's ready pods as the gateway sees
-them. Ours: ``fastgshare_gateway_queue_depth`` and ``fastgshare_gateway_inflight`` per function.
+them. Ours: ``fastgshare_gateway_queue_depth`` and ``fastgshare_gateway_inflight`` per function, and
+``fastgshare_gateway_slo_violations_total{function_name}``: invocations that took longer than the FaSTFunc's
+``spec.slo.latencyMs`` (when it has one), and every 5xx (a queue or cold-start timeout is a 503) and 429
+(:func:`slo_violated`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,12 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 def function_label(name: str, namespace: str) -> str:
     return f"{name}.{namespace}"
+
+
+def slo_violated(code: int, seconds: float, slo_s: float | None) -> bool:
+    """An invocation answered ``code`` after ``seconds`` missed the SLO: a 5xx or 429 always, any other
+    answer (a client that left included) when it took longer than ``slo_s`` (None: no latency SLO)."""
+    return code >= 500 or code == 429 or (slo_s is not None and seconds > slo_s)
 
 
 class GatewayMetrics:
@@ -35,13 +44,20 @@ class GatewayMetrics:
                                  ["function_name"], registry=self.registry)
         self.inflight = Gauge("fastgshare_gateway_inflight", "Requests sent to the function's pods, unanswered",
                               ["function_name"], registry=self.registry)
+        self.slo_violations = Counter("fastgshare_gateway_slo_violations",
+                                      "Invocations slower than the function's SLO latency, and every 5xx and 429",
+                                      ["function_name"], registry=self.registry)
         self._counts: dict[str, float] = {}
 
     def invocation_started(self, function: str) -> None:
         self.started.labels(function).inc()
+        self.slo_violations.labels(function)  # the series exists (at 0) from the first invocation on
 
-    def invocation_done(self, function: str, code: int, seconds: float) -> None:
+    def invocation_done(self, function: str, code: int, seconds: float, slo_s: float | None = None) -> None:
+        """One completed invocation; ``slo_s`` the function's SLO latency (None: it has none)."""
         self.invocations.labels(function, str(code)).inc()
+        if slo_violated(code, seconds, slo_s):
+            self.slo_violations.labels(function).inc()
         self.seconds.labels(function, str(code)).observe(seconds)
         self._counts[function] = self._counts.get(function, 0) + 1
 

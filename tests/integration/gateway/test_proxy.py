@@ -153,3 +153,28 @@ def test_metrics_count_each_invocation_once_with_openfaas_names() -> None:
         assert found[("fastgshare_gateway_queue_depth", (("function_name", name),))] == 0
         assert found[("fastgshare_gateway_inflight", (("function_name", name),))] == 0
     run(scenario())
+
+
+def test_slo_violations_count_a_slow_answer_and_a_502_but_not_a_fast_200() -> None:
+    async def scenario() -> None:
+        slo = {"metadata": {"name": "fn", "namespace": NS}, "spec": {"slo": {"latencyMs": 1000}}}
+        async with serving(echo_app("fast")) as fast, serving(echo_app("slow", delay_s=1.5)) as slow, \
+                gateway() as (gw, url), aiohttp.ClientSession() as client:
+            gw.functions.upsert_fastfunc(slo)  # as the FaSTFunc watch reports it
+            gw.functions.set_endpoints(FN, [Endpoint("fast", fast)])
+            async with client.get(f"{url}/function/fn") as answer:  # well within 1 s on any machine
+                assert answer.status == 200
+            async with client.get(f"{url}/metrics") as answer:
+                found = samples(await answer.text())
+            violations = ("fastgshare_gateway_slo_violations_total", (("function_name", f"fn.{NS}"),))
+            assert found[violations] == 0
+            gw.functions.set_endpoints(FN, [Endpoint("slow", slow)])
+            async with client.get(f"{url}/function/fn") as answer:  # 1.5 s against an SLO of 1 s
+                assert answer.status == 200
+            gw.functions.set_endpoints(FN, [Endpoint("dead", free_port_address())])
+            async with client.get(f"{url}/function/fn") as answer:
+                assert answer.status == 502
+            async with client.get(f"{url}/metrics") as answer:
+                found = samples(await answer.text())
+            assert found[violations] == 2
+    run(scenario())
