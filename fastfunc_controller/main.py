@@ -17,14 +17,14 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 
 from fastfunc_controller import kube, names
 from fastfunc_controller.controller import Controller
 from fastgshare import __version__, keys
 from fastgshare_kube.events import EventRecorder
-from fastgshare_kube.leader import LeaderElector
+from fastgshare_kube.health import HealthServer, parse_address
+from fastgshare_kube.leader import LeaderElector, add_leader_election_arguments, leader_election_problem
 
 log = logging.getLogger("fastfunc_controller")
 
@@ -42,22 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="watch FaSTFuncs of this namespace only (default: all namespaces)")
     parser.add_argument("--resync-seconds", type=float, default=300.0,
                         help="reconcile every FaSTFunc at least this often (default: %(default)s)")
-    parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction, default=True,
-                        help="run only while holding the Lease, so several replicas can run; "
-                             "--no-leader-elect for a single replica (default: on)")
-    parser.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or keys.SYSTEM_NAMESPACE,
-                        help="namespace of the leader-election Lease (default: $POD_NAMESPACE, else %(default)s)")
-    parser.add_argument("--lease-name", default=names.LEASE_NAME,
-                        help="name of the leader-election Lease (default: %(default)s)")
-    parser.add_argument("--identity", default="",
-                        help="this replica's name in the Lease (default: $POD_NAME or the host name, plus a random "
-                             "suffix)")
-    parser.add_argument("--lease-duration-seconds", type=float, default=15.0,
-                        help="how long a standby waits after the leader's last renewal (default: %(default)s)")
-    parser.add_argument("--renew-deadline-seconds", type=float, default=10.0,
-                        help="the leader gives up when it could not renew for this long (default: %(default)s)")
-    parser.add_argument("--retry-period-seconds", type=float, default=2.0,
-                        help="how often to try to acquire or renew the Lease (default: %(default)s)")
+    add_leader_election_arguments(parser, lease_name=names.LEASE_NAME, lease_namespace=keys.SYSTEM_NAMESPACE)
     parser.add_argument("--health-address", default="", metavar="HOST:PORT",
                         help="serve /healthz and /readyz here (default: off)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -71,17 +56,10 @@ class UsageError(Exception):
 def check_args(args: argparse.Namespace) -> None:
     if args.resync_seconds <= 0:
         raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
-    if not args.retry_period_seconds < args.renew_deadline_seconds < args.lease_duration_seconds:
-        raise UsageError("need --retry-period-seconds < --renew-deadline-seconds < --lease-duration-seconds, got "
-                         f"{args.retry_period_seconds} < {args.renew_deadline_seconds} < "
-                         f"{args.lease_duration_seconds}")
-    if args.health_address and not _parse_address(args.health_address):
+    if (problem := leader_election_problem(args)) is not None:
+        raise UsageError(problem)
+    if args.health_address and not parse_address(args.health_address):
         raise UsageError(f"--health-address must be HOST:PORT, got {args.health_address!r}")
-
-
-def _parse_address(text: str) -> tuple[str, int] | None:
-    host, _, port = text.rpartition(":")
-    return (host, int(port)) if host and port.isdigit() else None
 
 
 def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient | None = None) -> int:
@@ -107,8 +85,7 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
         return _lead(args, controller, elector, stopping, api)
     finally:
         if health is not None:
-            health.shutdown()
-            health.server_close()
+            health.stop()
 
 
 def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElector | None,
@@ -137,28 +114,13 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
     return 0 if kept else 1
 
 
-def _start_health(args: argparse.Namespace, check: Callable[[], bool]) -> ThreadingHTTPServer | None:
+def _start_health(args: argparse.Namespace, check: Callable[[], bool]) -> HealthServer | None:
     """``/healthz`` and ``/readyz``: 200 while the process is sound (a standby is), else 503."""
-    address = _parse_address(args.health_address) if args.health_address else None
+    address = parse_address(args.health_address) if args.health_address else None
     if address is None:
         return None
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # the name http.server calls
-            if self.path not in ("/healthz", "/readyz"):
-                self.send_error(404)
-                return
-            ok = check()
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "text/plain")
-            self.end_headers()
-            self.wfile.write(b"ok\n" if ok else b"unhealthy\n")
-
-        def log_message(self, format: str, *args: object) -> None:
-            log.debug("health %s", format % args)
-
-    server = ThreadingHTTPServer(address, Handler)
-    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    server = HealthServer(address[0], address[1], check)
+    server.start()
     return server
 
 
