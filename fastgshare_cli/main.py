@@ -7,6 +7,8 @@
 - ``fastgshare demo``: tenants sharing one simulated GPU under the real hook and arbiter.
 - ``fastgshare cluster up | down | status``: the whole system on this machine.
 - ``fastgshare fn deploy | list | invoke | delete``: functions through the gateway's OpenFaaS API.
+- ``fastgshare plan``: pods per (quota, SM) configuration for a demand, from a profile.
+- ``fastgshare profile run | show``: measure a function's profile under open-loop load, or print one.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from fastgshare_cli.inspect_command import add_parser as add_inspect_parser
 from fastgshare_cli.inspect_command import inspect_main
 from fastgshare_cli.plan_command import add_parser as add_plan_parser
 from fastgshare_cli.plan_command import run_plan
+from fastgshare_cli.profile_command import add_parser as add_profile_parser
+from fastgshare_cli.profile_command import profile_main
 
 EXIT_OK, EXIT_INVALID = 0, 1
 PIPE_WIDTH = 400
@@ -95,6 +99,7 @@ def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
                       help=f"a tenant {TENANT_HELP}; repeat for more (default: three built-in tenants)")
     demo.add_argument("--plot", metavar="FILE", help="write a PNG of each tenant's share over time")
     add_plan_parser(commands)
+    add_profile_parser(commands)
     add_inspect_parser(commands)
     add_cluster_parser(commands)
     add_fn_parser(commands)
@@ -118,8 +123,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
         return demo_main(args.tenants, args.seconds, args.plot, console, errors)
     if args.command == "cluster":
         return cluster_main(args, console, errors)
-    if args.command == "plan":
-        return run_plan(args, console, errors)
+    if args.command in ("plan", "profile"):
+        return (run_plan if args.command == "plan" else profile_main)(args, console, errors)
     return run_pack(args, console, errors)
 
 

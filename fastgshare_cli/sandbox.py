@@ -44,6 +44,11 @@ class HookBuild:
     fake_driver_dir: Path
     tenant: Path
 
+    @property
+    def fake_fn(self) -> Path:
+        """The fake function server (``vgpu_hook/fake_fn``), built next to the tenant program."""
+        return self.tenant.parent / "fake-fn"
+
 
 def build_hook(python: str = sys.executable) -> HookBuild:
     """Build the hook, the fake driver and the tenant program (``make -C vgpu_hook``)."""
@@ -109,15 +114,28 @@ class Sandbox:
                     "--start-at-ns", str(start_at)]
             if spec.burst_on_ms:
                 args += ["--burst-on-ms", str(spec.burst_on_ms), "--burst-off-ms", str(spec.burst_off_ms)]
-            process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                       env=self._tenant_env(spec, hook))
-            self.tenants[spec.name], self.pids[spec.name] = process, process.pid
+            self.start_process(spec, args, hook=hook)
         return start_at
+
+    def start_process(self, spec: TenantSpec, args: Sequence[str], *, hook: bool = True,
+                      env: dict[str, str] | None = None, stderr_log: Path | None = None) -> subprocess.Popen[str]:
+        """Start any program as tenant ``spec`` (its environment: :meth:`tenant_env` plus ``env``;
+        stderr to ``stderr_log`` for a long-running server, else a pipe); the sandbox kills it when
+        it closes, and :meth:`busy_ns` counts its GPU time."""
+        if stderr_log is None:
+            process = subprocess.Popen(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                       env={**self.tenant_env(spec, hook), **(env or {})})
+        else:
+            with stderr_log.open("w") as log:
+                process = subprocess.Popen(list(args), stdout=subprocess.PIPE, stderr=log, text=True,
+                                           env={**self.tenant_env(spec, hook), **(env or {})})
+        self.tenants[spec.name], self.pids[spec.name] = process, process.pid
+        return process
 
     def run_tenant(self, spec: TenantSpec, *args: str, hook: bool = True, timeout_s: float = 120) -> dict[str, object]:
         """Run one tenant with its own arguments to the end; its JSON summary."""
         result = subprocess.run([str(self.build.tenant), *args], capture_output=True, text=True, timeout=timeout_s,
-                                env=self._tenant_env(spec, hook), check=False)
+                                env=self.tenant_env(spec, hook), check=False)
         lines = result.stdout.strip().splitlines()
         if result.returncode != 0 or not lines:
             raise SandboxError(f"tenant {spec.name} failed (exit {result.returncode}): {result.stderr.strip()[-500:]}")
@@ -153,7 +171,9 @@ class Sandbox:
         self.tenants.clear()
         return summaries
 
-    def _tenant_env(self, spec: TenantSpec, hook: bool) -> dict[str, str]:
+    def tenant_env(self, spec: TenantSpec, hook: bool = True) -> dict[str, str]:
+        """The environment of a process running as ``spec``: the fake driver, the fake GPU, the SM
+        partition (with MPS) and, with ``hook``, the hook and the arbiter's socket."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("FASTGSHARE_") and k not in ("LD_PRELOAD", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")}
         env.update({"LD_LIBRARY_PATH": str(self.build.fake_driver_dir), keys.ENV_FAKE_GPU_DIR: str(self.gpu_dir)})
