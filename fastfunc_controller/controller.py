@@ -15,6 +15,17 @@ the one its function label names). One worker takes keys and reconciles, level-t
    ``Unschedulable`` condition) through the status subresource, if it changed, and one Warning
    event when ``Unschedulable`` turns True.
 
+**Autoscaling** (policy ``rpr`` or ``hpa`` with ``spec.profile``): reconcile reads the profile
+ConfigMap (a GET, kept :data:`PROFILE_REFRESH_S`; one it cannot use is the ``ProfileMissing``
+fallback to the fixed configuration, with one Warning event per message) into the configurations
+the policy may run (:mod:`.autoscale`), and keeps per function the scaler's state. Once every
+``intervalSeconds`` (by the injected monotonic ``clock``) it reads the function's rates from the
+:class:`RateSource` and steps the scaler (:func:`~.autoscale.tick`; no rate: the plan is kept,
+``MetricsUnavailable`` says why); the scaler's pods per configuration are the configurations
+:func:`~.plan.plan` converges the child FaSTPods to, and a change is one Normal ``Scaled`` event.
+A third thread scrapes the rate source every ``tick_s`` and enqueues each function whose interval
+is due, so all decisions and writes stay in the one worker.
+
 Child names are fixed by the configuration, so a create the cache has not seen yet answers 409
 and is simply waited for: no expectations are needed. A failure is retried after a delay that
 doubles per key (up to :data:`MAX_RETRY_S`); a success resets it. Functions are few and their
@@ -30,9 +41,29 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+import attrs
+
 from fastfunc_controller import names
+from fastfunc_controller.autoscale import (
+    ProfileUnusable,
+    State,
+    Usable,
+    capacity_rps,
+    desired_configs,
+    hold,
+    interval_s,
+    pods_of,
+    rounded,
+    start,
+    summary,
+    tick,
+    usable_configs,
+    windows,
+)
+from fastfunc_controller.metrics_source import NO_GATEWAY
 from fastfunc_controller.plan import (
     Action,
+    AutoscaleStatus,
     CreateFaSTPod,
     CreateService,
     DeleteFaSTPod,
@@ -45,6 +76,7 @@ from fastfunc_controller.plan import (
     plan,
     pod_summary,
 )
+from fastfunc_controller.rates import Rates, function_name
 from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function
 from fastgshare import keys
 from fastgshare_kube.errors import INVALID, ApiError
@@ -56,6 +88,7 @@ log = logging.getLogger(__name__)
 RESULT_SYNCED, RESULT_INVALID, RESULT_GONE = "synced", "invalid", "gone"
 SYNC_TIMEOUT_S = 120.0
 MAX_RETRY_S = 60.0
+PROFILE_REFRESH_S = 30.0  # a profile ConfigMap is read again after this long
 _RBAC = "this account may not list and watch {what}: apply deploy/function-controller/rbac.yaml and run as its account"
 FASTFUNC_HINTS = {404: f"the FaSTFunc CRD {keys.FASTFUNC_CRD_NAME} is not installed; install it with kubectl apply -f "
                        "deploy/crd/fastfuncs.yaml", 403: _RBAC.format(what="FaSTFuncs")}
@@ -79,6 +112,48 @@ class KubePort(Protocol):
     def patch_service(self, namespace: str, name: str, body: Mapping[str, Any]) -> None: ...
 
     def patch_fastfunc_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None: ...
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, or None when there is none."""
+
+
+class RateSource(Protocol):
+    """Request rates per function (:class:`~fastfunc_controller.metrics_source.GatewayMetrics`)."""
+
+    def scrape(self) -> None: ...
+
+    def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str:
+        """The rates, or one line saying why there are none."""
+
+
+class NoRates:
+    """The rate source without a gateway: autoscaled functions keep their plan, and say so."""
+
+    def scrape(self) -> None:
+        pass
+
+    def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str:
+        return NO_GATEWAY
+
+
+@attrs.define
+class _Scaler:
+    """One autoscaled function's scaler: what it may run, its state, and what it last saw."""
+
+    usable: Usable
+    state: State
+    next_tick_s: float
+    rps: float | None = None
+    planned_rps: float | None = None
+    last_scale_time: str = ""
+    metrics_problem: str = ""
+
+
+@attrs.frozen
+class _ProfileRead:
+    name: str
+    at_s: float
+    configmap: dict[str, Any] | None
 
 
 def object_key(obj: Mapping[str, Any]) -> str:
@@ -172,11 +247,19 @@ class Controller:
     """Keeps every FaSTFunc's FaSTPods, Service and status converged; see the module docstring."""
 
     def __init__(self, kube: KubePort, recorder: EventRecorder, *, resync_s: float = 300.0,
-                 now: Callable[[], str] | None = None) -> None:
+                 now: Callable[[], str] | None = None, metrics: RateSource | None = None,
+                 clock: Callable[[], float] = time.monotonic, tick_s: float = 1.0) -> None:
         self._kube = kube
         self._recorder = recorder
         self._resync_s = resync_s
         self._now = now or (lambda: rfc3339(time.time()))
+        self._metrics: RateSource = metrics or NoRates()
+        self._clock = clock
+        self._tick_s = tick_s
+        self._scalers: dict[str, _Scaler] = {}
+        self._profiles: dict[str, _ProfileRead] = {}
+        self._due: dict[str, float] = {}  # autoscaled functions: when to reconcile next (clock)
+        self._due_lock = threading.Lock()
         self.queue = KeyQueue()
         self.fastfuncs = ObjectStore(lambda old, new: self.queue.add(object_key(new or old or {})))
         self.fastpods = ObjectStore(self._child_changed)
@@ -217,6 +300,7 @@ class Controller:
         """Converge one FaSTFunc; raises :class:`ApiError` to be retried."""
         fastfunc = self.fastfuncs.get(key)
         if fastfunc is None or fastfunc["metadata"].get("deletionTimestamp"):
+            self._forget(key)
             return RESULT_GONE
         metadata = fastfunc["metadata"]
         namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
@@ -225,14 +309,21 @@ class Controller:
         try:
             spec = parse_function(fastfunc)
         except InvalidFunction as error:
+            self._forget(key)
             if not _condition_says(fastfunc, names.CONDITION_INVALID_SPEC, "True", str(error)):
                 log.info("fastfunc=%s invalid: %s", key, error)
                 self._recorder.event(fastfunc, WARNING, names.REASON_INVALID_SPEC, str(error))
             self._write_status(fastfunc, compute_status(fastfunc, error, children, self._now(), pods=pods))
             return RESULT_INVALID
-        if spec.fallback and not spec.profile and not _condition_says(fastfunc, names.CONDITION_PROFILE_MISSING,
-                                                                      "True"):
-            self._recorder.event(fastfunc, WARNING, names.REASON_PROFILE_MISSING, spec.fallback)
+        autoscale = None
+        if spec.policy != names.POLICY_FIXED and spec.profile:
+            spec, autoscale = self._autoscale(fastfunc, spec, children)
+        else:
+            self._forget(key)
+        if spec.fallback and not _condition_says(fastfunc, names.CONDITION_PROFILE_MISSING, "True", spec.fallback):
+            log.info("fastfunc=%s %s", key, spec.fallback)
+            self._recorder.event(fastfunc, WARNING, spec.profile_problem or names.REASON_PROFILE_MISSING,
+                                 spec.fallback)
         service = self.services.get(key)
         problem = None
         if service is not None and not controlled_by(service, uid):
@@ -243,10 +334,95 @@ class Controller:
         except ApiError as error:
             failure = error
             problem = Problem(reason=names.REASON_FAILED, message=f"cannot update the function's objects: {error}")
-        self._write_status(fastfunc, compute_status(fastfunc, spec, children, self._now(), problem, pods=pods))
+        self._write_status(fastfunc, compute_status(fastfunc, spec, children, self._now(), problem, pods=pods,
+                                                    autoscale=autoscale))
         if failure is not None:
             raise failure
         return RESULT_SYNCED
+
+    # --- autoscaling ----------------------------------------------------------------------------
+    def _forget(self, key: str) -> None:
+        self._scalers.pop(key, None)
+        self._profiles.pop(key, None)
+        with self._due_lock:
+            self._due.pop(key, None)
+
+    def _autoscale(self, fastfunc: Mapping[str, Any], spec: FunctionSpec,
+                   children: list[dict[str, Any]]) -> tuple[FunctionSpec, AutoscaleStatus | None]:
+        """``spec`` with the configurations the scaler wants (its interval due: stepped first), and
+        the autoscaler's status; or, when the profile cannot be used, ``spec`` with its fallback."""
+        now_s = self._clock()
+        try:
+            usable = usable_configs(spec, self._profile(spec, now_s))
+        except ProfileUnusable as error:
+            self._scalers.pop(spec.key, None)
+            self._set_due(spec.key, now_s + PROFILE_REFRESH_S)
+            return attrs.evolve(spec, fallback=f"{error}: {spec.fixed_fallback}", profile_problem=error.reason), None
+        scaler = self._scalers.get(spec.key)
+        if scaler is None or scaler.usable != usable:
+            scaler = _Scaler(usable=usable, state=start(usable, children, now_s), next_tick_s=now_s)
+            self._scalers[spec.key] = scaler
+        if now_s >= scaler.next_tick_s:
+            self._tick(fastfunc, spec, scaler, now_s)
+        self._set_due(spec.key, min(scaler.next_tick_s, now_s + PROFILE_REFRESH_S))
+        pods = pods_of(usable, scaler.state)
+        status = AutoscaleStatus(rps=scaler.rps, planned_rps=scaler.planned_rps,
+                                 slo_rps={c.label: rounded(c.option.capacity_rps) for c in usable.choices},
+                                 last_scale_time=scaler.last_scale_time, metrics_problem=scaler.metrics_problem)
+        return attrs.evolve(spec, configs=desired_configs(usable, pods, spec.memory)), status
+
+    def _tick(self, fastfunc: Mapping[str, Any], spec: FunctionSpec, scaler: _Scaler, now_s: float) -> None:
+        """One interval of the function's policy: read the rates, step (or hold), say what changed."""
+        before = pods_of(scaler.usable, scaler.state)
+        long_s, short_s = windows(spec)
+        rates = self._metrics.read(function_name(spec.namespace, spec.name), long_s, short_s)
+        if isinstance(rates, Rates):
+            result = tick(spec, scaler.usable, scaler.state, rates, now_s)
+            scaler.state, scaler.metrics_problem = result.state, ""
+            scaler.rps, scaler.planned_rps = rounded(rates.long), rounded(result.planned_rps)
+        else:
+            if rates != scaler.metrics_problem:
+                log.warning("fastfunc=%s reads no request rate: %s", spec.key, rates)
+            scaler.state, scaler.metrics_problem = hold(spec, scaler.usable, scaler.state), rates
+        scaler.next_tick_s = now_s + interval_s(spec)
+        after = pods_of(scaler.usable, scaler.state)
+        if after == before:
+            return
+        scaler.last_scale_time = self._now()
+        old, new = (summary(desired_configs(scaler.usable, pods, spec.memory)) for pods in (before, after))
+        seen = (f"{scaler.rps:g} req/s observed, planned for {scaler.planned_rps:g} req/s"
+                if isinstance(rates, Rates) else "no request rate (minReplicas)")
+        message = (f"policy {spec.policy}: {seen}: {old} -> {new} (capacity "
+                   f"{capacity_rps(scaler.usable, before):.1f} -> {capacity_rps(scaler.usable, after):.1f} req/s)")
+        log.info("fastfunc=%s scaled: %s", spec.key, message)
+        self._recorder.event(fastfunc, NORMAL, names.REASON_SCALED, message[0].upper() + message[1:])
+
+    def _profile(self, spec: FunctionSpec, now_s: float) -> dict[str, Any] | None:
+        """The profile ConfigMap (None: not found), read again after PROFILE_REFRESH_S; a failed read
+        keeps the one read before, else raises ApiError (retried)."""
+        read = self._profiles.get(spec.key)
+        if read is not None and read.name == spec.profile and now_s - read.at_s < PROFILE_REFRESH_S:
+            return read.configmap
+        try:
+            configmap = self._kube.get_configmap(spec.namespace, spec.profile)
+        except ApiError as error:
+            if read is None or read.name != spec.profile:
+                raise
+            log.warning("fastfunc=%s cannot read the profile ConfigMap %s, using the one read before: %s",
+                        spec.key, spec.profile, error)
+            return read.configmap
+        self._profiles[spec.key] = _ProfileRead(name=spec.profile, at_s=now_s, configmap=configmap)
+        return configmap
+
+    def _set_due(self, key: str, at_s: float) -> None:
+        with self._due_lock:
+            self._due[key] = at_s
+
+    def due(self) -> list[str]:
+        """The autoscaled functions whose interval (or profile re-read) is due."""
+        now_s = self._clock()
+        with self._due_lock:
+            return [key for key, at_s in self._due.items() if at_s <= now_s]
 
     def _apply(self, fastfunc: dict[str, Any], spec: FunctionSpec, actions: list[Action]) -> Problem | None:
         """Carry out ``actions``; returns a problem that retrying cannot fix, raises ApiError otherwise."""
@@ -328,7 +504,8 @@ class Controller:
                 raise TimeoutError(f"the {reflector.name} cache did not fill within {SYNC_TIMEOUT_S:.0f}s")
         log.info("caches synced fastfuncs=%d", len(self.fastfuncs.list_keys()))
         self._threads = [threading.Thread(target=self._work, name="worker", daemon=True),
-                         threading.Thread(target=self._resync, name="resync", daemon=True)]
+                         threading.Thread(target=self._resync, name="resync", daemon=True),
+                         threading.Thread(target=self._autoscaler, name="autoscaler", daemon=True)]
         for thread in self._threads:
             thread.start()
 
@@ -355,6 +532,16 @@ class Controller:
                 self.queue.add_after(key, delay)
                 log.warning("fastfunc=%s reconcile failed, retrying in %.1fs: %s", key, delay, error,
                             exc_info=not isinstance(error, ApiError))
+
+    def _autoscaler(self) -> None:
+        """Scrape the rates every tick_s and enqueue the autoscaled functions that are due."""
+        while not self._stopping.wait(self._tick_s):
+            try:
+                self._metrics.scrape()
+            except Exception:  # the loop must live on; the source logs what it can say
+                log.exception("reading the request rates failed")
+            for key in self.due():
+                self.queue.add(key)
 
     def _resync(self) -> None:
         while not self._stopping.wait(self._resync_s):

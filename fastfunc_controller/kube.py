@@ -5,7 +5,8 @@ module of the controller that reaches the API.
 - :func:`fastfunc_source`, :func:`fastpod_source`, :func:`service_source`, :func:`pod_source`: what
   the reflectors list and watch, as dicts: every FaSTFunc, and the FaSTPods, Services and pods
   carrying the function label;
-- :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), events and Leases;
+- :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), the profile ConfigMap's
+  GET, events and Leases;
 - :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start.
 
 Every failure leaves as :class:`~fastgshare_kube.errors.ApiError`.
@@ -111,6 +112,16 @@ class KubeClient(rest.Leases, rest.Events):
     def patch_service(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
         rest.call(self._core_api.patch_namespaced_service, name, namespace, rest.raw(body),
                   _content_type=rest.MERGE_PATCH)
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A ConfigMap as a dict (a function's profile), or None when there is none."""
+        try:
+            found = rest.call(self._core_api.read_namespaced_config_map, name, namespace)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+        return found
 
     def patch_fastfunc_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         rest.call(self._custom.patch_namespaced_custom_object_status, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,

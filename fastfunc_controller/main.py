@@ -21,6 +21,7 @@ from types import FrameType
 
 from fastfunc_controller import kube, names
 from fastfunc_controller.controller import Controller
+from fastfunc_controller.metrics_source import GatewayMetrics, check_gateway_url
 from fastgshare import __version__, keys
 from fastgshare_kube.events import EventRecorder
 from fastgshare_kube.health import HealthServer, parse_address
@@ -35,13 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
         description=f"The FaSTFunc controller: runs every FaSTFunc ({keys.FASTFUNC_CRD_NAME}) as one FaSTPod per "
                     "(quota, SM) configuration, named <fn>-q<quota%%>-s<sm%%>, and a ClusterIP Service <fn> on port "
                     f"{keys.FUNCTION_PORT}; reports replicas, configurations and conditions (Ready, InvalidSpec, "
-                    "ProfileMissing, Unschedulable) in the FaSTFunc's status. Policy fixed runs spec.fixed.")
+                    "ProfileMissing, Unschedulable, MetricsUnavailable) in the FaSTFunc's status. Policy fixed runs "
+                    "spec.fixed; policies rpr and hpa are autoscaled from the function's profile and the request "
+                    "rates the gateways count (--gateway-url).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     parser.add_argument("--namespace", default="",
                         help="watch FaSTFuncs of this namespace only (default: all namespaces)")
     parser.add_argument("--resync-seconds", type=float, default=300.0,
                         help="reconcile every FaSTFunc at least this often (default: %(default)s)")
+    parser.add_argument("--gateway-url", action="append", default=[], metavar="URL",
+                        help="a gateway whose /metrics (gateway_function_invocation_total) gives the request rates "
+                             "that autoscale policies rpr and hpa; repeat it for every gateway replica (default: "
+                             "none, and autoscaled functions keep their plan with MetricsUnavailable=True)")
+    parser.add_argument("--scrape-interval-seconds", type=float, default=1.0,
+                        help="read the gateways' counters this often (default: %(default)s)")
     add_leader_election_arguments(parser, lease_name=names.LEASE_NAME, lease_namespace=keys.SYSTEM_NAMESPACE)
     parser.add_argument("--health-address", default="", metavar="HOST:PORT",
                         help="serve /healthz and /readyz here (default: off)")
@@ -56,6 +65,11 @@ class UsageError(Exception):
 def check_args(args: argparse.Namespace) -> None:
     if args.resync_seconds <= 0:
         raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
+    if not 0.1 <= args.scrape_interval_seconds <= 60:
+        raise UsageError(f"--scrape-interval-seconds must be 0.1..60, got {args.scrape_interval_seconds}")
+    for url in args.gateway_url:
+        if (problem := check_gateway_url(url)) is not None:
+            raise UsageError(problem)
     if (problem := leader_election_problem(args)) is not None:
         raise UsageError(problem)
     if args.health_address and not parse_address(args.health_address):
@@ -79,7 +93,10 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                                 retry_period_s=args.retry_period_seconds)
     recorder = EventRecorder(client, component=names.COMPONENT, instance=identity,
                              api_version=keys.FASTFUNC_API_VERSION, kind=keys.FASTFUNC_KIND)
-    controller = Controller(client, recorder, resync_s=args.resync_seconds)
+    if not args.gateway_url:
+        log.warning("no --gateway-url: functions of policy rpr and hpa read no request rate and keep their plan")
+    controller = Controller(client, recorder, resync_s=args.resync_seconds, metrics=GatewayMetrics(args.gateway_url),
+                            tick_s=args.scrape_interval_seconds)
     health = _start_health(args, lambda: elector is None or not elector.is_leader or controller.healthy)
     try:
         return _lead(args, controller, elector, stopping, api)

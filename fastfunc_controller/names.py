@@ -21,12 +21,18 @@ CONDITION_READY: Final = "Ready"
 CONDITION_INVALID_SPEC: Final = "InvalidSpec"
 CONDITION_PROFILE_MISSING: Final = "ProfileMissing"
 CONDITION_UNSCHEDULABLE: Final = "Unschedulable"
+CONDITION_METRICS_UNAVAILABLE: Final = "MetricsUnavailable"  # an autoscaled function reads no request rate
 
 # --- condition and event reasons -----------------------------------------------------------
 REASON_INVALID_SPEC: Final = "InvalidSpec"
 REASON_VALID: Final = "Valid"
 REASON_PROFILE_MISSING: Final = "ProfileMissing"
 REASON_PROFILE_GIVEN: Final = "ProfileGiven"
+REASON_PROFILE_NOT_FOUND: Final = "ProfileNotFound"  # no such ConfigMap, or no profile.json in it
+REASON_PROFILE_INVALID: Final = "ProfileInvalid"  # a bad document, no SLO, nothing SLO-feasible
+REASON_RATES_READ: Final = "RatesRead"
+REASON_NO_RATES: Final = "NoRates"
+REASON_SCALED: Final = "Scaled"  # the autoscaler changed the plan
 REASON_NOT_NEEDED: Final = "NotNeeded"  # policy fixed needs no profile
 REASON_ALL_READY: Final = "AllReplicasReady"
 REASON_REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"

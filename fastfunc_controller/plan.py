@@ -14,8 +14,11 @@ FaSTPods and the Service the caches hold, and returns the actions:
 
 An invalid FaSTFunc plans nothing: what runs keeps running until the spec is fixed.
 :func:`compute_status` gives the whole ``status`` (counts from the children's own status,
-per-config rows, conditions ``Ready``, ``InvalidSpec``, ``ProfileMissing``, and ``Unschedulable``
-from the children's pods, each reduced by :func:`pod_summary` to what :func:`unschedulable` needs).
+per-config rows, conditions ``Ready``, ``InvalidSpec``, ``ProfileMissing``, ``Unschedulable``
+from the children's pods, each reduced by :func:`pod_summary` to what :func:`unschedulable` needs,
+and ``MetricsUnavailable``), with the autoscaler's figures (:class:`AutoscaleStatus`: ``rps``,
+``plannedRps``, ``capacityRps`` of the ready pods, each row's ``sloRps``, ``lastScaleTime``) for an
+autoscaled function.
 """
 
 from __future__ import annotations
@@ -192,6 +195,17 @@ def _pointer(key: str) -> str:
 
 # --- status -------------------------------------------------------------------------------------
 @attrs.frozen(kw_only=True)
+class AutoscaleStatus:
+    """What the autoscaler reports of an autoscaled function (policy rpr or hpa with a usable profile)."""
+
+    rps: float | None  # the observed rate (long window); None before the first one
+    planned_rps: float | None  # what the plan was sized for
+    slo_rps: Mapping[str, float]  # one pod's SLO capacity, by config label
+    last_scale_time: str  # RFC 3339, "" before the first change
+    metrics_problem: str  # why no rate was read ("" when one was)
+
+
+@attrs.frozen(kw_only=True)
 class Problem:
     """An API failure or a conflict reconcile met, for the Ready condition."""
 
@@ -201,10 +215,15 @@ class Problem:
 
 def compute_status(fastfunc: Mapping[str, Any], outcome: FunctionSpec | InvalidFunction,
                    children: Sequence[Mapping[str, Any]], now: str,
-                   problem: Problem | None = None, *, pods: Sequence[PodSummary] = ()) -> dict[str, Any]:
+                   problem: Problem | None = None, *, pods: Sequence[PodSummary] = (),
+                   autoscale: AutoscaleStatus | None = None) -> dict[str, Any]:
     """The whole status ``fastfunc`` should have, from its own children's status and their ``pods``."""
     metadata, old = fastfunc.get("metadata") or {}, fastfunc.get("status") or {}
     rows = sorted((_config_row(child) for child in children), key=lambda row: row["fastPod"])
+    if autoscale is not None:
+        for row in rows:
+            if row["config"] in autoscale.slo_rps:
+                row["sloRps"] = autoscale.slo_rps[row["config"]]
     replicas = sum(row.pop("_replicas") for row in rows)
     ready = sum(row["readyReplicas"] for row in rows)
     spec = outcome if isinstance(outcome, FunctionSpec) else None
@@ -217,10 +236,28 @@ def compute_status(fastfunc: Mapping[str, Any], outcome: FunctionSpec | InvalidF
         "configs": rows,
         "configSummary": ", ".join(f"{row['config']}x{row['replicas']}" for row in rows) or "-",
     }
+    if autoscale is not None:
+        if autoscale.rps is not None:
+            status["rps"] = autoscale.rps
+        if autoscale.planned_rps is not None:
+            status["plannedRps"] = autoscale.planned_rps
+        status["capacityRps"] = round(sum(row["readyReplicas"] * row.get("sloRps", 0.0) for row in rows), 2)
+        if autoscale.last_scale_time:
+            status["lastScaleTime"] = autoscale.last_scale_time
     conditions = [_ready(spec, outcome, rows, ready, problem), _invalid(outcome), _profile(fastfunc, spec),
-                  unschedulable(pods)]
+                  unschedulable(pods), _metrics(spec, autoscale)]
     status["conditions"] = _with_times(conditions, old.get("conditions") or [], now)
     return status
+
+
+def _metrics(spec: FunctionSpec | None, autoscale: AutoscaleStatus | None) -> dict[str, Any]:
+    if autoscale is None:
+        why = ("policy fixed reads no request rate" if spec is None or spec.policy == names.POLICY_FIXED
+               else "no autoscaling without a usable profile (see ProfileMissing)")
+        return _condition(names.CONDITION_METRICS_UNAVAILABLE, False, names.REASON_NOT_NEEDED, why)
+    if autoscale.metrics_problem:
+        return _condition(names.CONDITION_METRICS_UNAVAILABLE, True, names.REASON_NO_RATES, autoscale.metrics_problem)
+    return _condition(names.CONDITION_METRICS_UNAVAILABLE, False, names.REASON_RATES_READ, "")
 
 
 def _config_row(child: Mapping[str, Any]) -> dict[str, Any]:
@@ -292,7 +329,10 @@ def _profile(fastfunc: Mapping[str, Any], spec: FunctionSpec | None) -> dict[str
     if not profile:
         return _condition(names.CONDITION_PROFILE_MISSING, True, names.REASON_PROFILE_MISSING,
                           fallback or f"policy {policy} needs a profile (spec.profile.configMapRef)")
-    return _condition(names.CONDITION_PROFILE_MISSING, False, names.REASON_PROFILE_GIVEN, fallback)
+    if fallback:  # the profile cannot be used: the controller says why
+        reason = spec.profile_problem if spec and spec.profile_problem else names.REASON_PROFILE_INVALID
+        return _condition(names.CONDITION_PROFILE_MISSING, True, reason, fallback)
+    return _condition(names.CONDITION_PROFILE_MISSING, False, names.REASON_PROFILE_GIVEN, "")
 
 
 @attrs.frozen(kw_only=True)

@@ -7,14 +7,17 @@ is allowed. The share is checked by the core's :func:`fastgshare.share.parse_sha
 parser the FaSTPod controller, the extender and the node agent use, so a FaSTFunc this module
 accepts yields a FaSTPod they accept.
 
-Policies: ``fixed`` runs ``spec.fixed``. ``rpr`` and ``hpa`` need the autoscaler (not part of this
-controller yet); until then they run ``spec.fixed`` too, or, without it, the whole-GPU
-configuration (quota 1, SM 100) with ``max(minReplicas, 1)`` replicas, and say so
-(``fallback``). ``quotaLimit`` defaults to ``quotaRequest`` (profile what you deploy).
+Policies: ``fixed`` runs ``spec.fixed``. ``rpr`` and ``hpa`` are autoscaled from the profile
+(``spec.profile.configMapRef``, :mod:`.autoscale`) with the parameters of ``spec.scaling``
+(:class:`Scaling`); without a profile, or when it cannot be used, they run ``spec.fixed``, or,
+without it, the whole-GPU configuration (quota 1, SM 100) with ``max(minReplicas, 1)`` replicas
+(``configs``, described by ``fixed_fallback``), and say so (``fallback``). ``quotaLimit``
+defaults to ``quotaRequest`` (profile what you deploy).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -25,6 +28,7 @@ import attrs
 from fastfunc_controller import names
 from fastgshare import keys
 from fastgshare.errors import InvalidShareSpec
+from fastgshare.profile import PERCENTILES, ProfileError, Slo
 from fastgshare.share import ShareSpec, format_fraction, parse_share
 
 MAX_NAME = 63  # a label value, and the Service's DNS-1035 label
@@ -68,6 +72,23 @@ class Config:
                 keys.GPU_SM_PARTITION: str(self.share.sm_percent), keys.GPU_MEM: self.memory}
 
 
+COST_MODELS = ("dominant", "area")
+
+
+@attrs.frozen(kw_only=True)
+class Scaling:
+    """``spec.scaling`` of an autoscaled function; None: the policy's default (:mod:`.autoscale`)."""
+
+    min_replicas: int = 1
+    max_replicas: int | None = None
+    interval_s: float | None = None
+    headroom: float | None = None
+    scale_down_delay_s: float | None = None
+    cost_model: str = "dominant"
+    quotas: tuple[float, ...] = ()  # the allow-list of spec.scaling.configs (empty: any)
+    sms: tuple[int, ...] = ()
+
+
 @attrs.frozen(kw_only=True)
 class FunctionSpec:
     """What one valid FaSTFunc must run."""
@@ -83,6 +104,11 @@ class FunctionSpec:
     profile: str  # spec.profile.configMapRef.name, "" when none
     configs: tuple[Config, ...]
     fallback: str = ""  # why a non-fixed policy runs a fixed configuration ("" with policy fixed)
+    fixed_fallback: str = ""  # what a non-fixed policy runs when it cannot autoscale: "running spec.fixed"
+    profile_problem: str = ""  # the ProfileMissing reason when the profile given cannot be used
+    scaling: Scaling = Scaling()
+    slo: Slo | None = None  # spec.slo, when it gives latencyMs
+    memory: str = ""  # spec.memory as written
 
     @property
     def key(self) -> str:
@@ -123,8 +149,12 @@ def parse_function(fastfunc: Mapping[str, Any]) -> FunctionSpec:
     pod_spec = spec.get("podSpec")
     problems += _pod_spec_problems(pod_spec)
     policy, profile, scaling = _policy(spec, problems)
+    # spec.scaling and spec.slo matter to the autoscaled policies only: a fixed function is not refused for them.
+    autoscaled = problems if policy != names.POLICY_FIXED else []
+    parsed_scaling = _scaling(scaling, autoscaled)
+    slo = _slo(spec.get("slo"), autoscaled)
     reason = reason or (REASON_FIELD if problems else "")
-    config, fallback = _config(spec, policy, profile, scaling, problems)
+    config, fallback, fixed_fallback = _config(spec, policy, profile, scaling, problems)
     if config is None and not reason:
         reason = REASON_SHARE
     if config is not None and not reason and len(child := fastpod_name(name, config.share)) > MAX_NAME:
@@ -139,7 +169,8 @@ def parse_function(fastfunc: Mapping[str, Any]) -> FunctionSpec:
         namespace=str(metadata.get("namespace", "")), name=name, uid=str(metadata.get("uid", "")),
         generation=int(metadata.get("generation") or 0), labels=labels, annotations=annotations,
         pod_spec=pod_spec if isinstance(pod_spec, Mapping) else {}, policy=policy, profile=profile,
-        configs=(config,), fallback=fallback)
+        configs=(config,), fallback=fallback, fixed_fallback=fixed_fallback, scaling=parsed_scaling, slo=slo,
+        memory=config.memory)
 
 
 def _pod_spec_problems(pod_spec: object) -> list[str]:
@@ -169,26 +200,26 @@ _FIELDS = {keys.GPU_QUOTA_REQUEST: "spec.fixed.quotaRequest", keys.GPU_QUOTA_LIM
 
 
 def _config(spec: Mapping[str, Any], policy: str, profile: str, scaling: Mapping[str, Any],
-            problems: list[str]) -> tuple[Config | None, str]:
+            problems: list[str]) -> tuple[Config | None, str, str]:
     fixed = spec.get("fixed")
-    fallback = ""
+    fallback = what = ""
     if policy != names.POLICY_FIXED:
-        why = (f"no profile (spec.profile.configMapRef) for policy {policy}" if not profile
-               else f"policy {policy} needs the autoscaler, which this controller does not run yet")
         if isinstance(fixed, Mapping):
-            fallback = f"{why}: running spec.fixed"
+            what = "running spec.fixed"
         else:
             replicas = max(_int(scaling.get("minReplicas"), 1), 1)
             fixed = {**WHOLE_GPU, "replicas": replicas}
-            fallback = f"{why}: running the whole-GPU configuration (quota 1, SM 100) with {replicas} replicas"
+            what = f"running the whole-GPU configuration (quota 1, SM 100) with {replicas} replicas"
+        if not profile:
+            fallback = f"no profile (spec.profile.configMapRef) for policy {policy}: {what}"
     elif not isinstance(fixed, Mapping):
         problems.append("spec.fixed: is required with policy fixed; allowed: {quotaRequest, quotaLimit, "
                         "smPartition, replicas}, e.g. {quotaRequest: \"0.4\", smPartition: 12, replicas: 1}")
-        return None, ""
+        return None, "", ""
     replicas = fixed.get("replicas", 1)
     if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
         problems.append(f"spec.fixed.replicas: {replicas!r} is not a replica count; allowed: an integer >= 0")
-        return None, fallback
+        return None, fallback, what
     request = fixed.get("quotaRequest")
     limit_defaulted = "quotaLimit" not in fixed
     annotations: dict[str, object] = {
@@ -206,8 +237,64 @@ def _config(spec: Mapping[str, Any], policy: str, profile: str, scaling: Mapping
         request_bad = any(problem.field == keys.GPU_QUOTA_REQUEST for problem in error.problems)
         problems += [_field_problem(str(problem), limit_defaulted) for problem in error.problems
                      if not (limit_defaulted and request_bad and problem.field == keys.GPU_QUOTA_LIMIT)]
-        return None, fallback
-    return Config(share=share, memory=str(annotations[keys.GPU_MEM]), replicas=replicas), fallback
+        return None, fallback, what
+    return Config(share=share, memory=str(annotations[keys.GPU_MEM]), replicas=replicas), fallback, what
+
+
+def _number(scaling: Mapping[str, Any], field: str, minimum: float, problems: list[str], *,
+            integer: bool = False) -> Any:
+    """``spec.scaling.<field>``, None when absent; a problem naming it when it is not a number >= minimum."""
+    value = scaling.get(field)
+    if value is None:
+        return None
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < minimum:
+        kind = "an integer" if integer else "a number"
+        problems.append(f"spec.scaling.{field}: {value!r} is not allowed; allowed: {kind} >= {minimum:g}")
+        return None
+    return value
+
+
+def _scaling(scaling: Mapping[str, Any], problems: list[str]) -> Scaling:
+    low = _number(scaling, "minReplicas", 0, problems, integer=True)
+    high = _number(scaling, "maxReplicas", 1, problems, integer=True)
+    if low is not None and high is not None and high < low:
+        problems.append(f"spec.scaling.maxReplicas: {high} is below minReplicas {low}; allowed: >= minReplicas")
+    cost = scaling.get("costModel", COST_MODELS[0])
+    if cost not in COST_MODELS:
+        problems.append(f"spec.scaling.costModel: {cost!r} is not a cost model; allowed: {', '.join(COST_MODELS)}")
+        cost = COST_MODELS[0]
+    allowed = scaling.get("configs") or {}
+    quotas = allowed.get("quota") or [] if isinstance(allowed, Mapping) else []
+    sms = allowed.get("sm") or [] if isinstance(allowed, Mapping) else []
+    if not all(isinstance(q, int | float) and not isinstance(q, bool) and 0 < q <= 1 for q in quotas):
+        problems.append(f"spec.scaling.configs.quota: {quotas!r} is not allowed; allowed: fractions of GPU time in "
+                        "(0, 1], e.g. [0.2, 0.4, 1]")
+        quotas = []
+    if not all(isinstance(sm, int) and not isinstance(sm, bool) and 1 <= sm <= 100 for sm in sms):
+        problems.append(f"spec.scaling.configs.sm: {sms!r} is not allowed; allowed: SM percents 1..100, "
+                        "e.g. [12, 50, 100]")
+        sms = []
+    return Scaling(min_replicas=1 if low is None else low, max_replicas=high,
+                   interval_s=_number(scaling, "intervalSeconds", 0.1, problems),
+                   headroom=_number(scaling, "headroom", 0, problems),
+                   scale_down_delay_s=_number(scaling, "scaleDownDelaySeconds", 0, problems),
+                   cost_model=str(cost), quotas=tuple(float(q) for q in quotas), sms=tuple(int(sm) for sm in sms))
+
+
+def _slo(raw: object, problems: list[str]) -> Slo | None:
+    if not isinstance(raw, Mapping) or raw.get("latencyMs") is None:
+        return None
+    latency, percentile = raw.get("latencyMs"), raw.get("percentile", 95)
+    if percentile not in PERCENTILES:
+        problems.append(f"spec.slo.percentile: {percentile!r} is not allowed; allowed: one of "
+                        f"{', '.join(map(str, PERCENTILES))} (the percentiles a profile records)")
+        return None
+    try:
+        return Slo(percentile=int(percentile), latency_ms=float(str(latency)))
+    except (ProfileError, TypeError, ValueError):
+        problems.append(f"spec.slo.latencyMs: {latency!r} is not allowed; allowed: a positive number of milliseconds")
+        return None
 
 
 def _field_problem(problem: str, limit_defaulted: bool) -> str:

@@ -22,6 +22,8 @@ fractional bound: no plan costs less than ``demand / (T / cost)`` of the best).
 :func:`step` is one tick of the scaler around the plan: it scales up at once by the missing
 capacity, scales down only after a delay and below a dead band (least efficient pods first), and
 trusts a short rate window over the long one when it shows a burst (Knative's "panic" mode).
+
+:func:`hpa_step` is the baseline: Kubernetes' HPA with its default behaviour on one configuration.
 """
 
 from __future__ import annotations
@@ -203,3 +205,46 @@ def _clamp(state: ScalerState, usable: Sequence[Option], settings: ScalingSettin
         worst = min((k for k, n in pods.items() if n > 0), key=lambda k: (by_key[k].efficiency, k))
         pods[worst] -= 1
     return attrs.evolve(state, pods={k: n for k, n in pods.items() if n > 0})
+
+
+# --- the HPA baseline ----------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class HpaSettings:
+    """Kubernetes' HorizontalPodAutoscaler with its defaults, on a requests-per-second metric:
+    target ``target_utilisation`` x a pod's ``maxRps``, a tolerance of 0.1, scale-up by at most
+    max(2n, n + 4) pods a period, scale-down to the largest recommendation of the last
+    ``stabilisation_s`` (300 s)."""
+
+    target_utilisation: float = 0.7
+    tolerance: float = 0.1
+    stabilisation_s: float = 300.0
+    min_pods: int = 1
+    max_pods: int = 1000
+
+
+@attrs.frozen(kw_only=True)
+class HpaState:
+    """The HPA's pod count and its recent recommendations ``(time, pods)``."""
+
+    pods: int = 0
+    recommendations: tuple[tuple[float, int], ...] = ()
+
+
+def hpa_step(state: HpaState, *, rate: float, pod_rps: float, now_s: float,
+             settings: HpaSettings = HpaSettings()) -> HpaState:
+    """One HPA period: the desired count ``ceil(rate / (target x pod_rps))`` (unchanged within the
+    tolerance), up by at most max(2n, n + 4), down only to the largest recommendation of the
+    stabilisation window, within [min_pods, max_pods]."""
+    if not (math.isfinite(pod_rps) and pod_rps > 0):
+        raise PlanError(f"a pod's throughput must be a positive number of requests per second, got {pod_rps}")
+    per_pod = settings.target_utilisation * pod_rps
+    pods = state.pods
+    want = math.ceil(rate / per_pod - EPSILON_RPS) if rate > EPSILON_RPS else 0
+    if pods > 0 and abs(rate / (pods * per_pod) - 1) <= settings.tolerance:
+        want = pods
+    want = min(max(want, settings.min_pods), settings.max_pods)
+    recommendations = (*((t, n) for t, n in state.recommendations if t > now_s - settings.stabilisation_s),
+                       (now_s, want))
+    # up: at most doubling or 4 more a period; down: only to the largest recent recommendation (never up)
+    pods = min(want, max(2 * pods, pods + 4)) if want > pods else min(pods, max(n for _, n in recommendations))
+    return HpaState(pods=min(max(pods, settings.min_pods), settings.max_pods), recommendations=recommendations)

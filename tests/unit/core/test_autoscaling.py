@@ -14,12 +14,15 @@ from hypothesis import strategies as st
 from fastgshare.autoscaling import (
     CostModel,
     GpuBudget,
+    HpaSettings,
+    HpaState,
     Option,
     Plan,
     PlanError,
     ScalerState,
     ScalingSettings,
     cost_of,
+    hpa_step,
     options,
     plan,
     step,
@@ -184,3 +187,25 @@ def test_the_pod_count_stays_within_its_bounds() -> None:
                .pods.values()) == 2
     assert sum(step(ScalerState(), STEP_OPTIONS, rate_long=1000, rate_short=0, now_s=0, settings=bounded)
                .pods.values()) == 3
+
+
+# --- the HPA baseline ----------------------------------------------------------------------
+def test_hpa_scales_up_by_at_most_double_or_four_and_down_after_its_stabilisation_window() -> None:
+    settings = HpaSettings(min_pods=1, max_pods=50)
+    state = hpa_step(HpaState(pods=1), rate=0, pod_rps=10, now_s=0, settings=settings)
+    assert state.pods == 1
+    state = hpa_step(state, rate=200, pod_rps=10, now_s=15, settings=settings)  # wants ceil(200 / 7) = 29
+    assert state.pods == 5  # 1 + 4
+    state = hpa_step(state, rate=200, pod_rps=10, now_s=30, settings=settings)
+    assert state.pods == 10  # doubled
+    assert hpa_step(state, rate=72, pod_rps=10, now_s=45, settings=settings).pods == 10  # the window holds
+    # within the tolerance (|72 / (10 x 7) - 1| <= 0.1): no change, even without the window
+    assert hpa_step(HpaState(pods=10), rate=72, pod_rps=10, now_s=45, settings=settings).pods == 10
+    later = state
+    for now in (45, 60, 345):
+        later = hpa_step(later, rate=7, pod_rps=10, now_s=now, settings=settings)
+    assert later.pods == 1  # 300 s after the last recommendation of 29
+    assert hpa_step(HpaState(pods=3), rate=1000, pod_rps=10, now_s=0,
+                    settings=HpaSettings(max_pods=4)).pods == 4
+    with pytest.raises(PlanError, match="a pod's throughput must be a positive number"):
+        hpa_step(HpaState(), rate=1, pod_rps=0, now_s=0)

@@ -1,0 +1,272 @@
+"""The autoscaler's decisions for one FaSTFunc of policy ``rpr`` or ``hpa`` (pure: no I/O, no clock).
+
+- :func:`usable_configs`: the profile ConfigMap (``spec.profile.configMapRef``, the document under
+  ``data["profile.json"]``, :mod:`fastgshare.profile`) and the spec → the configurations the policy
+  may run, each with its share (checked by :func:`fastgshare.share.parse_share`), its child
+  FaSTPod's config label and its SLO capacity; :class:`ProfileUnusable` says why there are none
+  (no ConfigMap, no key, a bad document, no SLO, nothing SLO-feasible, for ``hpa`` no whole-GPU
+  point). ``rpr`` may use every SLO-feasible point within ``spec.scaling.configs``; ``hpa`` only
+  the whole GPU (quota 1, SM 100), Kubernetes' HPA on its ``maxRps``.
+- :func:`start`: the scaler's state from the child FaSTPods that exist (a restart keeps what
+  runs), with no scale-down within the delay of it.
+- :func:`tick`: one interval: the rates → :func:`fastgshare.autoscaling.step` (``rpr``: up at once
+  by the missing capacity with ``headroom``, down after ``scaleDownDelaySeconds`` below the dead
+  band, least efficient first, panic on bursts, within [minReplicas, maxReplicas]) or
+  :func:`fastgshare.autoscaling.hpa_step` (``hpa``); :func:`hold` when no rate can be read
+  (the current plan, raised to minReplicas).
+- :func:`desired_configs`: the scaler's pods → one :class:`~.spec.Config` per configuration with
+  pods (a configuration at 0 is not desired: its FaSTPod is deleted).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from fastfunc_controller import names
+from fastfunc_controller.rates import Rates
+from fastfunc_controller.spec import Config, FunctionSpec, config_label
+from fastgshare import keys
+from fastgshare.autoscaling import (
+    EPSILON_RPS,
+    CostModel,
+    GpuBudget,
+    HpaSettings,
+    HpaState,
+    Option,
+    ScalerState,
+    ScalingSettings,
+    cost_of,
+    hpa_step,
+    options,
+    step,
+)
+from fastgshare.errors import FastGShareError, InvalidShareSpec
+from fastgshare.gpu_models import gpu_model_spec
+from fastgshare.profile import Profile, ProfileError, decode_profile, slo_capacity
+from fastgshare.share import ShareSpec, parse_share
+
+PROFILE_KEY = "profile.json"
+DEFAULT_GPU_MEMORY_BYTES = 16 * 2**30  # a profile without a known gpuModel: a 16 GiB GPU (V100-16GB)
+LONG_WINDOW_S = 10.0  # the stable rate: over max(this, the interval)
+SHORT_WINDOW_S = 2.0  # the panic rate
+DEFAULTS = {names.POLICY_RPR: {"interval": 2.0, "delay": 60.0},
+            names.POLICY_HPA: {"interval": 15.0, "delay": 300.0}}  # HPA: its sync period, stabilisation window
+DEFAULT_HEADROOM = ScalingSettings().headroom
+DEFAULT_MAX_PODS = 1000
+
+
+class ProfileUnusable(Exception):
+    """The profile cannot drive the policy; ``reason`` is the ProfileMissing condition's reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+@attrs.frozen(kw_only=True)
+class Choice:
+    """A configuration the autoscaler may run: its profile option, share and child's config label."""
+
+    option: Option
+    share: ShareSpec
+    label: str
+
+    @property
+    def key(self) -> str:
+        return self.option.point.key
+
+
+@attrs.frozen(kw_only=True)
+class Usable:
+    """What a policy may run, most efficient first."""
+
+    policy: str
+    choices: tuple[Choice, ...]
+
+    @property
+    def options(self) -> list[Option]:
+        return [choice.option for choice in self.choices]
+
+    def by_label(self) -> dict[str, Choice]:
+        return {choice.label: choice for choice in self.choices}
+
+    def by_key(self) -> dict[str, Choice]:
+        return {choice.key: choice for choice in self.choices}
+
+
+def interval_s(spec: FunctionSpec) -> float:
+    return spec.scaling.interval_s or DEFAULTS[spec.policy]["interval"]
+
+
+def scale_down_delay_s(spec: FunctionSpec) -> float:
+    delay = spec.scaling.scale_down_delay_s
+    return DEFAULTS[spec.policy]["delay"] if delay is None else float(delay)
+
+
+def windows(spec: FunctionSpec) -> tuple[float, float]:
+    """The long (stable) and short (panic) rate windows, seconds."""
+    return max(LONG_WINDOW_S, interval_s(spec)), SHORT_WINDOW_S
+
+
+def usable_configs(spec: FunctionSpec, configmap: Mapping[str, Any] | None) -> Usable:
+    """The configurations ``spec``'s policy may run from its profile ConfigMap (None: not found)."""
+    where = f"ConfigMap {spec.namespace}/{spec.profile} (spec.profile.configMapRef)"
+    if configmap is None:
+        raise ProfileUnusable(names.REASON_PROFILE_NOT_FOUND, f"{where} does not exist")
+    text = (configmap.get("data") or {}).get(PROFILE_KEY)
+    if not isinstance(text, str):
+        raise ProfileUnusable(names.REASON_PROFILE_NOT_FOUND,
+                              f"{where} has no key {PROFILE_KEY}; allowed: the profile document (fastgshare profile "
+                              f"run writes it) under data[\"{PROFILE_KEY}\"]")
+    try:
+        profile = decode_profile(text)
+    except ProfileError as error:
+        raise ProfileUnusable(names.REASON_PROFILE_INVALID, f"{where}, key {PROFILE_KEY}: {error}") from None
+    slo = spec.slo or profile.slo
+    if slo is None:
+        raise ProfileUnusable(names.REASON_PROFILE_INVALID,
+                              "no SLO: set spec.slo.latencyMs (or the profile's slo) for the autoscaler to plan for")
+    gpu = GpuBudget(memory_bytes=_gpu_memory(profile))
+    allowed = [point for point in profile.points
+               if (not spec.scaling.quotas or any(abs(point.quota_request - q) < 1e-6 for q in spec.scaling.quotas))
+               and (not spec.scaling.sms or point.sm_partition in spec.scaling.sms)]
+    model = CostModel(spec.scaling.cost_model)
+    if spec.policy == names.POLICY_HPA:
+        whole = [point for point in allowed if point.quota_request == 1 and point.sm_partition == 100]
+        if not whole:
+            raise ProfileUnusable(names.REASON_PROFILE_INVALID,
+                                  f"{where}: policy hpa needs the whole-GPU point (quota 1, SM 100) of the profile, "
+                                  "its maxRps is what one pod serves")
+        best = max(whole, key=lambda point: point.max_rps)
+        found = [Option(point=best, capacity_rps=slo_capacity(best, slo), cost=cost_of(best, gpu, model))]
+    else:
+        found = options(allowed, slo, gpu, model)
+    choices: dict[str, Choice] = {}
+    for option in found:
+        share = _share(option, spec.memory)
+        if share is not None and option.point.key not in choices:
+            choices[option.point.key] = Choice(option=option, share=share, label=config_label(share))
+    if not choices:
+        raise ProfileUnusable(names.REASON_PROFILE_INVALID,
+                              f"{where}: no configuration meets the SLO (p{slo.percentile} <= {slo.latency_ms:g} ms) "
+                              "at any load and fits the GPU's memory" + (" within spec.scaling.configs"
+                                                                         if spec.scaling.quotas or spec.scaling.sms
+                                                                         else ""))
+    return Usable(policy=spec.policy, choices=tuple(choices.values()))
+
+
+def _gpu_memory(profile: Profile) -> int:
+    if profile.gpu_model:
+        try:
+            return gpu_model_spec(profile.gpu_model).memory_bytes
+        except FastGShareError:
+            pass
+    return DEFAULT_GPU_MEMORY_BYTES
+
+
+def _share(option: Option, memory: str) -> ShareSpec | None:
+    point = option.point
+    try:
+        return parse_share({keys.GPU_QUOTA_REQUEST: f"{point.quota_request:g}",
+                            keys.GPU_QUOTA_LIMIT: f"{point.quota_limit:g}",
+                            keys.GPU_SM_PARTITION: str(point.sm_partition), keys.GPU_MEM: memory})
+    except InvalidShareSpec:
+        return None  # a share the cluster cannot run (e.g. a quota finer than a permille)
+
+
+# --- the scaler ----------------------------------------------------------------------------
+State = ScalerState | HpaState
+
+
+def current_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Pods per configuration key of the child FaSTPods (``spec.replicas``) the policy may run."""
+    by_label = usable.by_label()
+    pods: dict[str, int] = {}
+    for child in children:
+        label = str(((child.get("metadata") or {}).get("labels") or {}).get(keys.FUNCTION_CONFIG_LABEL, ""))
+        replicas = (child.get("spec") or {}).get("replicas")
+        if label in by_label and isinstance(replicas, int) and replicas > 0:
+            pods[by_label[label].key] = pods.get(by_label[label].key, 0) + replicas
+    return pods
+
+
+def start(usable: Usable, children: Sequence[Mapping[str, Any]], now_s: float) -> State:
+    """The state of what runs now; no scale-down within the delay (of a new plan or a restart)."""
+    pods = current_pods(usable, children)
+    if usable.policy == names.POLICY_HPA:
+        count = sum(pods.values())
+        return HpaState(pods=count, recommendations=((now_s, count),))
+    return ScalerState(pods=pods, last_up_s=now_s)
+
+
+def pods_of(usable: Usable, state: State) -> dict[str, int]:
+    """Pods per configuration key."""
+    if isinstance(state, HpaState):
+        return {usable.choices[0].key: state.pods} if state.pods else {}
+    return {key: n for key, n in state.pods.items() if n > 0}
+
+
+@attrs.frozen(kw_only=True)
+class Tick:
+    state: State
+    planned_rps: float  # what the plan was sized for
+
+
+def tick(spec: FunctionSpec, usable: Usable, state: State, rates: Rates, now_s: float) -> Tick:
+    """One interval of the policy with the observed ``rates``."""
+    high = spec.scaling.max_replicas or DEFAULT_MAX_PODS
+    low = min(spec.scaling.min_replicas, high)
+    if isinstance(state, HpaState):
+        pod_rps = usable.choices[0].option.point.max_rps
+        hpa = HpaSettings(stabilisation_s=scale_down_delay_s(spec), min_pods=low, max_pods=high)
+        return Tick(state=hpa_step(state, rate=rates.long, pod_rps=pod_rps, now_s=now_s, settings=hpa),
+                    planned_rps=rates.long)
+    headroom = DEFAULT_HEADROOM if spec.scaling.headroom is None else float(spec.scaling.headroom)
+    settings = ScalingSettings(headroom=headroom, scale_down_delay_s=scale_down_delay_s(spec), min_pods=low,
+                               max_pods=high)
+    capacity = state.capacity({c.key: c.option for c in usable.choices})
+    rate = max(rates.long, rates.short) if settings.panic and rates.short >= 2 * capacity else rates.long
+    new = step(state, usable.options, rate_long=rates.long, rate_short=rates.short, now_s=now_s, settings=settings)
+    return Tick(state=new, planned_rps=rate * (1 + headroom))
+
+
+def hold(spec: FunctionSpec, usable: Usable, state: State) -> State:
+    """No rate to act on: keep the plan, raised to minReplicas (a new function gets its minimum)."""
+    high = spec.scaling.max_replicas or DEFAULT_MAX_PODS
+    low = min(spec.scaling.min_replicas, high)
+    if isinstance(state, HpaState):
+        return attrs.evolve(state, pods=max(state.pods, low))
+    pods = dict(state.pods)
+    missing = low - sum(pods.values())
+    if missing > 0:
+        best = usable.choices[0].key
+        pods[best] = pods.get(best, 0) + missing
+    return attrs.evolve(state, pods=pods)
+
+
+def desired_configs(usable: Usable, pods: Mapping[str, int], memory: str) -> tuple[Config, ...]:
+    """One configuration per key with pods, by label."""
+    by_key = usable.by_key()
+    configs = [Config(share=by_key[key].share, memory=memory, replicas=n) for key, n in pods.items()
+               if n > 0 and key in by_key]
+    return tuple(sorted(configs, key=lambda config: config.label))
+
+
+def summary(configs: Sequence[Config]) -> str:
+    """``q40-s12x2, q100-s100x1`` (``-`` for none)."""
+    return ", ".join(f"{config.label}x{config.replicas}" for config in configs) or "-"
+
+
+def capacity_rps(usable: Usable, pods: Mapping[str, int]) -> float:
+    by_key = usable.by_key()
+    return sum(by_key[key].option.capacity_rps * n for key, n in pods.items() if key in by_key)
+
+
+def rounded(rps: float) -> float:
+    """A rate as the status shows it (two decimals; never -0)."""
+    value = round(rps, 2)
+    return 0.0 if math.isclose(value, 0.0, abs_tol=EPSILON_RPS) else value

@@ -1,0 +1,119 @@
+"""The function controller's adapter to the gateways' metrics ("direct mode"): the only module of
+the controller that speaks HTTP.
+
+:class:`GatewayMetrics` scrapes each gateway's ``/metrics`` (``--gateway-url``, repeatable) when
+:meth:`~GatewayMetrics.scrape` is called, sums ``gateway_function_invocation_total`` over the
+status codes per ``function_name`` (prometheus_client's text parser), and hands the round to a
+:class:`~.rates.RateTracker`, which differentiates the counters (resets included) and sums the
+gateways. :meth:`~GatewayMetrics.read` answers a function's rate over a long and a short window, or
+one line saying why it cannot (no gateway given, none answers, stale, no two rounds yet).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from fastfunc_controller.rates import INVOCATIONS, Rates, RateTracker
+
+log = logging.getLogger(__name__)
+
+SCRAPE_TIMEOUT_S = 2.0
+STALE_S = 10.0  # rates from rounds older than this (or 3 short windows) are not given
+MAX_METRICS_BYTES = 16 * 1024 * 1024
+NO_GATEWAY = ("no gateway to read request rates from: start the function controller with --gateway-url URL "
+              "(each gateway replica); the current plan is kept")
+
+
+def metrics_url(url: str) -> str:
+    """``url``'s ``/metrics``: a gateway's base URL gets the path, a URL with a path is kept."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/metrics")
+    return urllib.parse.urlunsplit(parts)
+
+
+def check_gateway_url(url: str) -> str | None:
+    """None if ``url`` can be scraped, else one line naming it and what is allowed."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"--gateway-url {url!r} is not a URL; allowed: http[s]://HOST[:PORT][/path] (a gateway, e.g. " \
+               "http://127.0.0.1:8080)"
+    return None
+
+
+def invocation_counts(text: str) -> dict[str, float]:
+    """``gateway_function_invocation_total`` summed over codes, per ``function_name``."""
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == INVOCATIONS and "function_name" in sample.labels:
+                name = sample.labels["function_name"]
+                counts[name] = counts.get(name, 0.0) + float(sample.value)
+    return counts
+
+
+def fetch(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return str(response.read(MAX_METRICS_BYTES).decode("utf-8", errors="replace"))
+
+
+class GatewayMetrics:
+    """Request rates per function from the gateways' counters (see the module docstring)."""
+
+    def __init__(self, urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
+                 get: Callable[[str], str] = fetch) -> None:
+        self._urls = {url: metrics_url(url) for url in urls}
+        self._clock = clock
+        self._get = get
+        self._lock = threading.Lock()
+        self._tracker = RateTracker()
+        self._failures: dict[str, str] = {}
+
+    @property
+    def urls(self) -> list[str]:
+        return list(self._urls)
+
+    def scrape(self) -> None:
+        """One round: every gateway's counters, now."""
+        if not self._urls:
+            return
+        counts: dict[str, Mapping[str, float] | None] = {}
+        failures: dict[str, str] = {}
+        for url, target in self._urls.items():
+            try:
+                counts[url] = invocation_counts(self._get(target))
+            except (OSError, ValueError, urllib.error.URLError) as error:  # HTTPError is an OSError
+                counts[url] = None
+                failures[url] = f"{target}: {getattr(error, 'reason', None) or error}"
+        now = self._clock()
+        with self._lock:
+            for url in failures.keys() - self._failures.keys():
+                log.warning("cannot read the gateway's metrics at %s", failures[url])
+            for url in self._failures.keys() - failures.keys():
+                log.info("the gateway's metrics at %s answer again", self._urls[url])
+            self._failures = failures
+            self._tracker.observe(now, counts)
+
+    def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str:
+        """``function_name``'s (``<fn>.<ns>``) rates, or one line saying why there are none."""
+        with self._lock:
+            if not self._urls:
+                return NO_GATEWAY
+            if len(self._failures) == len(self._urls):
+                return "no gateway answers: " + "; ".join(self._failures.values()) + "; the current plan is kept"
+            last = self._tracker.last_round_s
+            if last is not None and self._clock() - last > max(3 * short_s, STALE_S):
+                return f"the gateways' counters were last read {self._clock() - last:.0f} s ago; the current plan " \
+                       "is kept"
+            rates = self._tracker.rates(function_name, long_s, short_s)
+            if rates is None:
+                return "the gateways' counters have not been read twice yet; the current plan is kept"
+            return rates

@@ -1,0 +1,95 @@
+"""Request rates from the gateways' invocation counters, differentiated here (pure: no I/O, no clock).
+
+Each gateway exports ``gateway_function_invocation_total{function_name="<fn>.<ns>",code}``, a
+counter per process. :class:`RateTracker` is given, every scrape round, each gateway's counts
+summed over the codes (or None where a gateway did not answer) and the round's time, and keeps per
+function the cumulative increase over all gateways:
+
+- a count below the gateway's previous one is a reset (the gateway restarted): its increase is the
+  new count (it counted from 0);
+- a function a gateway no longer lists counts as 0 there (a restarted gateway that has not served
+  it yet); one it lists for the first time has counted from 0;
+- a gateway seen for the first time gives its counts as the baseline, not as an increase;
+- a gateway that did not answer keeps its previous counts: what it served meanwhile shows in the
+  round it answers again.
+
+:meth:`RateTracker.rate` is the increase over the last ``window_s`` (the round at or before the
+window's start, else the oldest kept) divided by the time between those rounds: requests per second.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping
+
+import attrs
+
+INVOCATIONS = "gateway_function_invocation_total"
+
+
+@attrs.frozen(kw_only=True)
+class Rates:
+    """A function's request rate over a long (stable) and a short (panic) window, in req/s."""
+
+    long: float
+    short: float
+
+
+def function_name(namespace: str, name: str) -> str:
+    """The gateway's ``function_name`` label value: ``<fn>.<ns>``."""
+    return f"{name}.{namespace}"
+
+
+class RateTracker:
+    """Cumulative increases per function over scrape rounds; see the module docstring."""
+
+    def __init__(self, history_s: float = 120.0) -> None:
+        self._history_s = history_s
+        self._last: dict[str, dict[str, float]] = {}  # gateway -> function -> count at its last answer
+        self._totals: dict[str, float] = {}  # function -> increase summed over gateways since the start
+        self._rounds: collections.deque[tuple[float, dict[str, float]]] = collections.deque()
+
+    def observe(self, now_s: float, counts: Mapping[str, Mapping[str, float] | None]) -> None:
+        """One scrape round at ``now_s``: per gateway its counts by function (None: no answer). A
+        round in which no gateway answered is not recorded."""
+        answered = False
+        for gateway, current in counts.items():
+            if current is None:
+                continue
+            answered = True
+            previous = self._last.get(gateway)
+            if previous is not None:
+                for function in previous.keys() | current.keys():
+                    before, after = previous.get(function, 0.0), current.get(function, 0.0)
+                    increase = after if after < before else after - before
+                    if increase:
+                        self._totals[function] = self._totals.get(function, 0.0) + increase
+            self._last[gateway] = dict(current)
+        if not answered:
+            return
+        if self._rounds and now_s <= self._rounds[-1][0]:
+            self._rounds.pop()  # the same instant twice: keep the later totals
+        self._rounds.append((now_s, dict(self._totals)))
+        while len(self._rounds) > 2 and self._rounds[1][0] <= now_s - self._history_s:
+            self._rounds.popleft()
+
+    @property
+    def last_round_s(self) -> float | None:
+        return self._rounds[-1][0] if self._rounds else None
+
+    def rate(self, function: str, window_s: float) -> float | None:
+        """Requests per second of ``function`` over the last ``window_s`` before the latest round;
+        None until two rounds exist."""
+        if len(self._rounds) < 2:
+            return None
+        end_s, end = self._rounds[-1]
+        start_s, start = self._rounds[0]
+        for at_s, totals in reversed(self._rounds):
+            if at_s <= end_s - window_s:
+                start_s, start = at_s, totals
+                break
+        return (end.get(function, 0.0) - start.get(function, 0.0)) / (end_s - start_s)
+
+    def rates(self, function: str, long_s: float, short_s: float) -> Rates | None:
+        long, short = self.rate(function, long_s), self.rate(function, short_s)
+        return None if long is None or short is None else Rates(long=long, short=short)

@@ -1,0 +1,212 @@
+"""The autoscaler in the function controller, with a fake API (whose writes land in the caches, as
+the watches would bring them) and a fake rate source, on an injected clock: a rising rate scales
+the child FaSTPods up within one interval, a falling one scales them down only after the delay."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastfunc_controller.controller import Controller
+from fastfunc_controller.rates import Rates
+from fastgshare import keys
+from fastgshare_kube.events import EventRecorder
+
+PROFILE = (Path(__file__).resolve().parents[3] / "examples" / "profile-resnet50.json").read_text()
+
+
+def fastfunc(**scaling: Any) -> dict[str, Any]:
+    return {"apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND,
+            "metadata": {"name": "resnet", "namespace": "fn", "uid": "u1", "generation": 1},
+            "spec": {"podSpec": {"containers": [{"name": "fn", "image": "x"}]}, "memory": "2Gi",
+                     "slo": {"latencyMs": 69}, "profile": {"configMapRef": {"name": "resnet-profile"}},
+                     "scaling": {"policy": "rpr", "minReplicas": 1, "intervalSeconds": 2,
+                                 "scaleDownDelaySeconds": 60, "headroom": 0.5, **scaling}}}
+
+
+class FakeKube:
+    """The API: FaSTPod writes go to the controller's cache (the watch), the rest is recorded."""
+
+    def __init__(self, profile: str | None = PROFILE) -> None:
+        self.made: Controller | None = None
+        self.profile = profile
+        self.events: list[Mapping[str, Any]] = []
+        self.statuses: list[dict[str, Any]] = []
+        self._uids = 0
+
+    def create_fastpod(self, namespace: str, body: Mapping[str, Any]) -> None:
+        assert self.made is not None
+        self._uids += 1
+        child = copy.deepcopy(dict(body))
+        child["metadata"]["uid"] = f"fp{self._uids}"
+        self.made.fastpods.upsert(child)
+
+    def patch_fastpod(self, namespace: str, name: str, operations: Any) -> None:
+        assert self.made is not None
+        child = self.made.fastpods.get(f"{namespace}/{name}")
+        assert child is not None
+        for op in operations:
+            if op["op"] == "add" and op["path"] == "/spec/replicas":
+                child["spec"]["replicas"] = op["value"]
+        self.made.fastpods.upsert(child)
+
+    def delete_fastpod(self, namespace: str, name: str, uid: str) -> None:
+        assert self.made is not None
+        child = self.made.fastpods.get(f"{namespace}/{name}")
+        assert child is not None
+        self.made.fastpods.delete(child)
+
+    def create_service(self, namespace: str, body: Mapping[str, Any]) -> None:
+        assert self.made is not None
+        self.made.services.upsert(dict(body))
+
+    def patch_service(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        pass
+
+    def patch_fastfunc_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        assert self.made is not None
+        self.statuses.append(copy.deepcopy(dict(status)))
+        stored = self.made.fastfuncs.get(f"{namespace}/{name}")
+        assert stored is not None
+        stored["status"] = {**(stored.get("status") or {}), **copy.deepcopy(dict(status))}
+        self.made.fastfuncs.upsert(stored)
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.profile is None or name != "resnet-profile":
+            return None
+        return {"metadata": {"name": name, "namespace": namespace}, "data": {"profile.json": self.profile}}
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self.events.append(body)
+
+    def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        pass
+
+
+class FakeRates:
+    def __init__(self) -> None:
+        self.rates: Rates | str = "the gateways' counters have not been read twice yet; the current plan is kept"
+        self.asked: list[str] = []
+
+    def scrape(self) -> None:
+        pass
+
+    def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str:
+        self.asked.append(function_name)
+        return self.rates
+
+
+class Harness:
+    def __init__(self, obj: dict[str, Any], profile: str | None = PROFILE) -> None:
+        self.kube = FakeKube(profile)
+        self.rates = FakeRates()
+        self.clock = [1000.0]
+        recorder = EventRecorder(self.kube, component="test", instance="t", api_version=keys.FASTFUNC_API_VERSION,
+                                 kind=keys.FASTFUNC_KIND)
+        self.made = Controller(self.kube, recorder, now=lambda: "2026-01-01T00:00:00Z", metrics=self.rates,
+                               clock=lambda: self.clock[0])
+        self.kube.made = self.made
+        self.made.fastfuncs.upsert(obj)
+
+    def at(self, seconds: float, rates: Rates | str | None = None) -> dict[str, int]:
+        """Reconcile at ``seconds`` after the start with ``rates``; the children's replicas by name."""
+        self.clock[0] = 1000.0 + seconds
+        if rates is not None:
+            self.rates.rates = rates
+        self.made.reconcile("fn/resnet")
+        return {child["metadata"]["name"]: child["spec"]["replicas"]
+                for child in self.made.fastpods.select("fn", lambda obj: True)}
+
+    @property
+    def status(self) -> dict[str, Any]:
+        stored = self.made.fastfuncs.get("fn/resnet")
+        assert stored is not None
+        return dict(stored["status"])
+
+    def capacity(self) -> float:
+        """The SLO capacity of the children's replicas (each row's sloRps)."""
+        rows = {row["fastPod"]: row for row in self.status["configs"]}
+        return sum(replicas * rows[name]["sloRps"] for name, replicas in self.at_now().items())
+
+    def at_now(self) -> dict[str, int]:
+        return {child["metadata"]["name"]: child["spec"]["replicas"]
+                for child in self.made.fastpods.select("fn", lambda obj: True)}
+
+
+def condition(status: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def test_a_rising_rate_scales_up_within_one_interval_and_a_falling_one_only_after_the_delay() -> None:
+    run = Harness(fastfunc())
+    first = run.at(0)  # no rate yet: minReplicas of the most efficient configuration
+    assert sum(first.values()) == 1
+    assert condition(run.status, "MetricsUnavailable")["status"] == "True"
+    assert condition(run.status, "ProfileMissing")["status"] == "False"
+    assert run.rates.asked == ["resnet.fn"]
+
+    assert run.at(1, Rates(long=50, short=50)) == first  # within the interval: nothing read, nothing changed
+    up = run.at(2)
+    assert sum(up.values()) > 1
+    assert run.capacity() >= 50 * 1.5
+    status = run.status
+    assert (status["rps"], status["plannedRps"]) == (50, 75)
+    assert status["lastScaleTime"] == "2026-01-01T00:00:00Z"
+    assert condition(status, "MetricsUnavailable")["status"] == "False"
+    scaled = [e["message"] for e in run.kube.events if e["reason"] == "Scaled"]
+    assert scaled[-1].startswith("Policy rpr: 50 req/s observed, planned for 75 req/s: ")
+
+    assert run.at(4, Rates(long=5, short=5)) == up  # the rate fell, the delay holds the pods
+    assert run.at(60) == up
+    down = run.at(62)  # 60 s after the scale-up
+    assert sum(down.values()) < sum(up.values())
+    assert 5 * 1.5 <= run.capacity() < 50
+    assert set(down) <= set(up)  # configurations at 0 are deleted, none is added
+
+
+def test_a_burst_in_the_short_window_panics_and_the_max_replicas_clamp() -> None:
+    run = Harness(fastfunc(maxReplicas=2))
+    run.at(0, Rates(long=0, short=0))
+    assert sum(run.at(2, Rates(long=10, short=400)).values()) == 2  # the burst wants far more; clamped to 2
+    assert run.status["plannedRps"] == 600
+
+
+def test_without_a_rate_the_plan_is_kept_and_the_condition_says_why() -> None:
+    run = Harness(fastfunc())
+    run.at(0, Rates(long=50, short=50))
+    before = run.at_now()
+    assert run.at(2, "no gateway answers: http://gw/metrics: refused; the current plan is kept") == before
+    metrics = condition(run.status, "MetricsUnavailable")
+    assert (metrics["status"], metrics["reason"]) == ("True", "NoRates")
+    assert metrics["message"].startswith("no gateway answers")
+
+
+@pytest.mark.parametrize(("profile", "reason", "says"), [
+    (None, "ProfileNotFound", "ConfigMap fn/resnet-profile (spec.profile.configMapRef) does not exist"),
+    ("{", "ProfileInvalid", "ConfigMap fn/resnet-profile (spec.profile.configMapRef), key profile.json: profile"),
+])
+def test_a_missing_or_bad_profile_runs_the_fixed_fallback_and_says_so(profile: str | None, reason: str,
+                                                                      says: str) -> None:
+    run = Harness(fastfunc(), profile=profile)
+    assert run.at(0, Rates(long=50, short=50)) == {"resnet-q100-s100": 1}
+    missing = condition(run.status, "ProfileMissing")
+    assert (missing["status"], missing["reason"]) == ("True", reason)
+    assert missing["message"].startswith(says)
+    assert missing["message"].endswith("running the whole-GPU configuration (quota 1, SM 100) with 1 replicas")
+    assert condition(run.status, "MetricsUnavailable")["reason"] == "NotNeeded"
+    assert [e["reason"] for e in run.kube.events if e["type"] == "Warning"] == [reason]
+    run.at(1)
+    assert [e["reason"] for e in run.kube.events if e["type"] == "Warning"] == [reason]  # once per message
+
+
+def test_hpa_runs_whole_gpus_with_the_hpa_rules() -> None:
+    run = Harness(fastfunc(policy="hpa", intervalSeconds=15, scaleDownDelaySeconds=300))
+    assert run.at(0, Rates(long=0, short=0)) == {"resnet-q100-s100": 1}
+    # The whole GPU's maxRps is 74.9: 200 req/s want ceil(200 / (0.7 x 74.9)) = 4 pods, up at most to n + 4.
+    assert run.at(15, Rates(long=200, short=200)) == {"resnet-q100-s100": 4}
+    assert run.at(30, Rates(long=20, short=20)) == {"resnet-q100-s100": 4}  # stabilisation window
+    assert run.at(316) == {"resnet-q100-s100": 1}
