@@ -4,13 +4,17 @@ The controller runs in-process through its composition root (``main.run``) with 
 adapters, watching only the test's namespace, with the CRDs of ``deploy/crd``. The FaSTPod
 controller does not run: a test plays it by writing a child FaSTPod's status, as that controller
 would once its pods are ready, and by creating the pods it would (for the scheduler to refuse).
+The autoscaling test plays the gateway: a tiny HTTP server serves its ``/metrics`` format with an
+invocation counter that grows at the rate the test sets.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +110,9 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def running_controller(plane: ControlPlane, namespace: str) -> Iterator[None]:
+def running_controller(plane: ControlPlane, namespace: str, extra: Sequence[str] = ()) -> Iterator[None]:
     args = build_parser().parse_args(["--kubeconfig", str(plane.kubeconfig), "--namespace", namespace,
-                                      "--no-leader-elect"])
+                                      "--no-leader-elect", *extra])
     stopping = threading.Event()
     result: list[int] = []
     thread = threading.Thread(target=lambda: result.append(run(args, stopping)), name="function-controller",
@@ -271,3 +275,106 @@ def test_a_pod_no_node_can_hold_makes_the_function_unschedulable_with_the_schedu
     functions.core.delete_namespaced_pod("stuck-q40-s12-x1", functions.namespace, grace_period_seconds=0)
     functions.wait_for_status("stuck", lambda s: condition(s, "Unschedulable").get("status") == "False",
                               "Unschedulable False once the pod is gone")
+
+
+class FakeGateway:
+    """A gateway's /metrics: ``gateway_function_invocation_total`` of one function, growing at ``rate``
+    requests per second (split over two codes, as a gateway counts them)."""
+
+    def __init__(self, function_name: str) -> None:
+        self.function_name = function_name
+        self._lock = threading.Lock()
+        self._rate, self._count, self._since = 0.0, 0.0, time.monotonic()
+        gateway = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = gateway.text().encode()
+                self.send_response(200 if self.path == "/metrics" else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, name="fake-gateway", daemon=True).start()
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        self._count += self._rate * (now - self._since)
+        self._since = now
+
+    def set_rate(self, rate: float) -> None:
+        with self._lock:
+            self._advance()
+            self._rate = rate
+
+    def text(self) -> str:
+        with self._lock:
+            self._advance()
+            count = self._count
+        name = self.function_name
+        return ("# HELP gateway_function_invocation_total Invocations completed, by status code\n"
+                "# TYPE gateway_function_invocation_total counter\n"
+                f'gateway_function_invocation_total{{code="200",function_name="{name}"}} {int(count * 0.9)}\n'
+                f'gateway_function_invocation_total{{code="503",function_name="{name}"}} '
+                f"{int(count) - int(count * 0.9)}\n")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_rpr_scales_the_child_fastpods_with_the_gateways_rate(control_plane: ControlPlane, functions: Functions,
+                                                              namespace: str) -> None:
+    gateway = FakeGateway(f"scaled.{namespace}")
+    profile = (REPO / "examples" / "profile-resnet50.json").read_text()
+    functions.core.create_namespaced_config_map(namespace, {"metadata": {"name": "scaled-profile"},
+                                                            "data": {"profile.json": profile}})
+    extra = ["--gateway-url", gateway.url, "--scrape-interval-seconds", "0.5"]
+    try:
+        with running_controller(control_plane, namespace, extra):
+            functions.create("scaled", {"quotaRequest": "1", "smPartition": 100, "replicas": 1},
+                             slo={"latencyMs": 69, "percentile": 95},
+                             profile={"configMapRef": {"name": "scaled-profile"}},
+                             scaling={"policy": "rpr", "minReplicas": 1, "intervalSeconds": 1, "headroom": 0.5,
+                                      "scaleDownDelaySeconds": 8})
+
+            def replicas() -> dict[str, int]:
+                return {name: fp["spec"]["replicas"] for name, fp in functions.fastpods().items()}
+
+            def capacity(status: dict[str, Any]) -> float:
+                slo = {row["fastPod"]: row.get("sloRps", 0.0) for row in status.get("configs") or []}
+                return sum(n * slo.get(name, 0.0) for name, n in replicas().items())
+
+            status = functions.wait_for_status(
+                "scaled", lambda s: s.get("rps") == 0 and sum(replicas().values()) == 1, "one pod at 0 req/s")
+            assert condition(status, "ProfileMissing")["status"] == "False"
+            assert condition(status, "MetricsUnavailable")["status"] == "False"
+            idle = replicas()
+
+            gateway.set_rate(60)
+            started = time.monotonic()
+            status = functions.wait_for_status("scaled", lambda s: capacity(s) >= 60 * 1.5,
+                                               "the capacity for 60 req/s with headroom", timeout_s=30)
+            up_seen = time.monotonic()
+            assert up_seen - started < 15, "the scale-up took longer than the windows and an interval"
+            up = replicas()
+            assert sum(up.values()) > 1
+            assert status["plannedRps"] >= 60
+            wait_until(lambda: any("planned for" in e.message for e in functions.events("scaled", "Scaled")),
+                       what="the Scaled event", timeout_s=30)
+
+            gateway.set_rate(1)
+            wait_until(lambda: sum(replicas().values()) < sum(up.values()), what="the scale-down", timeout_s=60)
+            assert time.monotonic() - up_seen >= 8 - 1.5, "scaled down before scaleDownDelaySeconds"
+            status = functions.wait_for_status("scaled", lambda s: s.get("rps", 99) < 5, "the low rate")
+            assert status["lastScaleTime"]
+            assert sum(replicas().values()) >= 1
+            assert sum(idle.values()) == 1  # minReplicas of the most efficient configuration
+    finally:
+        gateway.close()
