@@ -2,13 +2,17 @@
 
 Each FaSTFunc (``fastfuncs.fastgshare.caps.in.tum``) is reconciled into one child FaSTPod per
 (quota, SM) configuration, named ``<fn>-q<quota%>-s<sm%>``, a ClusterIP Service ``<fn>`` and its
-status. This version runs ``policy: fixed`` (the share and replica count in ``spec.fixed``); the
-autoscaling policies ``rpr`` and ``hpa`` run the same fixed configuration until the autoscaler
-exists (``ProfileMissing`` says so when there is no profile). ``Unschedulable`` says when a pod of
-the function cannot be placed, with the scheduler's reason.
+status. ``policy: fixed`` runs the share and replica count in ``spec.fixed``; the autoscaling
+policies ``rpr`` and ``hpa`` scale the configurations from the profile ConfigMap and the gateways'
+request rates (``ProfileMissing`` and the fixed configuration when the profile cannot be used,
+``MetricsUnavailable`` when no rate can be read). ``Unschedulable`` says when a pod of the function
+cannot be placed, with the scheduler's reason.
 
 - :mod:`.spec`: the FaSTFunc validated into a :class:`~.spec.FunctionSpec` (pure);
 - :mod:`.plan`: the desired children, the actions that converge them and the status (pure);
+- :mod:`.autoscale`: the profile's configurations and the scaler's step per interval (pure);
+- :mod:`.rates`: request rates from the gateways' counters (pure);
+- :mod:`.metrics_source`: the one adapter to the gateways' ``/metrics`` (HTTP);
 - :mod:`.kube`: the one adapter to the API (through :mod:`fastgshare_kube`);
 - :mod:`.controller`: caches, the work loop and ``reconcile(key)``;
 - :mod:`.main`: flags, leader election, health, signals.
