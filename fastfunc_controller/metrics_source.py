@@ -11,7 +11,9 @@ one line saying why it cannot (no gateway given, none answers, stale, no two rou
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 import threading
 import time
 import urllib.error
@@ -60,6 +62,32 @@ def invocation_counts(text: str) -> dict[str, float]:
     return counts
 
 
+def addresses(host: str) -> list[str]:
+    """Every address ``host`` names: one per replica for a headless Service, else one."""
+    found = {str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    return sorted(found)
+
+
+def replica_urls(url: str, resolve: Callable[[str], list[str]]) -> list[str]:
+    """``url`` once per address of its host, so each gateway replica behind a headless Service is
+    read on its own (their counters are separate; through a load-balanced name they would mix).
+    A host that is already an address, or that does not resolve now, is kept as it is."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        ipaddress.ip_address(host)
+        return [url]
+    except ValueError:
+        pass
+    try:
+        found = resolve(host)
+    except OSError:
+        return [url]
+    port = f":{parts.port}" if parts.port else ""
+    return [urllib.parse.urlunsplit(parts._replace(netloc=f"[{ip}]{port}" if ":" in ip else f"{ip}{port}"))
+            for ip in found] or [url]
+
+
 def fetch(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
     with urllib.request.urlopen(url, timeout=timeout_s) as response:
         return str(response.read(MAX_METRICS_BYTES).decode("utf-8", errors="replace"))
@@ -69,17 +97,23 @@ class GatewayMetrics:
     """Request rates per function from the gateways' counters (see the module docstring)."""
 
     def __init__(self, urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
-                 get: Callable[[str], str] = fetch) -> None:
+                 get: Callable[[str], str] = fetch, resolve: Callable[[str], list[str]] = addresses) -> None:
         self._urls = {url: metrics_url(url) for url in urls}
         self._clock = clock
         self._get = get
+        self._resolve = resolve
         self._lock = threading.Lock()
         self._tracker = RateTracker()
         self._failures: dict[str, str] = {}
+        self._targets_read = 0  # replicas the last round tried
 
     @property
     def urls(self) -> list[str]:
         return list(self._urls)
+
+    def _targets(self) -> list[str]:
+        """Each gateway replica's ``/metrics`` this round (a name is resolved every round)."""
+        return sorted({target for url in self._urls.values() for target in replica_urls(url, self._resolve)})
 
     def scrape(self) -> None:
         """One round: every gateway's counters, now."""
@@ -87,19 +121,20 @@ class GatewayMetrics:
             return
         counts: dict[str, Mapping[str, float] | None] = {}
         failures: dict[str, str] = {}
-        for url, target in self._urls.items():
+        targets = self._targets()
+        for target in targets:
             try:
-                counts[url] = invocation_counts(self._get(target))
+                counts[target] = invocation_counts(self._get(target))
             except (OSError, ValueError, urllib.error.URLError) as error:  # HTTPError is an OSError
-                counts[url] = None
-                failures[url] = f"{target}: {getattr(error, 'reason', None) or error}"
+                counts[target] = None
+                failures[target] = f"{target}: {getattr(error, 'reason', None) or error}"
         now = self._clock()
         with self._lock:
-            for url in failures.keys() - self._failures.keys():
-                log.warning("cannot read the gateway's metrics at %s", failures[url])
-            for url in self._failures.keys() - failures.keys():
-                log.info("the gateway's metrics at %s answer again", self._urls[url])
-            self._failures = failures
+            for target in failures.keys() - self._failures.keys():
+                log.warning("cannot read the gateway's metrics at %s", failures[target])
+            for target in self._failures.keys() - failures.keys():
+                log.info("the gateway's metrics at %s answer again", target)
+            self._failures, self._targets_read = failures, len(targets)
             self._tracker.observe(now, counts)
 
     def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str:
@@ -107,7 +142,7 @@ class GatewayMetrics:
         with self._lock:
             if not self._urls:
                 return NO_GATEWAY
-            if len(self._failures) == len(self._urls):
+            if self._failures and len(self._failures) == self._targets_read:
                 return "no gateway answers: " + "; ".join(self._failures.values()) + "; the current plan is kept"
             last = self._tracker.last_round_s
             if last is not None and self._clock() - last > max(3 * short_s, STALE_S):

@@ -388,12 +388,12 @@ class _Startup:
             _install_crds(api)
             core = rest.core_v1(api)
             _create_namespace(core, keys.DEFAULT_FUNCTION_NAMESPACE)
+            gateway_url = f"http://{options.gateway_listen}"
             functions = self.start("fastgshare-function-controller", [
                 _command("fastgshare-function-controller"), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
-                "--health-address", f"{LOOPBACK}:{function_health}"])
+                "--health-address", f"{LOOPBACK}:{function_health}", "--gateway-url", gateway_url])
             gateway = self.start("fastgshare-gateway", [
                 _command("fastgshare-gateway"), "--kubeconfig", str(kubeconfig), "--listen", options.gateway_listen])
-            gateway_url = f"http://{options.gateway_listen}"
             self.step(f"components started, FaSTPod and FaSTFunc CRDs installed, namespace "
                       f"{keys.DEFAULT_FUNCTION_NAMESPACE} created")
             wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",

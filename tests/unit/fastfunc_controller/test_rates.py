@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fastfunc_controller.metrics_source import NO_GATEWAY, GatewayMetrics, invocation_counts, metrics_url
+from fastfunc_controller.metrics_source import NO_GATEWAY, GatewayMetrics, invocation_counts, metrics_url, replica_urls
 from fastfunc_controller.rates import Rates, RateTracker
 
 FN = "resnet.fn"
@@ -103,3 +103,35 @@ def test_the_source_scrapes_every_gateway_and_says_why_it_has_no_rate() -> None:
     assert isinstance(source.read(FN, 10, 2), Rates)
     clock[0] += 30  # the scraper stopped
     assert "were last read 30 s ago" in str(source.read(FN, 10, 2))
+
+
+def test_each_replica_behind_a_headless_service_is_read_on_its_own_and_summed() -> None:
+    """Through a load-balanced name two gateways' counters would mix; a headless Service's name
+    resolves to every replica, and each is scraped by its address."""
+    clock = [0.0]
+    counts = {"http://10.0.0.7:8080/metrics": 0.0, "http://10.0.0.9:8080/metrics": 0.0}
+    asked: list[str] = []
+
+    def get(url: str) -> str:
+        asked.append(url)
+        return f'gateway_function_invocation_total{{code="200",function_name="{FN}"}} {counts[url]}\n'
+
+    source = GatewayMetrics(["http://gateways.fastgshare-system.svc:8080"], clock=lambda: clock[0], get=get,
+                            resolve=lambda host: ["10.0.0.9", "10.0.0.7"])
+    for _ in range(5):
+        source.scrape()
+        clock[0] += 1
+        counts["http://10.0.0.7:8080/metrics"] += 2
+        counts["http://10.0.0.9:8080/metrics"] += 5
+    source.scrape()
+    assert set(asked) == set(counts)
+    assert source.read(FN, 5, 2) == Rates(long=pytest.approx(7), short=pytest.approx(7))
+
+
+def test_a_name_that_does_not_resolve_or_an_address_is_read_as_given() -> None:
+    def unresolvable(host: str) -> list[str]:
+        raise OSError("Name or service not known")
+
+    assert replica_urls("http://gw:8080/metrics", unresolvable) == ["http://gw:8080/metrics"]
+    assert replica_urls("http://127.0.0.1:8080/metrics", unresolvable) == ["http://127.0.0.1:8080/metrics"]
+    assert replica_urls("http://gw/metrics", lambda host: ["fd00::1"]) == ["http://[fd00::1]/metrics"]
