@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 
 from fastfunc_controller import kube, names
@@ -24,7 +24,7 @@ from fastfunc_controller.controller import Controller
 from fastfunc_controller.metrics_source import GatewayMetrics, check_gateway_url
 from fastgshare import __version__, keys
 from fastgshare_kube.events import EventRecorder
-from fastgshare_kube.health import HealthServer, parse_address
+from fastgshare_kube.health import parse_address, start_health
 from fastgshare_kube.leader import LeaderElector, add_leader_election_arguments, leader_election_problem
 
 log = logging.getLogger("fastfunc_controller")
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
         log.warning("no --gateway-url: functions of policy rpr and hpa read no request rate and keep their plan")
     controller = Controller(client, recorder, resync_s=args.resync_seconds, metrics=GatewayMetrics(args.gateway_url),
                             tick_s=args.scrape_interval_seconds)
-    health = _start_health(args, lambda: elector is None or not elector.is_leader or controller.healthy)
+    health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy)
     try:
         return _lead(args, controller, elector, stopping, api)
     finally:
@@ -130,15 +130,6 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
         elector.release()
     return 0 if kept else 1
 
-
-def _start_health(args: argparse.Namespace, check: Callable[[], bool]) -> HealthServer | None:
-    """``/healthz`` and ``/readyz``: 200 while the process is sound (a standby is), else 503."""
-    address = parse_address(args.health_address) if args.health_address else None
-    if address is None:
-        return None
-    server = HealthServer(address[0], address[1], check)
-    server.start()
-    return server
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -62,3 +62,15 @@ def parse_address(text: str) -> tuple[str, int] | None:
     """``HOST:PORT`` as (host, port); None if it is not that."""
     host, _, port = text.rpartition(":")
     return (host, int(port)) if host and port.isdigit() else None
+
+
+def start_health(address: str, check: Callable[[], bool],
+                 metrics: Callable[[], tuple[bytes, str]] | None = None) -> HealthServer | None:
+    """A started :class:`HealthServer` on ``address`` (``HOST:PORT``, checked by the caller with
+    :func:`parse_address`); None when ``address`` is empty (off)."""
+    where = parse_address(address) if address else None
+    if where is None:
+        return None
+    server = HealthServer(where[0], where[1], check, metrics)
+    server.start()
+    return server

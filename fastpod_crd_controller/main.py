@@ -16,11 +16,11 @@ import socket
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import FrameType
 
 from fastgshare import __version__, keys
-from fastgshare_kube.health import HealthServer, parse_address
+from fastgshare_kube.health import parse_address, start_health
 from fastgshare_kube.leader import LeaderElector, add_leader_election_arguments, leader_election_problem
 from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                             settings=Settings(workers=args.workers, resync_s=args.resync_seconds), observer=metrics)
     metrics.follow(depth=lambda: len(controller.queue), leader=lambda: elector is None or elector.is_leader,
                    fastpods=controller.fastpods.statuses)
-    health = _start_health(args, lambda: elector is None or not elector.is_leader or controller.healthy,
+    health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy,
                            metrics.exposition)
     try:
         return _lead(args, controller, elector, stopping, api)
@@ -135,15 +135,6 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
         elector.release()
     return 0 if kept else 1
 
-
-def _start_health(args: argparse.Namespace, check: Callable[[], bool],
-                  metrics: Callable[[], tuple[bytes, str]]) -> HealthServer | None:
-    address = parse_address(args.health_address) if args.health_address else None
-    if address is None:
-        return None
-    server = HealthServer(address[0], address[1], check, metrics)
-    server.start()
-    return server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
