@@ -1,0 +1,182 @@
+"""Real-node tier: the profile-driven autoscaler under a ramp sent through the gateway (issue 17).
+
+A FaSTFunc of policy ``rpr`` running the fake-fn (5 ms of GPU time per request) with a profile of
+two configurations; requests go through the gateway at 5, then 40, then 10 req/s (open loop). The
+function controller reads the gateway's counters and scales the child FaSTPods: up within an
+interval plus a pod start after the step up, down only after the scale-down delay. The share of
+requests over the SLO is printed (a target, measured here, not asserted: machines are noisy).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import kubernetes.client
+import pytest
+
+from fastgshare import keys
+from fastgshare.profile import Profile, ProfilePoint, Slo, encode_profile
+from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
+from fastgshare_cluster.processes import wait_until
+from tests.cluster.real_node import real_node_core  # noqa: F401 - the fixture core
+
+pytestmark = pytest.mark.realnode
+
+NAMESPACE = keys.DEFAULT_FUNCTION_NAMESPACE
+FUNCTION = "ramp"
+SLO_MS = 500
+MiB = 1 << 20
+DELAY_S = 20
+
+
+def profile() -> Profile:
+    """Two configurations of the fake-fn at 5 ms per request, measured conservatively on this
+    machine's simulated GPU (one request at a time per pod)."""
+    def point(quota: float, sm: int, max_rps: float, p95_ms: float) -> ProfilePoint:
+        return ProfilePoint(quota_request=quota, quota_limit=quota, sm_partition=sm, memory_bytes=128 * MiB,
+                            max_rps=max_rps, slo_rps=max_rps, p50_ms=p95_ms / 2, p95_ms=p95_ms, p99_ms=p95_ms * 1.2)
+    return Profile(function=FUNCTION, slo=Slo(percentile=95, latency_ms=SLO_MS),
+                   points=(point(0.2, 20, 25, 150), point(0.4, 40, 50, 120)))
+
+
+@pytest.fixture
+def ramp_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    core.create_namespaced_config_map(NAMESPACE, {
+        "metadata": {"name": f"{FUNCTION}-profile"}, "data": {"profile.json": encode_profile(profile())}})
+    custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                           keys.FASTFUNC_PLURAL, {
+        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": FUNCTION},
+        "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
+                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
+                 "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
+                 "profile": {"configMapRef": {"name": f"{FUNCTION}-profile"}},
+                 "scaling": {"policy": "rpr", "minReplicas": 1, "maxReplicas": 8, "intervalSeconds": 2,
+                             "headroom": 0.5, "scaleDownDelaySeconds": DELAY_S}}})
+    yield FUNCTION
+    custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                           keys.FASTFUNC_PLURAL, FUNCTION)
+    core.delete_namespaced_config_map(f"{FUNCTION}-profile", NAMESPACE)
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={FUNCTION}")
+               .items, what=f"the pods of {FUNCTION} gone", timeout_s=120)
+
+
+def ready_pods(core: kubernetes.client.CoreV1Api) -> int:
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={FUNCTION}").items
+    return sum(1 for p in pods if p.metadata.deletion_timestamp is None and any(
+        c.type == "Ready" and c.status == "True" for c in p.status.conditions or []))
+
+
+class OpenLoop:
+    """Requests at a set rate through the gateway, each timed from its scheduled start."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.results: list[tuple[float, int, float]] = []  # (sent at, status, latency ms)
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=64)
+
+    def _one(self, scheduled: float) -> None:
+        status = 0
+        try:
+            with urllib.request.urlopen(urllib.request.Request(self.url, data=b"x", method="POST"),
+                                        timeout=30) as response:
+                response.read()
+                status = response.status
+        except urllib.error.HTTPError as error:
+            status = error.code
+        except OSError:
+            status = 599
+        with self._lock:
+            self.results.append((scheduled, status, (time.monotonic() - scheduled) * 1000))
+
+    def run(self, rate: float, seconds: float) -> None:
+        start = time.monotonic()
+        for index in range(round(rate * seconds)):
+            scheduled = start + index / rate
+            time.sleep(max(0.0, scheduled - time.monotonic()))
+            self._pool.submit(self._one, scheduled)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def status_of(real_cluster: Cluster) -> dict[str, Any]:
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    obj = custom.get_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                              keys.FASTFUNC_PLURAL, FUNCTION)
+    return dict(obj.get("status") or {})
+
+
+def desired_pods(custom: kubernetes.client.CustomObjectsApi) -> int:
+    """The pods the controller asks for: the child FaSTPods' ``spec.replicas``, summed."""
+    children = custom.list_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, NAMESPACE,
+                                                    keys.FASTPOD_PLURAL,
+                                                    label_selector=f"{keys.FUNCTION_LABEL}={FUNCTION}")
+    return sum(int(child["spec"].get("replicas", 0)) for child in children["items"])
+
+
+class Sampler:
+    """Every second: (time, desired pods) while the test runs."""
+
+    def __init__(self, custom: kubernetes.client.CustomObjectsApi) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(custom,), daemon=True)
+        self._thread.start()
+
+    def _run(self, custom: kubernetes.client.CustomObjectsApi) -> None:
+        while not self._stop.wait(1.0):
+            self.samples.append((time.monotonic(), desired_pods(custom)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def test_a_ramp_through_the_gateway_scales_the_function_up_in_time_and_down_after_the_delay(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, ramp_function: str) -> None:
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    wait_until(lambda: ready_pods(core) >= 1, what="the function's first pod ready", timeout_s=120)
+    load = OpenLoop(f"{real_cluster.gateway_url}/function/{FUNCTION}")
+    sampler = Sampler(custom)
+    try:
+        load.run(5, 20)  # warm: the first cold start is behind us
+        one = desired_pods(custom)
+        step_up = time.monotonic()
+        load.run(40, 60)
+        at_peak, ready_at_peak, planned = desired_pods(custom), ready_pods(core), status_of(real_cluster)
+        step_down = time.monotonic()
+        load.run(10, DELAY_S + 30)
+        wait_until(lambda: desired_pods(custom) < at_peak, what="a scale-down after the delay", timeout_s=90)
+    finally:
+        load.close()
+        sampler.stop()
+    samples = sampler.samples
+    first_up = next(t for t, n in samples if t >= step_up and n > one)
+    last_up = max(t for (t, n), (_, before) in zip(samples[1:], samples, strict=False) if n > before)
+    first_down = next(t for t, n in samples if t >= step_down and n < at_peak)
+    results = [r for r in load.results if r[0] >= step_up]
+    failed = [r for r in results if r[1] != 200]
+    over = [r for r in results if r[1] != 200 or r[2] > SLO_MS]
+    print(f"ramp 5 -> 40 -> 10 req/s through the gateway: pods {one} -> {at_peak} ({ready_at_peak} ready; configs "
+          f"{json.dumps(planned.get('configs'))}, capacity {planned.get('capacityRps')} req/s) "
+          f"{first_up - step_up:.1f}s after the step up -> fewer {first_down - last_up:.1f}s after the last scale-up "
+          f"(delay {DELAY_S}s); {len(over)} of {len(results)} requests after the warm-up over the {SLO_MS} ms SLO "
+          f"or failed ({100 * len(over) / max(len(results), 1):.2f} %)")
+    assert one == 1
+    assert at_peak > one  # 40 req/s needs more than one pod of either configuration
+    assert first_up - step_up <= 30  # within an interval (2 s) and the 10 s rate window, generously
+    assert float(planned.get("capacityRps") or 0) >= 40  # the ready pods' SLO capacity covers the load
+    assert first_down - last_up >= DELAY_S - 1  # never before the delay (1 s: the sampling)
+    assert len(failed) <= 0.02 * len(results), failed[:5]  # requests wait in the gateway's queue, not fail
