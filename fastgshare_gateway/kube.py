@@ -55,17 +55,37 @@ class _OnLoop:
 
 
 class _Merged:
-    """Several reflectors' lists as one: the pods of every watched namespace and label."""
+    """Several reflectors' lists as one: the pods of every watched namespace and label.
+
+    Each part's pods are kept current from its own list *and* its watch events, so a (re)list of
+    one part never drops what another part's watch added since that part's last list."""
 
     def __init__(self, functions: Functions, parts: int) -> None:
         self._functions = functions
-        self._lists: dict[int, list[dict[str, Any]]] = {}
-        self._parts = parts
+        self._parts: dict[int, dict[str, dict[str, Any]]] = {}  # part -> pod uid -> pod
+        self._count = parts
 
     def replace(self, part: int, objects: list[dict[str, Any]]) -> None:
-        self._lists[part] = objects
-        if len(self._lists) == self._parts:
-            self._functions.replace_pods([pod for pods in self._lists.values() for pod in pods])
+        self._parts[part] = {_uid(pod): pod for pod in objects}
+        if len(self._parts) == self._count:
+            self._functions.replace_pods([pod for pods in self._parts.values() for pod in pods.values()])
+
+    def upsert(self, part: int, obj: Mapping[str, Any]) -> None:
+        self._parts.setdefault(part, {})[_uid(obj)] = dict(obj)
+        self._functions.upsert_pod(obj)
+
+    def delete(self, part: int, obj: Mapping[str, Any]) -> None:
+        uid = _uid(obj)
+        self._parts.setdefault(part, {}).pop(uid, None)
+        elsewhere = next((pods[uid] for pods in self._parts.values() if uid in pods), None)
+        if elsewhere is None:
+            self._functions.delete_pod(obj)
+        else:  # it left one label's watch but another still sees it
+            self._functions.upsert_pod(elsewhere)
+
+
+def _uid(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 class Watches:
@@ -77,8 +97,8 @@ class Watches:
         merged = _Merged(functions, len(sources))
         self._reflectors = []
         for part, (namespace, label) in enumerate(sources):
-            sink = _OnLoop(loop, functools.partial(merged.replace, part),
-                           functions.upsert_pod, functions.delete_pod)
+            sink = _OnLoop(loop, functools.partial(merged.replace, part), functools.partial(merged.upsert, part),
+                           functools.partial(merged.delete, part))
             source = RawListWatch(core.list_namespaced_pod, namespace=namespace, label_selector=label)
             self._reflectors.append(Reflector(f"function-pods-{namespace}-{label.rsplit('/', 1)[-1]}", source, sink,
                                               watch_timeout_s=WATCH_TIMEOUT_S))
