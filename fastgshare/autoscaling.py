@@ -22,6 +22,14 @@ fractional bound: no plan costs less than ``demand / (T / cost)`` of the best).
 :func:`step` is one tick of the scaler around the plan: it scales up at once by the missing
 capacity, scales down only after a delay and below a dead band (least efficient pods first), and
 trusts a short rate window over the long one when it shows a burst (Knative's "panic" mode).
+Before adding pods it tries a **vertical step**: raising the time quota of the running pods of one
+configuration to a larger point of the same SM %, memory and batch (a live share change: no cold
+start), when that covers the missing capacity for no more than the pods it would add cost. Every
+``rebalance_interval_s`` it **re-plans**: when the plan for today's rate costs at least
+``rebalance_gain`` less than what runs (incremental scale-ups leave a patchwork of configurations),
+the new plan becomes the target and the old pods are kept (:attr:`ScalerState.keep`) until the new
+ones are ready — make-before-break; the caller reports readiness with :func:`settle` and runs
+:func:`running` pods.
 
 :func:`hpa_step` is the baseline: Kubernetes' HPA with its default behaviour on one configuration.
 """
@@ -150,49 +158,128 @@ class ScalingSettings:
     panic: bool = True  # trust the short window when it shows twice the capacity (a burst)
     min_pods: int = 0
     max_pods: int = 1000
+    vertical: bool = True  # try raising running pods' time quota before adding pods
+    rebalance_gain: float = 0.15  # re-plan when the plan for the rate costs this much less than what runs
+    rebalance_interval_s: float = 300.0  # at most one re-plan this often, and not within the delay of a scale
 
 
 @attrs.frozen(kw_only=True)
 class ScalerState:
-    """What the scaler decided last: pods per configuration (by key) and when it last scaled."""
+    """What the scaler decided last: pods per configuration (by key), when it last scaled and
+    re-planned, and the pods of the allocation before a re-plan (``keep``) that run until the new
+    plan's pods are ready."""
 
     pods: Mapping[str, int] = attrs.field(factory=dict)
     last_up_s: float = -math.inf
     last_down_s: float = -math.inf
+    last_rebalance_s: float = -math.inf
+    keep: Mapping[str, int] = attrs.field(factory=dict)
 
     def capacity(self, by_key: Mapping[str, Option]) -> float:
         return sum(by_key[key].capacity_rps * n for key, n in self.pods.items() if key in by_key)
 
 
+def running(state: ScalerState) -> dict[str, int]:
+    """The pods to run per configuration: the target, plus the old pods a re-plan keeps until the
+    new ones are ready (make-before-break)."""
+    keys_ = set(state.pods) | set(state.keep)
+    pods = {key: max(state.pods.get(key, 0), state.keep.get(key, 0)) for key in keys_}
+    return {key: n for key, n in sorted(pods.items()) if n > 0}
+
+
+def settle(state: ScalerState, ready: Mapping[str, int]) -> ScalerState:
+    """Drop the kept pods of a re-plan once every configuration has its target's pods ready."""
+    if state.keep and all(ready.get(key, 0) >= n for key, n in state.pods.items()):
+        return attrs.evolve(state, keep={})
+    return state
+
+
+@attrs.frozen(kw_only=True)
+class VerticalStep:
+    """Raise the time quota of the ``pods`` running pods of configuration ``source`` to ``target``'s."""
+
+    source: Option
+    target: Option
+    pods: int
+
+    @property
+    def added_capacity_rps(self) -> float:
+        return self.pods * (self.target.capacity_rps - self.source.capacity_rps)
+
+    @property
+    def added_cost(self) -> float:
+        return self.pods * (self.target.cost - self.source.cost)
+
+
+def same_but_quota(a: ProfilePoint, b: ProfilePoint) -> bool:
+    """Whether ``b`` differs from ``a`` in its time quota alone (what a running pod may change)."""
+    return (a.sm_partition, a.memory_bytes, a.batch) == (b.sm_partition, b.memory_bytes, b.batch)
+
+
+def vertical_step(pods: Mapping[str, int], usable: Sequence[Option], missing_rps: float) -> VerticalStep | None:
+    """The cheapest raise of one configuration's running pods to a larger quota of the same SM,
+    memory and batch (a configuration no pod runs yet) that adds at least ``missing_rps``, if it
+    costs no more than the pods :func:`plan` would add for it; None otherwise."""
+    by_key = {option.point.key: option for option in usable}
+    steps = [VerticalStep(source=by_key[key], target=target, pods=n)
+             for key, n in sorted(pods.items()) if n > 0 and key in by_key
+             for target in usable
+             if pods.get(target.point.key, 0) == 0 and same_but_quota(by_key[key].point, target.point)
+             and target.point.quota_request > by_key[key].point.quota_request]
+    covering = [s for s in steps if s.added_capacity_rps >= missing_rps - EPSILON_RPS]
+    if not covering:
+        return None
+    best = min(covering, key=lambda s: (round(s.added_cost, 9), -s.added_capacity_rps, s.target.point.key))
+    return best if best.added_cost <= plan(missing_rps, usable).cost + EPSILON_RPS else None
+
+
 def step(state: ScalerState, usable: Sequence[Option], *, rate_long: float, rate_short: float, now_s: float,
-         settings: ScalingSettings = ScalingSettings()) -> ScalerState:
-    """One tick of the scaler: scale up at once by the missing capacity (planned for the missing
-    rate alone, so running pods stay); scale down only after the delay and below the dead band,
-    least efficient pods first; then keep the pod count within [min_pods, max_pods]."""
+         settings: ScalingSettings = ScalingSettings(), starting: bool = False) -> ScalerState:
+    """One tick of the scaler: scale up at once by the missing capacity (a vertical step when it
+    covers it as cheaply, else pods planned for the missing rate alone, so running pods stay);
+    scale down only after the delay and below the dead band, least efficient pods first; re-plan
+    make-before-break when it saves enough and no pod is ``starting``; then keep the pod count
+    within [min_pods, max_pods]."""
     by_key = {option.point.key: option for option in usable}
     pods = {key: n for key, n in state.pods.items() if key in by_key and n > 0}
-    current = ScalerState(pods=pods, last_up_s=state.last_up_s, last_down_s=state.last_down_s)
+    current = attrs.evolve(state, pods=pods, keep={k: n for k, n in state.keep.items() if k in by_key and n > 0})
     capacity = current.capacity(by_key)
     rate = rate_long
     if settings.panic and rate_short >= 2 * capacity:
         rate = max(rate_long, rate_short)
     target = rate * (1 + settings.headroom)
     if target > capacity + EPSILON_RPS:
-        for planned in plan(target - capacity, usable).configs:
-            key = planned.option.point.key
-            pods[key] = pods.get(key, 0) + planned.replicas
-        current = ScalerState(pods=pods, last_up_s=now_s, last_down_s=state.last_down_s)
+        raise_ = vertical_step(pods, usable, target - capacity) if settings.vertical else None
+        if raise_ is not None:
+            pods[raise_.target.point.key] = pods.pop(raise_.source.point.key)
+        else:
+            for planned in plan(target - capacity, usable).configs:
+                key = planned.option.point.key
+                pods[key] = pods.get(key, 0) + planned.replicas
+        current = attrs.evolve(current, pods=pods, last_up_s=now_s)
     elif (target < (1 - settings.dead_band) * capacity
           and now_s - state.last_up_s >= settings.scale_down_delay_s
           and now_s - state.last_down_s >= settings.scale_down_delay_s):
-        surplus = capacity - target
+        surplus, before = capacity - target, sum(pods.values())
         for key in sorted(pods, key=lambda k: (by_key[k].efficiency, k)):  # least efficient first
             while pods[key] > 0 and surplus >= by_key[key].capacity_rps - EPSILON_RPS:
                 pods[key] -= 1
                 surplus -= by_key[key].capacity_rps
-        current = ScalerState(pods={k: n for k, n in pods.items() if n > 0}, last_up_s=state.last_up_s,
-                              last_down_s=now_s)
+        if sum(pods.values()) < before:
+            current = attrs.evolve(current, pods={k: n for k, n in pods.items() if n > 0}, last_down_s=now_s)
+    if (not starting and not current.keep and target > EPSILON_RPS
+            and now_s - state.last_rebalance_s >= settings.rebalance_interval_s
+            and now_s - max(current.last_up_s, current.last_down_s) >= settings.scale_down_delay_s):
+        ideal = {c.option.point.key: c.replicas for c in plan(target, usable).configs}
+        pods = dict(current.pods)
+        if (_cost(ideal, by_key) <= (1 - settings.rebalance_gain) * _cost(pods, by_key) + EPSILON_RPS
+                and settings.min_pods <= sum(ideal.values()) <= settings.max_pods):
+            current = attrs.evolve(current, pods=ideal, keep=pods, last_rebalance_s=now_s)
     return _clamp(current, usable, settings)
+
+
+def _cost(pods: Mapping[str, int], by_key: Mapping[str, Option]) -> float:
+    return sum(by_key[key].cost * n for key, n in pods.items())
 
 
 def _clamp(state: ScalerState, usable: Sequence[Option], settings: ScalingSettings) -> ScalerState:

@@ -25,7 +25,10 @@ from fastgshare.autoscaling import (
     hpa_step,
     options,
     plan,
+    running,
+    settle,
     step,
+    vertical_step,
 )
 from fastgshare.profile import LoadStep, ProfilePoint, Slo
 
@@ -163,7 +166,9 @@ def test_scaling_down_waits_for_the_delay_and_never_goes_below_the_target(rate: 
     if capacity(after) < capacity(before) - 1e-9:
         assert since >= 60
         assert capacity(after) >= rate * 1.5 - 1e-6
-        assert after.last_down_s == 1000
+        # a scale-down, or a re-plan that keeps the old pods until the new ones are ready
+        assert after.last_down_s == 1000 or (after.last_rebalance_s == 1000 and after.keep == {
+            k: n for k, n in pods.items() if n > 0})
 
 
 def test_the_least_efficient_pods_go_first() -> None:
@@ -187,6 +192,94 @@ def test_the_pod_count_stays_within_its_bounds() -> None:
                .pods.values()) == 2
     assert sum(step(ScalerState(), STEP_OPTIONS, rate_long=1000, rate_short=0, now_s=0, settings=bounded)
                .pods.values()) == 3
+
+
+# --- the vertical step and the re-plan ----------------------------------------------------
+# Same SM and memory, three quotas: 4 GiB of a 16 GiB GPU makes a pod cost at least 0.25, so the
+# two smaller quotas cost the same and raising one to the other adds capacity for nothing.
+VERTICAL_OPTIONS = options([point(0.2, 50, 10, memory=4 * GiB), point(0.4, 50, 20, memory=4 * GiB),
+                            point(0.8, 50, 40, memory=4 * GiB), point(0.1, 6, 4)],
+                           Slo(percentile=95, latency_ms=100), GPU)
+VERTICAL_BY_KEY = {o.point.key: o for o in VERTICAL_OPTIONS}
+
+
+def test_a_vertical_step_raises_the_running_pods_quota_when_it_covers_the_need_as_cheaply() -> None:
+    before = ScalerState(pods={"q20-s50": 2})  # 20 req/s
+    after = step(before, VERTICAL_OPTIONS, rate_long=24, rate_short=0, now_s=5, settings=SETTINGS)
+    # target 36: raising both pods to quota 0.4 (40 req/s) adds no cost; new pods would
+    assert after.pods == {"q40-s50": 2}
+    assert after.last_up_s == 5
+    without = step(before, VERTICAL_OPTIONS, rate_long=24, rate_short=0, now_s=5,
+                   settings=ScalingSettings(headroom=0.5, vertical=False))
+    assert without.pods["q20-s50"] == 2
+    assert sum(without.pods.values()) > 2
+
+
+def test_no_vertical_step_when_adding_pods_costs_less_or_nothing_covers_the_need() -> None:
+    usable = VERTICAL_BY_KEY
+    # 2 pods from 0.4 to 0.8 add 40 req/s for 0.3 of a GPU; 2 small pods (q10-s6) cover 8 req/s for 0.125
+    assert vertical_step({"q40-s50": 2}, VERTICAL_OPTIONS, 8) is None
+    raised = vertical_step({"q40-s50": 2}, VERTICAL_OPTIONS, 40)
+    assert raised is not None
+    assert raised.target is usable["q80-s50"]
+    assert raised.added_capacity_rps == 40
+    assert vertical_step({"q40-s50": 2}, VERTICAL_OPTIONS, 41) is None  # the largest quota adds 40
+    assert vertical_step({"q10-s6": 3}, VERTICAL_OPTIONS, 1) is None  # no larger quota at SM 6
+    # a configuration that already runs is no target (its pods would merge with another child's)
+    mixed = vertical_step({"q20-s50": 1, "q40-s50": 1}, VERTICAL_OPTIONS, 10)
+    assert mixed is not None
+    assert (mixed.source, mixed.target) == (usable["q20-s50"], usable["q80-s50"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 300), st.dictionaries(st.sampled_from(sorted(VERTICAL_BY_KEY)), st.integers(0, 6)))
+def test_scaling_up_with_vertical_steps_covers_the_target_and_removes_no_pod(rate: float,
+                                                                            pods: dict[str, int]) -> None:
+    before = ScalerState(pods=pods)
+    after = step(before, VERTICAL_OPTIONS, rate_long=rate, rate_short=0, now_s=1, settings=SETTINGS)
+    assert after.capacity(VERTICAL_BY_KEY) >= rate * 1.5 - 1e-6
+    if after.capacity(VERTICAL_BY_KEY) > before.capacity(VERTICAL_BY_KEY) + 1e-9:
+        assert sum(after.pods.values()) >= sum(pods.values())
+        for sm in {VERTICAL_BY_KEY[k].point.sm_partition for k in pods}:  # a vertical step keeps the SM
+            def at(state: ScalerState, sm: int = sm) -> int:
+                return sum(n for k, n in state.pods.items() if VERTICAL_BY_KEY[k].point.sm_partition == sm)
+            assert at(after) >= at(before)
+
+
+REPLAN = ScalingSettings(headroom=0.5, scale_down_delay_s=60, dead_band=0.25, rebalance_interval_s=300,
+                         rebalance_gain=0.15)
+
+
+def test_a_patchwork_is_re_planned_make_before_break_when_it_saves_enough() -> None:
+    # six small pods and one medium (34 req/s for 0.625 of a GPU) do what one larger pod (40 for 0.4) does
+    patchwork = ScalerState(pods={"q10-s6": 6, "q20-s50": 1}, last_up_s=0, last_down_s=0)
+    by_key = VERTICAL_BY_KEY
+    new = step(patchwork, VERTICAL_OPTIONS, rate_long=18, rate_short=0, now_s=400, settings=REPLAN)
+    ideal = {c.option.point.key: c.replicas for c in plan(27, VERTICAL_OPTIONS).configs}
+    assert new.pods == ideal
+    assert new.last_rebalance_s == 400
+    assert sum(by_key[k].cost * n for k, n in ideal.items()) <= 0.85 * (6 * by_key["q10-s6"].cost + 0.25)
+    assert new.keep == patchwork.pods  # the old pods run on until the new ones are ready
+    assert running(new) == {k: max(new.pods.get(k, 0), patchwork.pods.get(k, 0))
+                            for k in set(new.pods) | set(patchwork.pods)}
+    assert settle(new, {k: n - 1 for k, n in ideal.items()}).keep == patchwork.pods  # one not ready yet
+    settled = settle(new, ideal)
+    assert settled.keep == {}
+    assert running(settled) == ideal
+    # no second re-plan while one is under way, nor within the interval after it
+    assert step(new, VERTICAL_OPTIONS, rate_long=18, rate_short=0, now_s=401, settings=REPLAN) == new
+    later = step(settled, VERTICAL_OPTIONS, rate_long=3, rate_short=0, now_s=402, settings=REPLAN)
+    assert later.last_rebalance_s == 400
+
+
+def test_no_re_plan_while_a_pod_starts_too_soon_after_a_scale_or_for_a_small_saving() -> None:
+    patchwork = ScalerState(pods={"q10-s6": 6, "q20-s50": 1}, last_up_s=0, last_down_s=0)
+    assert step(patchwork, VERTICAL_OPTIONS, rate_long=18, rate_short=0, now_s=400, settings=REPLAN,
+                starting=True) == patchwork
+    recent = ScalerState(pods=patchwork.pods, last_up_s=380)
+    assert step(recent, VERTICAL_OPTIONS, rate_long=18, rate_short=0, now_s=400, settings=REPLAN).pods == patchwork.pods
+    greedy = ScalingSettings(headroom=0.5, scale_down_delay_s=60, rebalance_gain=0.9)
+    assert step(patchwork, VERTICAL_OPTIONS, rate_long=18, rate_short=0, now_s=400, settings=greedy).keep == {}
 
 
 # --- the HPA baseline ----------------------------------------------------------------------
