@@ -22,6 +22,7 @@ from types import FrameType
 from fastfunc_controller import kube, names
 from fastfunc_controller.controller import Controller
 from fastfunc_controller.metrics_source import GatewayMetrics, check_gateway_url
+from fastfunc_controller.prometheus_source import DEFAULT_SCRAPE_INTERVAL_S, PrometheusRates, check_prometheus_url
 from fastgshare import __version__, keys
 from fastgshare_kube.events import EventRecorder
 from fastgshare_kube.health import parse_address, start_health
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
                     f"{keys.FUNCTION_PORT}; reports replicas, configurations and conditions (Ready, InvalidSpec, "
                     "ProfileMissing, Unschedulable, MetricsUnavailable) in the FaSTFunc's status. Policy fixed runs "
                     "spec.fixed; policies rpr and hpa are autoscaled from the function's profile and the request "
-                    "rates the gateways count (--gateway-url).")
+                    "rates the gateways count (--gateway-url, or Prometheus: --prometheus-url).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     parser.add_argument("--namespace", default="",
@@ -49,8 +50,18 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a gateway whose /metrics (gateway_function_invocation_total) gives the request rates "
                              "that autoscale policies rpr and hpa; repeat it for every gateway replica (default: "
                              "none, and autoscaled functions keep their plan with MetricsUnavailable=True)")
+    parser.add_argument("--prometheus-url", default="", metavar="URL",
+                        help="Prometheus mode, instead of --gateway-url: ask this Prometheus (its /api/v1/query) "
+                             "for sum(rate(gateway_function_invocation_total{function_name=\"<fn>.<ns>\"}[W])) over "
+                             "the long and the short window; it must scrape every gateway replica (default: off)")
+    parser.add_argument("--prometheus-scrape-interval-seconds", type=float, default=DEFAULT_SCRAPE_INTERVAL_S,
+                        metavar="SECONDS",
+                        help="how often that Prometheus scrapes the gateways: each rate window is at least twice "
+                             "this, as rate() needs two samples (default: %(default)s, so the 2 s panic window "
+                             "holds)")
     parser.add_argument("--scrape-interval-seconds", type=float, default=1.0,
-                        help="read the gateways' counters this often (default: %(default)s)")
+                        help="read the gateways' counters (Prometheus mode: check that Prometheus answers) this "
+                             "often (default: %(default)s)")
     add_leader_election_arguments(parser, lease_name=names.LEASE_NAME, lease_namespace=keys.SYSTEM_NAMESPACE)
     parser.add_argument("--health-address", default="", metavar="HOST:PORT",
                         help="serve /healthz and /readyz here (default: off)")
@@ -70,6 +81,15 @@ def check_args(args: argparse.Namespace) -> None:
     for url in args.gateway_url:
         if (problem := check_gateway_url(url)) is not None:
             raise UsageError(problem)
+    if args.prometheus_url:
+        if args.gateway_url:
+            raise UsageError("--prometheus-url and --gateway-url exclude each other; allowed: one of them "
+                             "(--gateway-url: scrape the gateways directly; --prometheus-url: ask Prometheus)")
+        if (problem := check_prometheus_url(args.prometheus_url)) is not None:
+            raise UsageError(problem)
+    if not 0.1 <= args.prometheus_scrape_interval_seconds <= 60:
+        raise UsageError("--prometheus-scrape-interval-seconds must be 0.1..60, got "
+                         f"{args.prometheus_scrape_interval_seconds}")
     if (problem := leader_election_problem(args)) is not None:
         raise UsageError(problem)
     if args.health_address and not parse_address(args.health_address):
@@ -93,9 +113,15 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                                 retry_period_s=args.retry_period_seconds)
     recorder = EventRecorder(client, component=names.COMPONENT, instance=identity,
                              api_version=keys.FASTFUNC_API_VERSION, kind=keys.FASTFUNC_KIND)
-    if not args.gateway_url:
-        log.warning("no --gateway-url: functions of policy rpr and hpa read no request rate and keep their plan")
-    controller = Controller(client, recorder, resync_s=args.resync_seconds, metrics=GatewayMetrics(args.gateway_url),
+    metrics: GatewayMetrics | PrometheusRates
+    if args.prometheus_url:
+        metrics = PrometheusRates(args.prometheus_url, scrape_interval_s=args.prometheus_scrape_interval_seconds)
+    else:
+        metrics = GatewayMetrics(args.gateway_url)
+        if not args.gateway_url:
+            log.warning("no --gateway-url nor --prometheus-url: functions of policy rpr and hpa read no request rate "
+                        "and keep their plan")
+    controller = Controller(client, recorder, resync_s=args.resync_seconds, metrics=metrics,
                             tick_s=args.scrape_interval_seconds)
     health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy)
     try:

@@ -1,5 +1,6 @@
-"""The function controller's adapter to the gateways' metrics ("direct mode"): the only module of
-the controller that speaks HTTP.
+"""The function controller's adapter to the gateways' metrics ("direct mode"): with
+:mod:`.prometheus_source` (Prometheus mode, the same rate source interface), the only modules of the
+controller that speak HTTP.
 
 :class:`GatewayMetrics` scrapes each gateway's ``/metrics`` (``--gateway-url``, repeatable) when
 :meth:`~GatewayMetrics.scrape` is called, sums ``gateway_function_invocation_total`` over the
@@ -31,7 +32,7 @@ SCRAPE_TIMEOUT_S = 2.0
 STALE_S = 10.0  # rates from rounds older than this (or 3 short windows) are not given
 MAX_METRICS_BYTES = 16 * 1024 * 1024
 NO_GATEWAY = ("no gateway to read request rates from: start the function controller with --gateway-url URL "
-              "(each gateway replica); the current plan is kept")
+              "(each gateway replica) or --prometheus-url URL; the current plan is kept")
 
 
 def metrics_url(url: str) -> str:
