@@ -14,6 +14,9 @@
   band, least efficient first, panic on bursts, within [minReplicas, maxReplicas]) or
   :func:`fastgshare.autoscaling.hpa_step` (``hpa``); :func:`hold` when no rate can be read
   (the current plan, raised to minReplicas).
+- make-before-break: :func:`pods_of` is what runs (a re-plan's old pods too, until the new ones
+  are ready by the children's ``status.readyReplicas``, :func:`ready_pods`); no re-plan while a
+  child is :func:`starting`.
 - :func:`desired_configs`: the scaler's pods → one :class:`~.spec.Config` per configuration with
   pods (a configuration at 0 is not desired: its FaSTPod is deleted).
 """
@@ -42,6 +45,8 @@ from fastgshare.autoscaling import (
     cost_of,
     hpa_step,
     options,
+    running,
+    settle,
     step,
 )
 from fastgshare.errors import FastGShareError, InvalidShareSpec
@@ -194,6 +199,24 @@ def current_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[
     return pods
 
 
+def ready_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Ready pods per configuration key of the child FaSTPods (``status.readyReplicas``)."""
+    by_label = usable.by_label()
+    ready: dict[str, int] = {}
+    for child in children:
+        label = str(((child.get("metadata") or {}).get("labels") or {}).get(keys.FUNCTION_CONFIG_LABEL, ""))
+        count = (child.get("status") or {}).get("readyReplicas")
+        if label in by_label and isinstance(count, int) and count > 0:
+            ready[by_label[label].key] = ready.get(by_label[label].key, 0) + count
+    return ready
+
+
+def starting(usable: Usable, children: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a child has fewer ready pods than it asks for (a pod is starting, or stuck)."""
+    ready = ready_pods(usable, children)
+    return any(ready.get(key, 0) < n for key, n in current_pods(usable, children).items())
+
+
 def start(usable: Usable, children: Sequence[Mapping[str, Any]], now_s: float) -> State:
     """The state of what runs now; no scale-down within the delay (of a new plan or a restart)."""
     pods = current_pods(usable, children)
@@ -204,10 +227,11 @@ def start(usable: Usable, children: Sequence[Mapping[str, Any]], now_s: float) -
 
 
 def pods_of(usable: Usable, state: State) -> dict[str, int]:
-    """Pods per configuration key."""
+    """Pods to run per configuration key: the plan, and during a make-before-break re-plan also the
+    old pods until the new ones are ready."""
     if isinstance(state, HpaState):
         return {usable.choices[0].key: state.pods} if state.pods else {}
-    return {key: n for key, n in state.pods.items() if n > 0}
+    return running(state)
 
 
 @attrs.frozen(kw_only=True)
@@ -216,8 +240,10 @@ class Tick:
     planned_rps: float  # what the plan was sized for
 
 
-def tick(spec: FunctionSpec, usable: Usable, state: State, rates: Rates, now_s: float) -> Tick:
-    """One interval of the policy with the observed ``rates``."""
+def tick(spec: FunctionSpec, usable: Usable, state: State, rates: Rates, now_s: float, *,
+         children: Sequence[Mapping[str, Any]] = ()) -> Tick:
+    """One interval of the policy with the observed ``rates``; the ``children`` as they are now
+    (their ready pods end a re-plan's overlap; a pod starting holds the next re-plan back)."""
     high = spec.scaling.max_replicas or DEFAULT_MAX_PODS
     low = min(spec.scaling.min_replicas, high)
     if isinstance(state, HpaState):
@@ -226,11 +252,16 @@ def tick(spec: FunctionSpec, usable: Usable, state: State, rates: Rates, now_s: 
         return Tick(state=hpa_step(state, rate=rates.long, pod_rps=pod_rps, now_s=now_s, settings=hpa),
                     planned_rps=rates.long)
     headroom = DEFAULT_HEADROOM if spec.scaling.headroom is None else float(spec.scaling.headroom)
+    # No vertical steps here yet: a child FaSTPod's name and pod selector carry its quota
+    # (<fn>-q<quota>-s<sm>), so raising the quota in place would leave a child whose label names
+    # another configuration, and a later child of that configuration would select its pods.
     settings = ScalingSettings(headroom=headroom, scale_down_delay_s=scale_down_delay_s(spec), min_pods=low,
-                               max_pods=high)
+                               max_pods=high, vertical=False)
+    state = settle(state, ready_pods(usable, children))
     capacity = state.capacity({c.key: c.option for c in usable.choices})
     rate = max(rates.long, rates.short) if settings.panic and rates.short >= 2 * capacity else rates.long
-    new = step(state, usable.options, rate_long=rates.long, rate_short=rates.short, now_s=now_s, settings=settings)
+    new = step(state, usable.options, rate_long=rates.long, rate_short=rates.short, now_s=now_s, settings=settings,
+               starting=starting(usable, children))
     return Tick(state=new, planned_rps=rate * (1 + headroom))
 
 
@@ -264,6 +295,12 @@ def summary(configs: Sequence[Config]) -> str:
 def capacity_rps(usable: Usable, pods: Mapping[str, int]) -> float:
     by_key = usable.by_key()
     return sum(by_key[key].option.capacity_rps * n for key, n in pods.items() if key in by_key)
+
+
+def cost(usable: Usable, pods: Mapping[str, int]) -> float:
+    """The share of GPUs ``pods`` take (the profile's cost model)."""
+    by_key = usable.by_key()
+    return sum(by_key[key].option.cost * n for key, n in pods.items() if key in by_key)
 
 
 def rounded(rps: float) -> float:

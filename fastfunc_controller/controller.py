@@ -23,6 +23,10 @@ the policy may run (:mod:`.autoscale`), and keeps per function the scaler's stat
 :class:`RateSource` and steps the scaler (:func:`~.autoscale.tick`; no rate: the plan is kept,
 ``MetricsUnavailable`` says why); the scaler's pods per configuration are the configurations
 :func:`~.plan.plan` converges the child FaSTPods to, and a change is one Normal ``Scaled`` event.
+Pods a scale-up adds are first fitted to the cluster's free GPU space (``free_space``: every node's
+inventory and every bound pod's assignment, read only then; :mod:`fastgshare.scaling_fit`): a
+configuration that fits nowhere gives way to the next most efficient ones that do. A re-plan runs
+make-before-break: the old children keep their pods until the new ones report ready.
 A third thread scrapes the rate source every ``tick_s`` and enqueues each function whose interval
 is due, so all decisions and writes stay in the one worker.
 
@@ -49,6 +53,7 @@ from fastfunc_controller.autoscale import (
     State,
     Usable,
     capacity_rps,
+    cost,
     desired_configs,
     hold,
     interval_s,
@@ -79,6 +84,8 @@ from fastfunc_controller.plan import (
 from fastfunc_controller.rates import Rates, function_name
 from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function
 from fastgshare import keys
+from fastgshare.autoscaling import ScalerState
+from fastgshare.scaling_fit import FreeSpace, fit_additions
 from fastgshare_kube.errors import INVALID, ApiError
 from fastgshare_kube.events import NORMAL, WARNING, EventRecorder, rfc3339
 from fastgshare_kube.reflector import ListWatch, Reflector
@@ -248,8 +255,10 @@ class Controller:
 
     def __init__(self, kube: KubePort, recorder: EventRecorder, *, resync_s: float = 300.0,
                  now: Callable[[], str] | None = None, metrics: RateSource | None = None,
-                 clock: Callable[[], float] = time.monotonic, tick_s: float = 1.0) -> None:
+                 clock: Callable[[], float] = time.monotonic, tick_s: float = 1.0,
+                 free_space: Callable[[], FreeSpace] | None = None) -> None:
         self._kube = kube
+        self._free_space = free_space
         self._recorder = recorder
         self._resync_s = resync_s
         self._now = now or (lambda: rfc3339(time.time()))
@@ -363,7 +372,7 @@ class Controller:
             scaler = _Scaler(usable=usable, state=start(usable, children, now_s), next_tick_s=now_s)
             self._scalers[spec.key] = scaler
         if now_s >= scaler.next_tick_s:
-            self._tick(fastfunc, spec, scaler, now_s)
+            self._tick(fastfunc, spec, scaler, now_s, children)
         self._set_due(spec.key, min(scaler.next_tick_s, now_s + PROFILE_REFRESH_S))
         pods = pods_of(usable, scaler.state)
         status = AutoscaleStatus(rps=scaler.rps, planned_rps=scaler.planned_rps,
@@ -371,14 +380,15 @@ class Controller:
                                  last_scale_time=scaler.last_scale_time, metrics_problem=scaler.metrics_problem)
         return attrs.evolve(spec, configs=desired_configs(usable, pods, spec.memory)), status
 
-    def _tick(self, fastfunc: Mapping[str, Any], spec: FunctionSpec, scaler: _Scaler, now_s: float) -> None:
+    def _tick(self, fastfunc: Mapping[str, Any], spec: FunctionSpec, scaler: _Scaler, now_s: float,
+              children: list[dict[str, Any]]) -> None:
         """One interval of the function's policy: read the rates, step (or hold), say what changed."""
         before = pods_of(scaler.usable, scaler.state)
         long_s, short_s = windows(spec)
         rates = self._metrics.read(function_name(spec.namespace, spec.name), long_s, short_s)
         if isinstance(rates, Rates):
-            result = tick(spec, scaler.usable, scaler.state, rates, now_s)
-            scaler.state, scaler.metrics_problem = result.state, ""
+            result = tick(spec, scaler.usable, scaler.state, rates, now_s, children=children)
+            scaler.state, scaler.metrics_problem = self._fit(spec, scaler, result.state), ""
             scaler.rps, scaler.planned_rps = rounded(rates.long), rounded(result.planned_rps)
         else:
             if rates != scaler.metrics_problem:
@@ -392,10 +402,40 @@ class Controller:
         old, new = (summary(desired_configs(scaler.usable, pods, spec.memory)) for pods in (before, after))
         seen = (f"{scaler.rps:g} req/s observed, planned for {scaler.planned_rps:g} req/s"
                 if isinstance(rates, Rates) else "no request rate (minReplicas)")
+        if isinstance(scaler.state, ScalerState) and scaler.state.last_rebalance_s == now_s:
+            saving = 1 - cost(scaler.usable, scaler.state.pods) / max(cost(scaler.usable, scaler.state.keep), 1e-9)
+            seen += f"; re-plan for {saving:.0%} less GPU, the old pods run until the new ones are ready"
         message = (f"policy {spec.policy}: {seen}: {old} -> {new} (capacity "
                    f"{capacity_rps(scaler.usable, before):.1f} -> {capacity_rps(scaler.usable, after):.1f} req/s)")
         log.info("fastfunc=%s scaled: %s", spec.key, message)
         self._recorder.event(fastfunc, NORMAL, names.REASON_SCALED, message[0].upper() + message[1:])
+
+    def _fit(self, spec: FunctionSpec, scaler: _Scaler, new: State) -> State:
+        """``new`` with the pods a scale-up adds made to fit the cluster's free GPU space (a
+        configuration that fits nowhere is replaced by the next most efficient ones that do); as it
+        is when there is no reader of the free space or the cluster cannot be read."""
+        old = scaler.state
+        if self._free_space is None or not isinstance(new, ScalerState) or not isinstance(old, ScalerState):
+            return new
+        additions = {key: n - old.pods.get(key, 0) for key, n in new.pods.items() if n > old.pods.get(key, 0)}
+        if not additions:
+            return new
+        try:
+            space = self._free_space()
+        except ApiError as error:
+            log.warning("fastfunc=%s cannot read the cluster's free GPU space, adding pods unchecked: %s",
+                        spec.key, error)
+            return new
+        by_key = scaler.usable.by_key()
+        fitted = fit_additions(additions, scaler.usable.options, space, lambda option: by_key[option.point.key].share)
+        if fitted.additions == additions:
+            return new
+        pods = dict(old.pods)
+        for key, n in fitted.additions.items():
+            pods[key] = pods.get(key, 0) + n
+        log.info("fastfunc=%s new pods fitted to the free GPU space: %s -> %s (%d fit nowhere)", spec.key,
+                 additions, dict(fitted.additions), fitted.unplaced)
+        return attrs.evolve(new, pods=pods)
 
     def _profile(self, spec: FunctionSpec, now_s: float) -> dict[str, Any] | None:
         """The profile ConfigMap (None: not found), read again after PROFILE_REFRESH_S; a failed read

@@ -7,7 +7,9 @@ module of the controller that reaches the API.
   carrying the function label;
 - :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), the profile ConfigMap's
   GET, events and Leases;
-- :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start.
+- :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start;
+- :meth:`KubeClient.free_space`: every GPU node's inventory and every bound pod's assignment, read
+  when a scale-up adds pods (the autoscaler's fit check).
 
 Every failure leaves as :class:`~fastgshare_kube.errors.ApiError`.
 """
@@ -18,6 +20,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastgshare import keys
+from fastgshare.codec import PodAssignment, decode_assignment, decode_node_inventory
+from fastgshare.errors import FastGShareError
+from fastgshare.inventory import NodeInventory
+from fastgshare.scaling_fit import FreeSpace
 from fastgshare_kube import client as shared_client
 from fastgshare_kube import rest
 from fastgshare_kube.errors import ApiError, KubeConfigError
@@ -25,6 +31,7 @@ from fastgshare_kube.rest import RawListWatch
 
 ApiClient = shared_client.ApiClient
 JSON_PATCH = "application/json-patch+json"
+FINISHED_PHASES = ("Succeeded", "Failed")
 
 
 def load_api_client(kubeconfig: str | None) -> ApiClient:
@@ -127,6 +134,28 @@ class KubeClient(rest.Leases, rest.Events):
         rest.call(self._custom.patch_namespaced_custom_object_status, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,
                   namespace, keys.FASTFUNC_PLURAL, name, {"status": dict(status)}, _content_type=rest.MERGE_PATCH)
 
+    def free_space(self) -> FreeSpace:
+        """Every GPU's ledger from the nodes' inventories and the unfinished pods' assignments
+        (unreadable annotations are skipped: the extender and ``fastgshare check`` report them)."""
+        inventories: list[NodeInventory] = []
+        for node in rest.call(self._core_api.list_node)["items"]:
+            text = ((node.get("metadata") or {}).get("annotations") or {}).get(keys.NODE_GPU_INFO_ANNOTATION)
+            if text is not None:
+                try:
+                    inventories.append(decode_node_inventory(text))
+                except FastGShareError:
+                    continue
+        assigned: list[tuple[str, PodAssignment]] = []
+        for pod in rest.call(self._core_api.list_pod_for_all_namespaces)["items"]:
+            metadata = pod.get("metadata") or {}
+            text = (metadata.get("annotations") or {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
+            if text is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
+                continue
+            try:
+                assigned.append((f"{metadata.get('namespace')}/{metadata.get('name')}", decode_assignment(text)))
+            except FastGShareError:
+                continue
+        return FreeSpace.of(inventories, assigned)
 
 __all__ = ["ApiClient", "ApiError", "KubeClient", "KubeConfigError", "RawListWatch", "check_crd", "fastfunc_source",
            "fastpod_source", "load_api_client", "pod_source", "service_source"]

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
             log.warning("no --gateway-url nor --prometheus-url: functions of policy rpr and hpa read no request rate "
                         "and keep their plan")
     controller = Controller(client, recorder, resync_s=args.resync_seconds, metrics=metrics,
-                            tick_s=args.scrape_interval_seconds)
+                            tick_s=args.scrape_interval_seconds, free_space=client.free_space)
     health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy)
     try:
         return _lead(args, controller, elector, stopping, api)

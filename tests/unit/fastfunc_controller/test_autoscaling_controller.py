@@ -5,7 +5,7 @@ the child FaSTPods up within one interval, a falling one scales them down only a
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,11 @@ import pytest
 from fastfunc_controller.controller import Controller
 from fastfunc_controller.rates import Rates
 from fastgshare import keys
+from fastgshare.codec import PodAssignment
+from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.scaling_fit import FreeSpace
+from fastgshare.share import ShareSpec
+from fastgshare_kube.errors import ApiError
 from fastgshare_kube.events import EventRecorder
 
 PROFILE = (Path(__file__).resolve().parents[3] / "examples" / "profile-resnet50.json").read_text()
@@ -101,14 +106,15 @@ class FakeRates:
 
 
 class Harness:
-    def __init__(self, obj: dict[str, Any], profile: str | None = PROFILE) -> None:
+    def __init__(self, obj: dict[str, Any], profile: str | None = PROFILE,
+                 free_space: Callable[[], FreeSpace] | None = None) -> None:
         self.kube = FakeKube(profile)
         self.rates = FakeRates()
         self.clock = [1000.0]
         recorder = EventRecorder(self.kube, component="test", instance="t", api_version=keys.FASTFUNC_API_VERSION,
                                  kind=keys.FASTFUNC_KIND)
         self.made = Controller(self.kube, recorder, now=lambda: "2026-01-01T00:00:00Z", metrics=self.rates,
-                               clock=lambda: self.clock[0])
+                               clock=lambda: self.clock[0], free_space=free_space)
         self.kube.made = self.made
         self.made.fastfuncs.upsert(obj)
 
@@ -210,3 +216,67 @@ def test_hpa_runs_whole_gpus_with_the_hpa_rules() -> None:
     assert run.at(15, Rates(long=200, short=200)) == {"resnet-q100-s100": 4}
     assert run.at(30, Rates(long=20, short=20)) == {"resnet-q100-s100": 4}  # stabilisation window
     assert run.at(316) == {"resnet-q100-s100": 1}
+
+
+def test_a_costly_plan_is_re_planned_make_before_break() -> None:
+    run = Harness(fastfunc(intervalSeconds=2, scaleDownDelaySeconds=60))
+    whole = {"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+             "metadata": {"name": "resnet-q100-s100", "namespace": "fn", "uid": "old",
+                          "labels": {keys.FUNCTION_LABEL: "resnet", keys.FUNCTION_CONFIG_LABEL: "q100-s100"},
+                          "annotations": {keys.GPU_QUOTA_REQUEST: "1", keys.GPU_QUOTA_LIMIT: "1",
+                                          keys.GPU_SM_PARTITION: "100", keys.GPU_MEM: "2Gi"},
+                          "ownerReferences": [{"apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND,
+                                               "name": "resnet", "uid": "u1", "controller": True}]},
+             "spec": {"replicas": 2}, "status": {"replicas": 2, "readyReplicas": 2}}
+    run.made.fastpods.upsert(whole)  # two whole GPUs run (e.g. from policy fixed): 134 req/s for 2 GPUs
+    assert run.at(0, Rates(long=60, short=60)) == {"resnet-q100-s100": 2}
+    assert run.at(58) == {"resnet-q100-s100": 2}  # not within the delay of the start
+    replanned = run.at(62)  # 60 x 1.5 = 90 req/s: three q40-s24 pods (92 req/s for 3 x 0.125 of a GPU)
+    assert replanned == {"resnet-q100-s100": 2, "resnet-q40-s24": 3}  # the old pods run on meanwhile
+    assert any("re-plan" in e["message"] for e in run.kube.events if e["reason"] == "Scaled")
+    assert run.at(64) == replanned  # the new pods are not ready yet
+    new = run.made.fastpods.get("fn/resnet-q40-s24")
+    assert new is not None
+    new["status"] = {"replicas": 3, "readyReplicas": 3}
+    run.made.fastpods.upsert(new)
+    assert run.at(66) == {"resnet-q40-s24": 3}  # ready: the whole GPUs go
+    assert run.capacity() >= 90
+
+
+def gpu(*, mps: bool, taken: ShareSpec | None = None) -> FreeSpace:
+    """One V100's free space, with another tenant's pod taking ``taken``."""
+    inventory = NodeInventory(node_name="n", gpus=(GpuDevice(uuid="g0", index=0, model="V100-16GB",
+                                                             memory_bytes=16 * 2**30, sm_count=80, mps_enabled=mps),))
+    pods = [] if taken is None else [("other/p", PodAssignment(node_name="n", gpu_uuid="g0", gpu_index=0, share=taken,
+                                                               assigned_at_ms=0))]
+    return FreeSpace.of([inventory], pods)
+
+
+def test_a_configuration_that_does_not_fit_gives_way_to_the_next_that_does() -> None:
+    # Another pod holds 80 % of the SMs all the time: a 24 % slice no longer fits, two 12 % ones do.
+    taken = ShareSpec(request_permille=1000, limit_permille=1000, sm_percent=80, memory_bytes=2**30)
+    unchecked = Harness(fastfunc())
+    unchecked.at(0, Rates(long=0, short=0))
+    assert unchecked.at(2, Rates(long=30, short=30)) == {"resnet-q40-s24": 2}  # 45 req/s: one more q40-s24
+    space = [gpu(mps=True)]
+    run = Harness(fastfunc(), free_space=lambda: space[0])
+    assert run.at(0, Rates(long=0, short=0)) == {"resnet-q40-s24": 1}
+    space[0] = gpu(mps=True, taken=taken)
+    assert run.at(2, Rates(long=30, short=30)) == {"resnet-q40-s24": 1, "resnet-q40-s12": 2}
+    run.at(3)  # the status's rows follow the children it saw
+    assert run.capacity() >= 45
+
+
+def test_what_fits_nowhere_is_created_anyway_and_a_failed_read_adds_pods_unchecked() -> None:
+    # One idle V100 without MPS: two q40 pods fill 80 % of its time; nothing covers the other two,
+    # so the planned pods are made and stay Pending with the scheduler's reason (Unschedulable).
+    run = Harness(fastfunc(), free_space=lambda: gpu(mps=False))
+    run.at(0, Rates(long=0, short=0))
+    assert run.at(2, Rates(long=100, short=100)) == {"resnet-q40-s24": 5}
+
+    def refuse() -> FreeSpace:
+        raise ApiError(403, "Forbidden", "nodes is forbidden")
+
+    failing = Harness(fastfunc(), free_space=refuse)
+    failing.at(0, Rates(long=0, short=0))
+    assert failing.at(2, Rates(long=30, short=30)) == {"resnet-q40-s24": 2}
