@@ -11,28 +11,37 @@ a step, a point and a dominated point are is the core's (:mod:`fastgshare.profil
 document is :mod:`fastgshare.profile`'s codec.
 
 **The load generator and its limits.** One asyncio event loop in this process: a feeder puts each
-request into a queue at its due time, ``--concurrency`` workers (default 1) take them in order and
-send each on a fresh connection (``Connection: close``; plain HTTP/1.1, no TLS), timing it with
-the loop's monotonic clock. Because latency is charged from the *scheduled* arrival, a request
-that waits in the queue (the pod is busy) or behind a late timer is charged the wait, never
-hidden (no coordinated omission); the cost of the client itself is the loop's timer lateness
-(about 1 ms, more when the machine is busy) and ~0.3 ms of Python per request, so the generator
-is good for a few hundred requests per second on one core and for latencies of a few ms and up.
-It is no tool for sub-millisecond latencies or for thousands of requests per second (use k6 or
-wrk there). ``--concurrency 1`` models a model server that serves one request at a time (batch 1)
-with the queue in front of it, as the gateway's dispatcher keeps it. fake-fn itself runs every
-connection on its own thread: with more than one request in flight, two of its kernels can run at
-once on the fake GPU when the SM partition leaves room (two 50 % kernels) and launches already
-past the gate can overrun a time token, so a higher concurrency measures more than the share
-implies.
+request into a queue at its due time, ``--concurrency`` workers (default 2) take them in order and
+send each on the worker's own kept-open connection (``Connection: keep-alive``, reopened when the
+server closes it; plain HTTP/1.1, no TLS), timing it with the loop's monotonic clock. Because
+latency is charged from the *scheduled* arrival, a request that waits in the queue (the pod is
+busy) or behind a late timer is charged the wait, never hidden (no coordinated omission); the
+cost of the client itself is the loop's timer lateness (about 1 ms, more when the machine is busy)
+and ~0.3 ms of Python per request, so the generator is good for a few hundred requests per second
+on one core and for latencies of a few ms and up. It is no tool for sub-millisecond latencies or
+for thousands of requests per second (use k6 or wrk there).
 
-**Fidelity on the simulated GPU.** The fake GPU's kernels are synchronous sleeps; each costs about
-0.1 ms of wall time beyond its length, and the hook's time tokens are wall time, so short kernels
-lose a share of the quota to that overhead (1 ms kernels about 15 %, 5 ms kernels about 5 %):
-``--kernel-us`` defaults to 5000. A serial server also idles inside its token between one answer
-and the next request (connection, HTTP, this client's Python: about 1 ms); measured on a busy
-2-core machine, ``maxRps`` came out at 80-90 % of ``quota x 1000 / gpu_ms`` (a closed loop with a
-bare socket client reaches 93-97 %).
+**Why two in flight, and one inference at a time.** The local fake-fn runs with
+``FAKE_FN_CONCURRENCY=1``: like a batch-1 model server it runs one inference at a time, while the
+next request is already read and waits its turn. With two requests in flight (what the gateway's
+dispatcher keeps at a pod) the GPU goes from one request's last kernel to the next request's first
+without a gap. With one in flight, every request's turnaround (the answer back to this client,
+the next request to the pod: 1-2 ms on a busy machine) was idle time inside the pod's time token,
+which the arbiter charges as used: ``maxRps`` came out at 80-90 % of ``quota x 1000 / gpu_ms``
+although the hook and the arbiter give a saturating process its quota to within a few per cent.
+Without the one-at-a-time limit two inferences would run at once (fake-fn has a thread per
+connection), and on the fake GPU two kernels of a 50 % SM partition run side by side, which
+measures up to twice the share.
+
+**Fidelity on the simulated GPU.** ``quota x 1000 / gpu_ms`` is what a pod kept busy gets: the
+arbiter grants it ``quota`` of the GPU's time, each request needs ``gpu_ms`` of it. The fake GPU's
+kernels are timed sleeps; each costs about 0.1 ms of wall time beyond its length on a quiet
+machine (1 ms kernels about 15 %, 5 ms kernels about 2 %: ``--kernel-us`` defaults to 5000), and
+more when the machine's cores are busy (a 5 ms kernel measured 5.2-6.2 ms with a load average of
+5-8 on 2 cores), which the token pays for. A sweep step that starts after the pod idled also pays
+the hook's charge for that idle time (up to ``(1 - quota) x`` the 100 ms window, once). Measured
+with a 2 x 2 grid (quota 0.25/0.5 x SM 50/100, gpu_ms 10, 2 s steps, about 60 s) on a busy 2-core
+machine, ``maxRps`` came out at 88-97 % of ``quota x 1000 / gpu_ms``.
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ from fastgshare.quantity import format_bytes, parse_bytes
 from fastgshare_cli.sandbox import HookBuild, SandboxError, TenantSpec, build_hook, sandbox
 
 DEFAULT_KERNEL_US = 5000
+DEFAULT_CONCURRENCY = 2
 START_FRACTION = 0.25  # the first step offers this fraction of quota x 1000 / gpu_ms
 READY_TIMEOUT_S = 20
 WARMUP_REQUESTS = 3
@@ -127,9 +137,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                                                     "(default: %(default)s)")
     run.add_argument("--arrivals", choices=[a.value for a in Arrivals], default=Arrivals.POISSON.value,
                      help="arrival process (default: %(default)s)")
-    run.add_argument("--concurrency", type=int, default=1,
-                     help="requests in flight at once; 1 is a server that serves one at a time (default: "
-                          "%(default)s)")
+    run.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                     help="requests in flight at once, each on its own kept-open connection; 2 keeps the next "
+                          "request at the pod while one runs, as the gateway does (default: %(default)s)")
     run.add_argument("--timeout-s", type=float, default=10.0, help="a request unanswered this long is an error "
                                                                    "(default: %(default)s)")
     run.add_argument("--seed", type=int, default=0, help="seed of the arrival times (default: %(default)s)")
@@ -338,7 +348,7 @@ def measure_fake_fn(settings: RunSettings, build: HookBuild, say: Callable[[str]
             spec = TenantSpec(name=f"profile-q{round(quota * 100)}-s{sm}", request=quota, limit=quota, sm=sm,
                               memory=settings.memory)
             with local_fake_fn(build, spec, gpu_ms=settings.gpu_ms, kernel_us=settings.kernel_us,
-                               max_connections=max(64, settings.concurrency + 8)) as port:
+                               max_connections=max(64, settings.concurrency + 8), inferences=1) as port:
                 target = HttpTarget(host="127.0.0.1", port=port, path="/")
                 points.append(_measure_point(settings, target, quota, sm, say))
     return points
@@ -372,14 +382,17 @@ def _step_line(name: str, number: int, rate: float, step: LoadStep, verdict: Ver
 
 @contextmanager
 def local_fake_fn(build: HookBuild, spec: TenantSpec, *, gpu_ms: float, kernel_us: int,
-                  max_connections: int = 64) -> Iterator[int]:
+                  max_connections: int = 64, inferences: int = 1) -> Iterator[int]:
     """fake-fn as tenant ``spec`` on a fresh simulated GPU with a standalone arbiter holding the
-    spec's share; yields its port. Both processes end when the block does, however it ends."""
+    spec's share; yields its port. ``inferences``: how many it runs at once (``FAKE_FN_CONCURRENCY``;
+    1, a batch-1 model server, is what the profile describes). Both processes end when the block
+    does, however it ends."""
     with sandbox(build, [spec]) as box:
         log = box.workdir / "fake-fn.log"
         process = box.start_process(spec, [str(build.fake_fn)], stderr_log=log, env={
             "FAKE_FN_PORT": "0", "FAKE_FN_HOST": "127.0.0.1", "FAKE_FN_GPU_MS": f"{gpu_ms:g}",
-            "FAKE_FN_KERNEL_US": str(kernel_us), "FAKE_FN_MAX_CONNECTIONS": str(max_connections)})
+            "FAKE_FN_KERNEL_US": str(kernel_us), "FAKE_FN_MAX_CONNECTIONS": str(max_connections),
+            "FAKE_FN_CONCURRENCY": str(inferences)})
         try:
             yield _ready_port(process, log)
         finally:
@@ -430,29 +443,77 @@ class HttpTarget:
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return cls(host=parts.hostname, port=port, path=path)
 
-    def request_bytes(self) -> bytes:
+    def request_bytes(self, *, keep_alive: bool = False) -> bytes:
+        """The request; ``keep_alive`` asks the server to keep the connection open after its answer."""
+        connection = "keep-alive" if keep_alive else "close"
         return (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n").encode() + self.body
+                f"Content-Length: {len(self.body)}\r\nConnection: {connection}\r\n\r\n").encode() + self.body
+
+
+async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes) -> tuple[bool, bool]:
+    """Send one request and read its answer to the end: (2xx, the server keeps the connection open)."""
+    writer.write(data)
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {name.strip().lower(): value.strip().lower()
+               for name, _, value in (line.partition(":") for line in lines[1:] if line)}
+    length = int(headers["content-length"]) if "content-length" in headers else None
+    if length is None:
+        await reader.read()  # to the end of the connection
+    else:
+        await reader.readexactly(length)
+    kept = length is not None and "close" not in headers.get("connection", "") and lines[0].startswith("HTTP/1.1")
+    return 200 <= status < 300, kept
 
 
 async def request_once(target: HttpTarget, data: bytes) -> bool:
     """One request on a fresh connection; True for a 2xx answer read to its end."""
     reader, writer = await asyncio.open_connection(target.host, target.port)
     try:
-        writer.write(data)
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ", 2)[1])
-        length = next((int(line.split(":", 1)[1]) for line in lines[1:]
-                       if line.lower().startswith("content-length:")), None)
-        if length is None:
-            await reader.read()  # to the end of the connection (Connection: close)
-        else:
-            await reader.readexactly(length)
-        return 200 <= status < 300
+        return (await _exchange(reader, writer, data))[0]
     finally:
         writer.close()
+
+
+class KeptConnection:
+    """One client connection kept open from request to request (HTTP/1.1 keep-alive), opened on
+    first use and again whenever the server closed it. A request on a reused connection that the
+    server had already closed (no answer byte came back) is sent once more on a fresh one."""
+
+    def __init__(self, target: HttpTarget) -> None:
+        self._target = target
+        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def request(self, data: bytes) -> bool:
+        """True for a 2xx answer read to its end."""
+        reused = self._streams is not None
+        try:
+            return await self._request(data)
+        except (asyncio.IncompleteReadError, ConnectionError) as error:
+            nothing = not isinstance(error, asyncio.IncompleteReadError) or not error.partial
+            if not (reused and nothing):
+                raise
+            return await self._request(data)  # the server had closed the kept connection: once more
+
+    async def _request(self, data: bytes) -> bool:
+        if self._streams is None:
+            self._streams = await asyncio.open_connection(self._target.host, self._target.port)
+        reader, writer = self._streams
+        try:
+            ok, kept = await _exchange(reader, writer, data)
+        except BaseException:
+            self.close()
+            raise
+        if not kept:
+            self.close()
+        return ok
+
+    def close(self) -> None:
+        if self._streams is not None:
+            self._streams[1].close()
+            self._streams = None
 
 
 async def run_step(target: HttpTarget, due: Sequence[float], window_s: float, *, concurrency: int,
@@ -460,10 +521,11 @@ async def run_step(target: HttpTarget, due: Sequence[float], window_s: float, *,
     """Offer requests at ``due`` (seconds from now); wait for them at most until the window's end
     plus one more window (and the request timeout). Unfinished ones count as failed."""
     loop = asyncio.get_running_loop()
-    data = target.request_bytes()
+    data = target.request_bytes(keep_alive=True)
     queue: asyncio.Queue[float] = asyncio.Queue()
     start = loop.time() + 0.005
     timings: dict[float, RequestTiming] = {}
+    all_in = asyncio.Event()  # the next step starts as soon as this one's last answer is in, not a poll later
 
     async def feed() -> None:
         for offset in due:
@@ -473,20 +535,29 @@ async def run_step(target: HttpTarget, due: Sequence[float], window_s: float, *,
             queue.put_nowait(offset)
 
     async def work() -> None:
-        while True:
-            offset = await queue.get()
-            try:
-                ok = await asyncio.wait_for(request_once(target, data), timeout_s)
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError,
-                    TimeoutError):
-                ok = False
-            timings[offset] = RequestTiming(due_s=offset, latency_ms=(loop.time() - start - offset) * 1000, ok=ok)
+        connection = KeptConnection(target)
+        try:
+            while True:
+                offset = await queue.get()
+                try:
+                    ok = await asyncio.wait_for(connection.request(data), timeout_s)
+                except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError,
+                        TimeoutError):
+                    connection.close()
+                    ok = False
+                timings[offset] = RequestTiming(due_s=offset, latency_ms=(loop.time() - start - offset) * 1000,
+                                                ok=ok)
+                if len(timings) == len(due):
+                    all_in.set()
+        finally:
+            connection.close()
 
     tasks = [asyncio.create_task(feed())] + [asyncio.create_task(work()) for _ in range(concurrency)]
     give_up = start + window_s + max(window_s, min(timeout_s, 2 * window_s))
     try:
-        while len(timings) < len(due) and loop.time() < give_up:
-            await asyncio.sleep(min(0.05, max(0.0, give_up - loop.time())))
+        await asyncio.wait_for(all_in.wait(), max(0.0, give_up - loop.time()))
+    except TimeoutError:
+        pass
     finally:
         for task in tasks:
             task.cancel()

@@ -20,14 +20,21 @@
  *   FAKE_FN_MAX_HEADER        largest request line + headers in bytes, 256..1048576 (default 16384; 431)
  *   FAKE_FN_READ_TIMEOUT_MS   the whole request must arrive within this, 1..600000 (default 10000; 408)
  *   FAKE_FN_MAX_CONNECTIONS   connections served at once, 1..4096 (default 64; more: 503)
+ *   FAKE_FN_CONCURRENCY       inferences run at once, 0..4096 (default 0: no limit, each connection's
+ *                             thread runs its own); 1 is a batch-1 model server: one inference at a
+ *                             time, the others wait their turn in arrival order while their
+ *                             connections are read and answered in parallel
  *   FAKE_FN_ECHO_MAX          body bytes echoed back, 0..65536 (default 256)
  *   FAKE_FN_MEMORY            GPU memory to allocate at start, bytes or with Ki/Mi/Gi (default 0)
  * The pod's name in answers: FASTGSHARE_POD, else FASTGSHARE_POD_NAME, else the host name.
  *
  * HTTP: request line + headers (CRLF or bare LF line ends), a body by Content-Length or chunked
  * Transfer-Encoding, "Expect: 100-continue" honoured; each answer has a Content-Length and
- * "Connection: close". Bad requests get 400 (malformed), 408 (too slow), 413, 417, 431 or 501, with a
- * one-line text body; a failed launch answers 500. One thread per connection, all sharing one context.
+ * "Connection: close", except that a request asking for "Connection: keep-alive" gets a 2xx answer with
+ * "Connection: keep-alive" and the connection stays open for its next request (the idle wait for
+ * it is FAKE_FN_READ_TIMEOUT_MS; then it closes without an answer). Bad requests get 400
+ * (malformed), 408 (too slow), 413, 417, 431 or 501, with a one-line text body, and the connection
+ * closes; a failed launch answers 500. One thread per connection, all sharing one context.
  *
  * Stdout: {"event": "ready", "pid", "port", "gpu_ms", "kernel_us", "pod"} once listening, and
  * {"event": "stopped", "requests"} after SIGTERM or SIGINT (it stops accepting, lets the requests in
@@ -40,6 +47,7 @@
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -62,6 +70,7 @@
 
 struct config {
     unsigned long long gpu_us, kernel_us, max_body, max_header, read_timeout_ms, max_connections, echo_max, memory;
+    unsigned long long concurrency;
     unsigned long long port;
     double gpu_ms;
     struct in_addr host;
@@ -72,6 +81,12 @@ static struct config cfg;
 static CUcontext ctx;
 static CUfunction spin;
 static volatile sig_atomic_t stopping;
+/* FAKE_FN_CONCURRENCY: a ticket lock admitting `limit` inferences at once, in arrival order. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t turn;
+    unsigned long long next_ticket, serving, running;
+} inference_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
 static long active_connections; /* atomic */
 static long served_requests;    /* atomic */
 
@@ -232,6 +247,7 @@ static void read_config(void)
     cfg.max_header = env_uint("FAKE_FN_MAX_HEADER", 16384, 256, 1 << 20, "bytes, 256..1048576");
     cfg.read_timeout_ms = env_uint("FAKE_FN_READ_TIMEOUT_MS", 10000, 1, 600000, "milliseconds, 1..600000");
     cfg.max_connections = env_uint("FAKE_FN_MAX_CONNECTIONS", 64, 1, 4096, "a count, 1..4096");
+    cfg.concurrency = env_uint("FAKE_FN_CONCURRENCY", 0, 0, 4096, "a count, 0..4096 (0: no limit)");
     cfg.echo_max = env_uint("FAKE_FN_ECHO_MAX", 256, 0, 65536, "bytes, 0..65536");
     cfg.memory = env_size("FAKE_FN_MEMORY");
     const char *host = getenv("FAKE_FN_HOST");
@@ -279,6 +295,31 @@ static int setup_gpu(void)
     return 0;
 }
 
+/* Waits for a turn to infer (FAKE_FN_CONCURRENCY; no wait without a limit), in arrival order. */
+static void inference_begin(void)
+{
+    if (cfg.concurrency == 0)
+        return;
+    pthread_mutex_lock(&inference_gate.lock);
+    unsigned long long ticket = inference_gate.next_ticket++;
+    while (ticket != inference_gate.serving || inference_gate.running >= cfg.concurrency)
+        pthread_cond_wait(&inference_gate.turn, &inference_gate.lock);
+    inference_gate.serving++;
+    inference_gate.running++;
+    pthread_cond_broadcast(&inference_gate.turn); /* the next ticket may fit beside this one */
+    pthread_mutex_unlock(&inference_gate.lock);
+}
+
+static void inference_end(void)
+{
+    if (cfg.concurrency == 0)
+        return;
+    pthread_mutex_lock(&inference_gate.lock);
+    inference_gate.running--;
+    pthread_cond_broadcast(&inference_gate.turn);
+    pthread_mutex_unlock(&inference_gate.lock);
+}
+
 /* One inference: the request's GPU time as kernels of at most kernel_us each. */
 static CUresult infer(unsigned long long *kernels)
 {
@@ -306,6 +347,7 @@ struct conn {
     uint64_t deadline_ns;
     char *buf; /* bytes received and not consumed yet: buf[pos..len) */
     size_t pos, len, cap;
+    int kept; /* kept open after an answer: waiting for the next request ends when the server stops */
 };
 
 /* Receives more bytes into buf (which has room), waiting until the request's deadline. */
@@ -319,8 +361,12 @@ static int conn_fill(struct conn *c)
         uint64_t now = now_ns();
         if (now >= c->deadline_ns)
             return READ_TIMEOUT;
+        if (c->kept && stopping && c->len == 0)
+            return READ_EOF; /* an idle kept-open connection: the server is stopping */
         struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
         int wait_ms = (int)((c->deadline_ns - now + 999999) / 1000000);
+        if (c->kept && wait_ms > 250)
+            wait_ms = 250; /* look at `stopping` now and then */
         int ready = poll(&pfd, 1, wait_ms);
         if (ready < 0 && errno == EINTR)
             continue;
@@ -385,10 +431,10 @@ static int conn_line(struct conn *c, char *line, size_t max)
 
 /* --- answering ---------------------------------------------------------------------------- */
 
-static int send_all(int fd, const char *data, size_t n)
+static int send_more(int fd, const char *data, size_t n, int more)
 {
     while (n > 0) {
-        ssize_t sent = send(fd, data, n, MSG_NOSIGNAL);
+        ssize_t sent = send(fd, data, n, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
         if (sent < 0 && errno == EINTR)
             continue;
         if (sent <= 0)
@@ -397,6 +443,11 @@ static int send_all(int fd, const char *data, size_t n)
         n -= (size_t)sent;
     }
     return 0;
+}
+
+static int send_all(int fd, const char *data, size_t n)
+{
+    return send_more(fd, data, n, 0);
 }
 
 static const char *reason(int status)
@@ -415,16 +466,25 @@ static const char *reason(int status)
     return "Error";
 }
 
-static void respond(int fd, int status, const char *content_type, const char *body, size_t body_len, int head)
+/* Sends one answer; 0 when all of it was sent. `keep`: the connection stays open after it. */
+static int respond_on(int fd, int status, const char *content_type, const char *body, size_t body_len, int head,
+                      int keep)
 {
     char header[256];
     int n = snprintf(header, sizeof header,
-                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                     status, reason(status), content_type, body_len);
-    if (n <= 0 || (size_t)n >= sizeof header || send_all(fd, header, (size_t)n) != 0)
-        return;
+                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: %s\r\n\r\n",
+                     status, reason(status), content_type, body_len, keep ? "keep-alive" : "close");
+    int body_follows = !head && body_len > 0; /* one segment for both (MSG_MORE), not two (Nagle) */
+    if (n <= 0 || (size_t)n >= sizeof header || send_more(fd, header, (size_t)n, body_follows) != 0)
+        return -1;
     if (!head && body_len > 0)
-        send_all(fd, body, body_len);
+        return send_all(fd, body, body_len);
+    return 0;
+}
+
+static void respond(int fd, int status, const char *content_type, const char *body, size_t body_len, int head)
+{
+    respond_on(fd, status, content_type, body, body_len, head, 0);
 }
 
 /* An error answer: one text line naming what was wrong. */
@@ -471,6 +531,7 @@ struct request {
     size_t target_len;
     int http11;
     int chunked, has_length, expect_continue;
+    int keep_alive; /* the client asked for Connection: keep-alive */
     unsigned long long content_length;
     char *body;
     size_t body_len;
@@ -598,6 +659,11 @@ static int parse_head(char *start, char *end, struct request *req, const char **
                 return 417;
             }
             req->expect_continue = req->http11;
+        } else if (strcasecmp(line, "Connection") == 0) {
+            if (strcasestr(value, "close") != NULL)
+                req->keep_alive = 0;
+            else if (strcasestr(value, "keep-alive") != NULL)
+                req->keep_alive = 1;
         }
     }
     if (req->chunked && req->has_length) {
@@ -701,12 +767,15 @@ static int read_body(struct conn *c, struct request *req, const char **message)
 
 /* --- one connection ----------------------------------------------------------------------- */
 
-static void answer_inference(int fd, const struct request *req)
+/* Answers one inference request; 1 when the connection stays open for the next request. */
+static int answer_inference(int fd, const struct request *req)
 {
     unsigned long long kernels = 0;
+    inference_begin();
     uint64_t start = now_ns();
     CUresult r = infer(&kernels);
     double wall_ms = (double)(now_ns() - start) / 1e6;
+    inference_end();
     long seq = __atomic_add_fetch(&served_requests, 1, __ATOMIC_RELAXED);
     struct text body = {0};
     if (r != CUDA_SUCCESS) {
@@ -732,34 +801,42 @@ static void answer_inference(int fd, const struct request *req)
         text_json(&body, req->body ? req->body : "", req->body_len < cfg.echo_max ? req->body_len : cfg.echo_max);
         text_str(&body, "}\n");
     }
-    if (body.failed)
+    int keep = 0;
+    if (body.failed) {
         respond_error(fd, 500, "out of memory for the answer");
-    else
-        respond(fd, r == CUDA_SUCCESS ? 200 : 500, "application/json", body.data, body.len,
-                strcmp(req->method, "HEAD") == 0);
+    } else {
+        keep = r == CUDA_SUCCESS && req->keep_alive;
+        if (respond_on(fd, r == CUDA_SUCCESS ? 200 : 500, "application/json", body.data, body.len,
+                       strcmp(req->method, "HEAD") == 0, keep) != 0)
+            keep = 0;
+    }
     free(body.data);
+    return keep;
 }
 
-static void serve(int fd)
+/* Reads and answers one request on the connection; 1 when the connection stays open for the next
+ * one (the client asked for keep-alive and got a 2xx answer). `first`: the connection's first
+ * request (a later one that never starts is an idle connection closing, not a slow client). */
+static int serve_one(struct conn *c, int first)
 {
-    struct conn c = {.fd = fd, .deadline_ns = now_ns() + cfg.read_timeout_ms * 1000000ull, .cap = cfg.max_header};
     struct request req = {0};
     const char *message = NULL;
-    int status = 0;
-    c.buf = malloc(c.cap + 1);
-    if (c.buf == NULL) {
-        respond_error(fd, 503, "out of memory");
-        return;
+    int status = 0, keep = 0;
+    if (c->pos > 0) { /* bytes of this request that came with the last one stay; the rest is done */
+        memmove(c->buf, c->buf + c->pos, c->len - c->pos);
+        c->len -= c->pos;
+        c->pos = 0;
     }
+    c->deadline_ns = now_ns() + cfg.read_timeout_ms * 1000000ull;
     size_t end = 0;
-    while ((end = header_end(c.buf, c.len)) == 0) {
-        int r = conn_fill(&c);
+    while ((end = header_end(c->buf, c->len)) == 0) {
+        int r = conn_fill(c);
         if (r == READ_TOO_LONG) {
             status = 431, message = "request line and headers too large (FAKE_FN_MAX_HEADER)";
             break;
         }
-        if (r == READ_EOF && c.len == 0)
-            goto done; /* a connection opened and closed: nothing to answer */
+        if ((r == READ_EOF || (!first && r != READ_OK)) && c->len == 0)
+            goto done; /* a connection opened (or kept open) and closed: nothing to answer */
         if (r != READ_OK) {
             status = read_status_code(r, &message);
             if (r != READ_TIMEOUT)
@@ -768,24 +845,38 @@ static void serve(int fd)
         }
     }
     if (status == 0) {
-        c.pos = end;
-        status = parse_head(c.buf, c.buf + end, &req, &message);
+        c->pos = end;
+        status = parse_head(c->buf, c->buf + end, &req, &message);
     }
     if (status == 0) {
         size_t path_len = strcspn(req.target, "?");
         if (path_len > req.target_len)
             path_len = req.target_len;
-        status = read_body(&c, &req, &message);
+        status = read_body(c, &req, &message);
         if (status == 0 && path_len == 9 && strncmp(req.target, "/_/health", 9) == 0)
-            respond(fd, 200, "text/plain; charset=utf-8", "OK", 2, strcmp(req.method, "HEAD") == 0);
+            keep = respond_on(c->fd, 200, "text/plain; charset=utf-8", "OK", 2, strcmp(req.method, "HEAD") == 0,
+                              req.keep_alive) == 0 && req.keep_alive;
         else if (status == 0)
-            answer_inference(fd, &req);
+            keep = answer_inference(c->fd, &req);
     }
     if (status != 0)
-        respond_error(fd, status, message);
+        respond_error(c->fd, status, message);
 done:
     free(req.target);
     free(req.body);
+    return keep && !stopping;
+}
+
+static void serve(int fd)
+{
+    struct conn c = {.fd = fd, .cap = cfg.max_header};
+    c.buf = malloc(c.cap + 1);
+    if (c.buf == NULL) {
+        respond_error(fd, 503, "out of memory");
+        return;
+    }
+    for (int first = 1; serve_one(&c, first); first = 0)
+        c.kept = 1;
     free(c.buf);
 }
 
@@ -826,6 +917,10 @@ static void start_connection(int fd)
     struct timeval send_timeout = {.tv_sec = (time_t)(cfg.read_timeout_ms / 1000),
                                    .tv_usec = (suseconds_t)(cfg.read_timeout_ms % 1000) * 1000};
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
+    /* An answer goes out whole at once: on a kept-open connection Nagle's algorithm would hold
+     * its tail for the client's delayed ACK (40 ms). */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (__atomic_add_fetch(&active_connections, 1, __ATOMIC_ACQ_REL) > (long)cfg.max_connections) {
         respond_error(fd, 503, "too many connections (FAKE_FN_MAX_CONNECTIONS)");
         close_gently(fd);

@@ -1,7 +1,8 @@
 """``fastgshare profile run`` end to end on the simulated GPU: for each point the fake function runs
 under the real hook with a standalone arbiter holding the point's share, and open-loop load finds
-its saturation. Timings are not asserted beyond a generous band: maxRps within ±30 % of
-quota x 1000 / gpu_ms (the measured figures on a quiet machine are in the issue's closing note)."""
+its saturation. Every point of a 2 x 2 grid must serve within ±10 % of what its quota and the fake
+function's GPU time imply (quota x 1000 / gpu_ms: the arbiter grants the pod that fraction of GPU
+time, each request needs gpu_ms of it). The grid's wall time is printed, not asserted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from fastgshare_cli.sandbox import build_hook
 REPO = Path(__file__).resolve().parents[3]
 GPU_MS = 10
 QUOTAS = (0.25, 0.5)
+SMS = (50, 100)
 
 
 @pytest.fixture(scope="module")
@@ -27,35 +30,40 @@ def built() -> None:
     build_hook(sys.executable)
 
 
-def test_a_two_point_grid_gives_a_decodable_profile_with_max_rps_near_the_quota(built: None, tmp_path: Path) -> None:
+def test_a_two_by_two_grid_gives_max_rps_within_ten_percent_of_the_quota(built: None, tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTGSHARE_") and k != "LD_PRELOAD"}
+    began = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "fastgshare_cli.main", "profile", "run", "--grid-quota", ",".join(map(str, QUOTAS)),
-         "--grid-sm", "100", "--gpu-ms", str(GPU_MS), "--seconds-per-step", "1", "--slo-ms", "500",
+         "--grid-sm", ",".join(map(str, SMS)), "--gpu-ms", str(GPU_MS), "--seconds-per-step", "2", "--slo-ms", "500",
          "--keep-dominated", "--out", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240, check=False)
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    wall_s = time.monotonic() - began
     assert result.returncode == 0, result.stderr
     profile = decode_profile(out.read_text())
+    ratios = {p.key: round(p.max_rps / (p.quota_limit * 1000 / GPU_MS), 3) for p in profile.points}
+    print(f"2 x 2 grid in {wall_s:.1f} s; maxRps / (quota x 1000 / gpu_ms): {ratios}")
     assert profile.function == "fake-fn"
     assert profile.slo is not None
     assert profile.slo.latency_ms == 500
-    assert [(p.quota_request, p.quota_limit, p.sm_partition) for p in profile.points] == [(q, q, 100) for q in QUOTAS]
+    assert [(p.quota_request, p.quota_limit, p.sm_partition) for p in profile.points] == [
+        (q, q, s) for q in QUOTAS for s in SMS]
     for point in profile.points:
         expected = point.quota_limit * 1000 / GPU_MS
-        assert point.max_rps == pytest.approx(expected, rel=0.3), (point.key, result.stderr)
+        assert point.max_rps == pytest.approx(expected, rel=0.1), (point.key, ratios, result.stderr)
         assert point.memory_bytes == 1 << 30
         assert len(point.steps) >= 2
         assert 0 < point.slo_rps <= point.max_rps
         assert point.p50_ms is not None
         assert point.p50_ms >= GPU_MS
     assert "q25-s100 step 1:" in result.stderr
-    assert "2 point(s) in" in result.stderr
+    assert "4 point(s) in" in result.stderr
 
     shown = subprocess.run([sys.executable, "-m", "fastgshare_cli.main", "profile", "show", str(out), "-o", "json"],
                            cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
     assert shown.returncode == 0, shown.stderr
-    assert [p["config"] for p in json.loads(shown.stdout)["points"]] == ["q25-s100", "q50-s100"]
+    assert [p["config"] for p in json.loads(shown.stdout)["points"]] == ["q25-s50", "q25-s100", "q50-s50", "q50-s100"]
 
 
 def _children(pid: int) -> list[int]:
