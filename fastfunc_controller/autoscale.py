@@ -17,6 +17,9 @@
 - make-before-break: :func:`pods_of` is what runs (a re-plan's old pods too, until the new ones
   are ready by the children's ``status.readyReplicas``, :func:`ready_pods`); no re-plan while a
   child is :func:`starting`.
+- vertical steps: :func:`raise_of` finds one in a tick's result (the controller checks that the
+  pods have room for it and patches the child's quota in place; children are matched to
+  configurations by what they run, :func:`~.spec.running_config_label`).
 - :func:`desired_configs`: the scaler's pods → one :class:`~.spec.Config` per configuration with
   pods (a configuration at 0 is not desired: its FaSTPod is deleted).
 """
@@ -31,7 +34,7 @@ import attrs
 
 from fastfunc_controller import names
 from fastfunc_controller.rates import Rates
-from fastfunc_controller.spec import Config, FunctionSpec, config_label
+from fastfunc_controller.spec import Config, FunctionSpec, config_label, running_config_label
 from fastgshare import keys
 from fastgshare.autoscaling import (
     EPSILON_RPS,
@@ -46,6 +49,7 @@ from fastgshare.autoscaling import (
     hpa_step,
     options,
     running,
+    same_but_quota,
     settle,
     step,
 )
@@ -192,7 +196,7 @@ def current_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[
     by_label = usable.by_label()
     pods: dict[str, int] = {}
     for child in children:
-        label = str(((child.get("metadata") or {}).get("labels") or {}).get(keys.FUNCTION_CONFIG_LABEL, ""))
+        label = running_config_label(child)
         replicas = (child.get("spec") or {}).get("replicas")
         if label in by_label and isinstance(replicas, int) and replicas > 0:
             pods[by_label[label].key] = pods.get(by_label[label].key, 0) + replicas
@@ -204,7 +208,7 @@ def ready_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[st
     by_label = usable.by_label()
     ready: dict[str, int] = {}
     for child in children:
-        label = str(((child.get("metadata") or {}).get("labels") or {}).get(keys.FUNCTION_CONFIG_LABEL, ""))
+        label = running_config_label(child)
         count = (child.get("status") or {}).get("readyReplicas")
         if label in by_label and isinstance(count, int) and count > 0:
             ready[by_label[label].key] = ready.get(by_label[label].key, 0) + count
@@ -241,9 +245,10 @@ class Tick:
 
 
 def tick(spec: FunctionSpec, usable: Usable, state: State, rates: Rates, now_s: float, *,
-         children: Sequence[Mapping[str, Any]] = ()) -> Tick:
+         children: Sequence[Mapping[str, Any]] = (), vertical: bool = True) -> Tick:
     """One interval of the policy with the observed ``rates``; the ``children`` as they are now
-    (their ready pods end a re-plan's overlap; a pod starting holds the next re-plan back)."""
+    (their ready pods end a re-plan's overlap; a pod starting holds the next re-plan back);
+    ``vertical``: whether raising running pods' time quota may be tried before adding pods."""
     high = spec.scaling.max_replicas or DEFAULT_MAX_PODS
     low = min(spec.scaling.min_replicas, high)
     if isinstance(state, HpaState):
@@ -252,11 +257,8 @@ def tick(spec: FunctionSpec, usable: Usable, state: State, rates: Rates, now_s: 
         return Tick(state=hpa_step(state, rate=rates.long, pod_rps=pod_rps, now_s=now_s, settings=hpa),
                     planned_rps=rates.long)
     headroom = DEFAULT_HEADROOM if spec.scaling.headroom is None else float(spec.scaling.headroom)
-    # No vertical steps here yet: a child FaSTPod's name and pod selector carry its quota
-    # (<fn>-q<quota>-s<sm>), so raising the quota in place would leave a child whose label names
-    # another configuration, and a later child of that configuration would select its pods.
     settings = ScalingSettings(headroom=headroom, scale_down_delay_s=scale_down_delay_s(spec), min_pods=low,
-                               max_pods=high, vertical=False)
+                               max_pods=high, vertical=vertical)
     state = settle(state, ready_pods(usable, children))
     capacity = state.capacity({c.key: c.option for c in usable.choices})
     rate = max(rates.long, rates.short) if settings.panic and rates.short >= 2 * capacity else rates.long
@@ -277,6 +279,30 @@ def hold(spec: FunctionSpec, usable: Usable, state: State) -> State:
         best = usable.choices[0].key
         pods[best] = pods.get(best, 0) + missing
     return attrs.evolve(state, pods=pods)
+
+
+@attrs.frozen(kw_only=True)
+class Raise:
+    """A vertical step: the pods of configuration ``source`` now run ``target``'s larger time quota."""
+
+    source: Choice
+    target: Choice
+
+
+def raise_of(usable: Usable, before: State, after: State) -> Raise | None:
+    """The vertical step from ``before`` to ``after``, if the step took one (all pods of one
+    configuration moved to a configuration that differs in its time quota alone)."""
+    if not isinstance(before, ScalerState) or not isinstance(after, ScalerState):
+        return None
+    by_key = usable.by_key()
+    gone = [key for key, n in before.pods.items() if n > 0 and after.pods.get(key, 0) == 0 and key in by_key]
+    new = [key for key, n in after.pods.items() if n > 0 and before.pods.get(key, 0) == 0 and key in by_key]
+    for source in gone:
+        for target in new:
+            if (after.pods[target] == before.pods[source]
+                    and same_but_quota(by_key[source].option.point, by_key[target].option.point)):
+                return Raise(source=by_key[source], target=by_key[target])
+    return None
 
 
 def desired_configs(usable: Usable, pods: Mapping[str, int], memory: str) -> tuple[Config, ...]:

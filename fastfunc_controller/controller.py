@@ -25,8 +25,10 @@ the policy may run (:mod:`.autoscale`), and keeps per function the scaler's stat
 :func:`~.plan.plan` converges the child FaSTPods to, and a change is one Normal ``Scaled`` event.
 Pods a scale-up adds are first fitted to the cluster's free GPU space (``free_space``: every node's
 inventory and every bound pod's assignment, read only then; :mod:`fastgshare.scaling_fit`): a
-configuration that fits nowhere gives way to the next most efficient ones that do. A re-plan runs
-make-before-break: the old children keep their pods until the new ones report ready.
+configuration that fits nowhere gives way to the next most efficient ones that do. A vertical step
+(the scaler raises the time quota of one configuration's pods) is taken only when every such pod
+has room on its GPU; the child is then patched in place (``plan(raised=...)``), else pods are added.
+A re-plan runs make-before-break: the old children keep their pods until the new ones report ready.
 A third thread scrapes the rate source every ``tick_s`` and enqueues each function whose interval
 is due, so all decisions and writes stay in the one worker.
 
@@ -50,6 +52,7 @@ import attrs
 from fastfunc_controller import names
 from fastfunc_controller.autoscale import (
     ProfileUnusable,
+    Raise,
     State,
     Usable,
     capacity_rps,
@@ -58,6 +61,7 @@ from fastfunc_controller.autoscale import (
     hold,
     interval_s,
     pods_of,
+    raise_of,
     rounded,
     start,
     summary,
@@ -82,10 +86,10 @@ from fastfunc_controller.plan import (
     pod_summary,
 )
 from fastfunc_controller.rates import Rates, function_name
-from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function
+from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function, running_config_label
 from fastgshare import keys
 from fastgshare.autoscaling import ScalerState
-from fastgshare.scaling_fit import FreeSpace, fit_additions
+from fastgshare.scaling_fit import FreeSpace, can_raise_in_place, fit_additions
 from fastgshare_kube.errors import INVALID, ApiError
 from fastgshare_kube.events import NORMAL, WARNING, EventRecorder, rfc3339
 from fastgshare_kube.reflector import ListWatch, Reflector
@@ -154,6 +158,7 @@ class _Scaler:
     planned_rps: float | None = None
     last_scale_time: str = ""
     metrics_problem: str = ""
+    raises: dict[str, str] = attrs.field(factory=dict)  # vertical steps under way: target config -> child
 
 
 @attrs.frozen
@@ -339,7 +344,8 @@ class Controller:
             problem = _service_conflict(spec)
         failure: ApiError | None = None
         try:
-            problem = self._apply(fastfunc, spec, plan(spec, children, service)) or problem
+            problem = self._apply(fastfunc, spec, plan(spec, children, service, raised=self._raises(key, spec,
+                                                                                                 children))) or problem
         except ApiError as error:
             failure = error
             problem = Problem(reason=names.REASON_FAILED, message=f"cannot update the function's objects: {error}")
@@ -388,6 +394,13 @@ class Controller:
         rates = self._metrics.read(function_name(spec.namespace, spec.name), long_s, short_s)
         if isinstance(rates, Rates):
             result = tick(spec, scaler.usable, scaler.state, rates, now_s, children=children)
+            raised = raise_of(scaler.usable, scaler.state, result.state)
+            if raised is not None and not self._may_raise(spec, raised, children):
+                result = tick(spec, scaler.usable, scaler.state, rates, now_s, children=children, vertical=False)
+            elif raised is not None:
+                scaler.raises[raised.target.label] = next(
+                    str(child["metadata"]["name"]) for child in children
+                    if running_config_label(child) == raised.source.label)
             scaler.state, scaler.metrics_problem = self._fit(spec, scaler, result.state), ""
             scaler.rps, scaler.planned_rps = rounded(rates.long), rounded(result.planned_rps)
         else:
@@ -415,7 +428,8 @@ class Controller:
         configuration that fits nowhere is replaced by the next most efficient ones that do); as it
         is when there is no reader of the free space or the cluster cannot be read."""
         old = scaler.state
-        if self._free_space is None or not isinstance(new, ScalerState) or not isinstance(old, ScalerState):
+        if (self._free_space is None or not isinstance(new, ScalerState) or not isinstance(old, ScalerState)
+                or raise_of(scaler.usable, old, new) is not None):
             return new
         additions = {key: n - old.pods.get(key, 0) for key, n in new.pods.items() if n > old.pods.get(key, 0)}
         if not additions:
@@ -436,6 +450,42 @@ class Controller:
         log.info("fastfunc=%s new pods fitted to the free GPU space: %s -> %s (%d fit nowhere)", spec.key,
                  additions, dict(fitted.additions), fitted.unplaced)
         return attrs.evolve(new, pods=pods)
+
+    def _raises(self, key: str, spec: FunctionSpec, children: list[dict[str, Any]]) -> dict[str, str]:
+        """The vertical steps still to write: target configuration -> the child to raise in place
+        (one is done once a child runs the target, or moot once the target is not wanted)."""
+        scaler = self._scalers.get(key)
+        if scaler is None:
+            return {}
+        runs = {running_config_label(child) for child in children}
+        wanted = {config.label for config in spec.configs}
+        for label in [label for label in scaler.raises if label in runs or label not in wanted]:
+            del scaler.raises[label]
+        return dict(scaler.raises)
+
+    def _may_raise(self, spec: FunctionSpec, raised: Raise, children: list[dict[str, Any]]) -> bool:
+        """Whether every pod of the configuration a vertical step raises is running and may have the
+        larger time quota on its GPU (else the step adds pods instead). Without a reader of the free
+        space the extender alone judges the live change."""
+        sources = [child for child in children if running_config_label(child) == raised.source.label]
+        if len(sources) != 1:
+            return False
+        child = sources[0]
+        uid = str(child["metadata"].get("uid", ""))
+        pods = [f"{spec.namespace}/{pod['metadata']['name']}" for pod in self.pods.select(
+            spec.namespace, lambda pod: any(ref.get("uid") == uid and ref.get("controller")
+                                            for ref in (pod.get("metadata") or {}).get("ownerReferences") or []))]
+        if not pods:
+            return False
+        if self._free_space is None:
+            return True
+        try:
+            space = self._free_space()
+        except ApiError as error:
+            log.warning("fastfunc=%s cannot read the cluster's free GPU space, adding pods instead of raising "
+                        "the quota of %s: %s", spec.key, child["metadata"]["name"], error)
+            return False
+        return can_raise_in_place(pods, raised.target.share, space)
 
     def _profile(self, spec: FunctionSpec, now_s: float) -> dict[str, Any] | None:
         """The profile ConfigMap (None: not found), read again after PROFILE_REFRESH_S; a failed read

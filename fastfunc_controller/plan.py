@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 
 from fastfunc_controller import names
-from fastfunc_controller.spec import Config, FunctionSpec, InvalidFunction, fastpod_name
+from fastfunc_controller.spec import Config, FunctionSpec, InvalidFunction, fastpod_name, running_config_label
 from fastgshare import keys
 from fastgshare.share import format_fraction
 
@@ -123,23 +123,82 @@ def _ports() -> list[dict[str, Any]]:
 
 
 def plan(spec: FunctionSpec, children: Sequence[Mapping[str, Any]],
-         service: Mapping[str, Any] | None) -> list[Action]:
-    """The writes that make the children and the Service what ``spec`` asks (deletes first)."""
-    desired = {body["metadata"]["name"]: body for body in (desired_fastpod(spec, c) for c in spec.configs)}
+         service: Mapping[str, Any] | None, *, raised: Mapping[str, str] | None = None) -> list[Action]:
+    """The writes that make the children and the Service what ``spec`` asks (deletes first).
+
+    Each configuration is served by the child that runs it (its share annotations; the one named
+    for it first), else by the child named for it (annotations edited by hand are put back), else
+    by the child ``raised`` names for it (the autoscaler's vertical step: that child's time quota is
+    patched in place, its pods keep running), else by a new child named for it (``-2``, ``-3``, ...
+    when a raised child holds the name). Children that serve nothing are deleted."""
     current = {str(child["metadata"]["name"]): child for child in children}
+    serving: dict[str, str] = {}  # config label -> child name
+    taken: set[str] = set()
+
+    def claim(label: str, name: str | None) -> None:
+        if name is not None and name in current and name not in taken and label not in serving:
+            serving[label] = name
+            taken.add(name)
+
+    running = {name: running_config_label(child) for name, child in current.items()}
+    for config in spec.configs:
+        canonical = fastpod_name(spec.name, config.share)
+        same = sorted(name for name, label in running.items() if label == config.label)
+        claim(config.label, canonical if canonical in same else next(iter(same), None))
+    for config in spec.configs:
+        canonical = fastpod_name(spec.name, config.share)
+        if running.get(canonical) not in {c.label for c in spec.configs}:
+            claim(config.label, canonical)
+    for config in spec.configs:
+        source = (raised or {}).get(config.label)
+        if source is not None and running.get(source) not in {c.label for c in spec.configs}:
+            claim(config.label, source)
     actions: list[Action] = [DeleteFaSTPod(name, str(child["metadata"].get("uid", "")))
-                             for name, child in sorted(current.items()) if name not in desired]
-    for name, body in desired.items():
-        child = current.get(name)
-        if child is None:
+                             for name, child in sorted(current.items()) if name not in taken]
+    for config in spec.configs:
+        body = desired_fastpod(spec, config)
+        name = serving.get(config.label)
+        if name is None:
+            body = _named(body, _free_name(body["metadata"]["name"], current), spec.name)
             actions.append(CreateFaSTPod(body))
-        elif patch := fastpod_patch(child, body):
+            continue
+        child = current[name]
+        if name != body["metadata"]["name"]:
+            body = _named(body, name, spec.name, selector=(child.get("spec") or {}).get("selector"))
+        if patch := fastpod_patch(child, body):
             actions.append(patch)
     if service is None:
         actions.append(CreateService(desired_service(spec)))
     elif controlled_by(service, spec.uid) and (patch_body := service_patch(service, desired_service(spec))):
         actions.append(PatchService(spec.name, patch_body))
     return actions
+
+
+def _free_name(name: str, current: Mapping[str, Any]) -> str:
+    """``name``, or ``name-2``, ``name-3``, ... when a child (raised in place) holds it."""
+    serial, found = 1, name
+    while found in current:
+        serial += 1
+        found = f"{name}-{serial}"
+    return found
+
+
+def _named(body: dict[str, Any], name: str, function: str, *, selector: Any = None) -> dict[str, Any]:
+    """``body`` as the child ``name``: its ``config`` label (the pods' selector) is the name's suffix,
+    or the selector it already has."""
+    label = name.removeprefix(f"{function}-")
+    renamed = {**body, "metadata": {**body["metadata"], "name": name,
+                                    "labels": {**body["metadata"]["labels"], keys.FUNCTION_CONFIG_LABEL: label}},
+               "spec": {**body["spec"]}}
+    if selector is not None:
+        renamed["spec"]["selector"] = selector
+        labels = (selector.get("matchLabels") or {}) if isinstance(selector, Mapping) else {}
+        if keys.FUNCTION_CONFIG_LABEL in labels:
+            renamed["metadata"]["labels"][keys.FUNCTION_CONFIG_LABEL] = labels[keys.FUNCTION_CONFIG_LABEL]
+    else:
+        renamed["spec"]["selector"] = {"matchLabels": {**body["spec"]["selector"]["matchLabels"],
+                                                       keys.FUNCTION_CONFIG_LABEL: label}}
+    return renamed
 
 
 def fastpod_patch(child: Mapping[str, Any], body: Mapping[str, Any]) -> PatchFaSTPod | None:
@@ -265,7 +324,7 @@ def _config_row(child: Mapping[str, Any]) -> dict[str, Any]:
     annotations, labels = metadata.get("annotations") or {}, metadata.get("labels") or {}
     return {
         "fastPod": str(metadata.get("name", "")),
-        "config": str(labels.get(keys.FUNCTION_CONFIG_LABEL, "")),
+        "config": running_config_label(child) or str(labels.get(keys.FUNCTION_CONFIG_LABEL, "")),
         "quotaRequest": str(annotations.get(keys.GPU_QUOTA_REQUEST, "")),
         "quotaLimit": str(annotations.get(keys.GPU_QUOTA_LIMIT, "")),
         "smPartition": _as_int(annotations.get(keys.GPU_SM_PARTITION)),

@@ -125,6 +125,17 @@ def config_label(share: ShareSpec) -> str:
     return f"q{percent(share.request_permille)}-s{share.sm_percent}"
 
 
+def running_config_label(child: Mapping[str, Any]) -> str | None:
+    """The configuration a child FaSTPod runs, from its share annotations (``q40-s12``; None when
+    they do not parse). Its name and ``config`` label say what it was created as: a live quota
+    change (the autoscaler's vertical step) changes the annotations only."""
+    annotations = (child.get("metadata") or {}).get("annotations") or {}
+    try:
+        return config_label(parse_share(annotations))
+    except InvalidShareSpec:
+        return None
+
+
 def fastpod_name(function: str, share: ShareSpec) -> str:
     """``<fn>-q<quota%>-s<sm%>``: the child FaSTPod of one configuration."""
     return f"{function}-{config_label(share)}"

@@ -16,8 +16,9 @@ from fastfunc_controller.rates import Rates
 from fastgshare import keys
 from fastgshare.codec import PodAssignment
 from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.profile import Profile, ProfilePoint, Slo, encode_profile
 from fastgshare.scaling_fit import FreeSpace
-from fastgshare.share import ShareSpec
+from fastgshare.share import ShareSpec, parse_share
 from fastgshare_kube.errors import ApiError
 from fastgshare_kube.events import EventRecorder
 
@@ -57,6 +58,9 @@ class FakeKube:
         for op in operations:
             if op["op"] == "add" and op["path"] == "/spec/replicas":
                 child["spec"]["replicas"] = op["value"]
+            elif op["op"] == "add" and op["path"].startswith("/metadata/annotations/"):
+                key = op["path"].removeprefix("/metadata/annotations/").replace("~1", "/").replace("~0", "~")
+                child["metadata"]["annotations"][key] = op["value"]
         self.made.fastpods.upsert(child)
 
     def delete_fastpod(self, namespace: str, name: str, uid: str) -> None:
@@ -280,3 +284,64 @@ def test_what_fits_nowhere_is_created_anyway_and_a_failed_read_adds_pods_uncheck
     failing = Harness(fastfunc(), free_space=refuse)
     failing.at(0, Rates(long=0, short=0))
     assert failing.at(2, Rates(long=30, short=30)) == {"resnet-q40-s24": 2}
+
+
+# Two quotas of one SM slice: at 2 GiB of 16 a pod costs at least 1/8 of a GPU, so raising a q20-s50
+# pod (15 req/s) to q40-s50 (22 req/s, 0.2 of a GPU) adds 7 req/s for less than a new pod costs.
+LADDER = encode_profile(Profile(function="resnet", gpu_model="V100-16GB", slo=Slo(percentile=95, latency_ms=69),
+                                points=(ProfilePoint(quota_request=0.2, quota_limit=0.2, sm_partition=50,
+                                                     memory_bytes=2 * 2**30, max_rps=15, p95_ms=40),
+                                        ProfilePoint(quota_request=0.4, quota_limit=0.4, sm_partition=50,
+                                                     memory_bytes=2 * 2**30, max_rps=22, p95_ms=40))))
+
+
+def bound_pods(run: Harness, child: str, count: int) -> list[tuple[str, PodAssignment]]:
+    """``count`` pods of ``child`` in the pod cache, each bound to GPU g0 with the child's share."""
+    fastpod = run.made.fastpods.get(f"fn/{child}")
+    assert fastpod is not None
+    share = parse_share(fastpod["metadata"]["annotations"])
+    bound = []
+    for i in range(count):
+        name = f"{child}-{i}"
+        run.made.pods.upsert({"metadata": {"name": name, "namespace": "fn", "labels": {keys.FUNCTION_LABEL: "resnet"},
+                                           "ownerReferences": [{"kind": keys.FASTPOD_KIND, "controller": True,
+                                                                "uid": fastpod["metadata"]["uid"], "name": child}]},
+                              "status": {"phase": "Running"}})
+        bound.append((f"fn/{name}", PodAssignment(node_name="n", gpu_uuid="g0", gpu_index=0, share=share,
+                                                  assigned_at_ms=0)))
+    return bound
+
+
+@pytest.mark.parametrize(("other", "raised"), [(None, True), (800, False)])
+def test_a_vertical_step_raises_the_running_pods_quota_in_place_where_their_gpu_has_room(other: int | None,
+                                                                                          raised: bool) -> None:
+    pods: list[tuple[str, PodAssignment]] = []
+    taken = ShareSpec(request_permille=other or 1, limit_permille=other or 1, sm_percent=100, memory_bytes=2**30)
+
+    def free_space() -> FreeSpace:
+        others = [] if other is None else [("x/other", PodAssignment(node_name="n", gpu_uuid="g0", gpu_index=0,
+                                                                    share=taken, assigned_at_ms=0))]
+        inventory = NodeInventory(node_name="n", gpus=(GpuDevice(uuid="g0", index=0, model="V100-16GB",
+                                                                 memory_bytes=16 * 2**30, sm_count=80,
+                                                                 mps_enabled=True),))
+        return FreeSpace.of([inventory], [*pods, *others])
+
+    run = Harness(fastfunc(), profile=LADDER, free_space=free_space)
+    assert run.at(0, Rates(long=0, short=0)) == {"resnet-q20-s50": 1}
+    pods.extend(bound_pods(run, "resnet-q20-s50", 1))
+    after = run.at(2, Rates(long=12, short=12))  # 18 req/s wanted, 15 run: raising the pod's quota covers it
+    if raised:
+        assert after == {"resnet-q20-s50": 1}  # the same child, its time quota raised in place
+        child = run.made.fastpods.get("fn/resnet-q20-s50")
+        assert child is not None
+        assert child["metadata"]["annotations"][keys.GPU_QUOTA_REQUEST] == "0.4"
+        assert run.made.fastpods.get("fn/resnet-q40-s50") is None
+        run.at(3)
+        assert [row["config"] for row in run.status["configs"]] == ["q40-s50"]
+        assert run.capacity() >= 18
+        assert any("q20-s50x1 -> q40-s50x1" in e["message"] for e in run.kube.events if e["reason"] == "Scaled")
+    else:  # 80 % of the GPU's time on all SMs is another's: no room to raise; a pod is added instead
+        assert sum(after.values()) == 2
+        child = run.made.fastpods.get("fn/resnet-q20-s50")
+        assert child is not None
+        assert child["metadata"]["annotations"][keys.GPU_QUOTA_REQUEST] == "0.2"

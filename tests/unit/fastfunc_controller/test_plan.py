@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import attrs
 import pytest
 
 from fastfunc_controller.plan import (
@@ -306,3 +307,31 @@ def test_status_carries_the_unschedulable_condition_and_its_transition_time() ->
     later = compute_status(obj, spec, [], "T1", pods=[pod_summary(pod("p", scheduled=STUCK))])
     [condition] = [c for c in later["conditions"] if c["type"] == "Unschedulable"]
     assert (condition["status"], condition["lastTransitionTime"]) == ("True", "T1")
+
+
+def test_a_raised_child_gets_the_new_time_quota_in_place_and_keeps_its_name_and_selector() -> None:
+    child = existing(only_child(fastfunc()))  # resnet-q40-s12, 2 replicas
+    spec = parse_function(fastfunc(fixed={"quotaRequest": "0.6", "smPartition": 12, "replicas": 2}))
+    assert isinstance(plan(spec, [child], None)[0], DeleteFaSTPod)  # not raised: replaced
+    actions = plan(spec, [child], existing(desired_service(spec)), raised={"q60-s12": "resnet-q40-s12"})
+    [patch] = actions
+    assert isinstance(patch, PatchFaSTPod)
+    assert patch.name == "resnet-q40-s12"
+    assert patch.operations[1:] == (
+        {"op": "add", "path": "/metadata/annotations/fastgshare~1gpu_quota_limit", "value": "0.6"},
+        {"op": "add", "path": "/metadata/annotations/fastgshare~1gpu_quota_request", "value": "0.6"})
+
+
+def test_a_child_is_matched_by_the_share_it_runs_and_a_held_name_gets_a_suffix() -> None:
+    raised = existing(only_child(fastfunc()), uid="uid-raised")  # named q40-s12, runs q60-s12 since a raise
+    raised["metadata"]["annotations"].update({keys.GPU_QUOTA_REQUEST: "0.6", keys.GPU_QUOTA_LIMIT: "0.6"})
+    wanted = [{"quotaRequest": "0.6", "smPartition": 12, "replicas": 2},
+              {"quotaRequest": "0.4", "smPartition": 12, "replicas": 1}]
+    spec = parse_function(fastfunc(fixed=wanted[0]))
+    assert plan(spec, [raised], existing(desired_service(spec))) == []  # it runs what is wanted: nothing to do
+    both = attrs.evolve(spec, configs=(*spec.configs, *parse_function(fastfunc(fixed=wanted[1])).configs))
+    [create] = plan(both, [raised], existing(desired_service(spec)))
+    assert isinstance(create, CreateFaSTPod)
+    assert create.body["metadata"]["name"] == "resnet-q40-s12-2"
+    assert create.body["metadata"]["labels"][keys.FUNCTION_CONFIG_LABEL] == "q40-s12-2"
+    assert create.body["spec"]["selector"]["matchLabels"][keys.FUNCTION_CONFIG_LABEL] == "q40-s12-2"
