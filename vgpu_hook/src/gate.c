@@ -28,6 +28,10 @@
 #include <stdio.h>
 #include <unistd.h>
 
+/* A token-end cuCtxSynchronize that took this long waited for GPU work (one that finds nothing to
+ * wait for returns in microseconds). */
+#define FGS_SYNC_WAITED_NS UINT64_C(500000)
+
 enum link_state { LINK_UNCONNECTED, LINK_CONNECTED, LINK_FAILED };
 
 static struct {
@@ -105,14 +109,21 @@ static int reconnect_locked(char *err, size_t err_len)
     return 0;
 }
 
-/* Queued work of the expiring token must not run into the next holder's slice on a real GPU. */
+/* Queued work of the expiring token must not run into the next holder's slice on a real GPU.
+ * When the synchronize really waited for work (it took at least FGS_SYNC_WAITED_NS), that work ran
+ * until now and the token's use extends to now. When it returned at once, nothing was left: the
+ * token's use ended with its last launch (or an earlier wait), and the time since (the pod idled,
+ * perhaps for seconds) is not charged. */
 static void sync_before_return_locked(void)
 {
     if (fgs_real.cuCtxSynchronize == NULL)
         return;
+    uint64_t before = fgs_clock_monotonic(NULL);
     CUresult r = fgs_real.cuCtxSynchronize();
     if (r != CUDA_SUCCESS)
         FGS_DEBUG("cuCtxSynchronize before returning the token failed with %d", (int)r);
+    else if (fgs_clock_monotonic(NULL) - before >= FGS_SYNC_WAITED_NS)
+        fgs_quota_note_activity(&g.quota); /* the token's work ran until now */
 }
 
 static CUresult renew_locked(void)
@@ -124,10 +135,8 @@ static CUresult renew_locked(void)
     char err[320];
     if (g.link == LINK_UNCONNECTED && connect_locked(err, sizeof err) != 0)
         return fail_locked(err);
-    if (g.cfg->sync_at_token_end && fgs_quota_active(&g.quota)) {
+    if (g.cfg->sync_at_token_end && fgs_quota_active(&g.quota))
         sync_before_return_locked();
-        fgs_quota_note_activity(&g.quota); /* the token's work ran until now */
-    }
     uint64_t used_ns = fgs_quota_used_ns(&g.quota), token_ns;
     /* A lost link is reconnected (a few times: the arbiter may restart again meanwhile). */
     for (int attempt = 0; fgs_client_token(&g.client, used_ns, &token_ns, err, sizeof err) != 0; attempt++) {

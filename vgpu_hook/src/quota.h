@@ -4,10 +4,11 @@
  *
  * A token granted at g for t ns is valid while g <= now < g + t. Every gated launch notes
  * when it returned (fgs_quota_note_activity; after the real call, so a synchronous launch's
- * end or, with FASTGSHARE_SYNC_AT_TOKEN_END, the sync that drained the token's work). When
- * the token is returned the process reports used_ns = (last activity - g), at most now - g:
- * a launch that ran past the token's end is charged in full (the arbiter counts the overrun
- * against the pod's limit), and a token left idle is credited back.
+ * end), and so does the token-end sync of FASTGSHARE_SYNC_AT_TOKEN_END when it really waited
+ * for the token's work (gate.c). When the token is returned the process reports
+ * used_ns = (last activity - g), at most now - g: a launch that ran past the token's end is
+ * charged in full (the arbiter counts the overrun against the pod's limit), and the time after
+ * the last activity (a token left idle, however long the pod then idled) is credited back.
  *
  * Thread safety: fgs_quota_valid may run on any thread without a lock (one clock read, one
  * atomic acquire load; a grant publishes with release). Every other call must be serialised

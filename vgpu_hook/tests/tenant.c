@@ -33,7 +33,9 @@
  *                                                      every R s (t: s since the launches began;
  *                                                      launches: successful, cumulative)
  *   the final line, always last: pid, api, path, ptsz, threads, launches (successful), errors,
- *   first_error (+ _name), alloc_error, resolved, elapsed_s, terminated (by SIGTERM).
+ *   first_error (+ _name), alloc_error, resolved, elapsed_s, terminated (by SIGTERM), first_launch_ms
+ *   (wall time of the first launch call, which connects to the arbiter), max_later_launch_ms (the
+ *   longest of the other launch calls: kernel time plus any wait for a token or for SM units).
  * Exit: 0 ok (or stopped by SIGTERM), 1 setup failed, 2 launch errors, 3 the entry point could
  * not be resolved, 64 bad usage.
  */
@@ -101,7 +103,8 @@ struct tenant {
     void *launch_fn;
     uint64_t end_ns;
     /* results (atomic) */
-    long issued, ok, errors;
+    long issued, ok, errors, timed;
+    uint64_t first_launch_ns, max_later_launch_ns; /* wall time of a launch call, gate wait included */
     int first_error, stop;
     /* workers still running: under done_lock, signalled on done_cond */
     int active;
@@ -400,13 +403,28 @@ static void worker_done(struct tenant *t)
     pthread_mutex_unlock(&t->done_lock);
 }
 
+/* The first launch call's wall time (it connects to the arbiter) and the longest of the others. */
+static void note_latency(struct tenant *t, uint64_t took_ns)
+{
+    if (__atomic_fetch_add(&t->timed, 1, __ATOMIC_RELAXED) == 0) {
+        __atomic_store_n(&t->first_launch_ns, took_ns, __ATOMIC_RELAXED);
+        return;
+    }
+    uint64_t seen = __atomic_load_n(&t->max_later_launch_ns, __ATOMIC_RELAXED);
+    while (seen < took_ns && !__atomic_compare_exchange_n(&t->max_later_launch_ns, &seen, took_ns, 1,
+                                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
 static void launch_loop(struct tenant *t)
 {
     if (cuCtxSetCurrent(t->ctx) != CUDA_SUCCESS)
         return;
     uint64_t burst_start = now_ns();
     while (next_launch(t, &burst_start)) {
+        uint64_t called = now_ns();
         CUresult r = launch_once(t);
+        note_latency(t, now_ns() - called);
         if (r == CUDA_SUCCESS) {
             __atomic_fetch_add(&t->ok, 1, __ATOMIC_RELAXED);
             continue;
@@ -534,10 +552,12 @@ int main(int argc, char **argv)
     double elapsed = t.launch_fn != NULL ? run(&t, (int)alloc_error, &abandoned) : 0.0;
     printf("{\"pid\": %d, \"api\": \"%s\", \"path\": \"%s\", \"ptsz\": %s, \"threads\": %d, \"launches\": %ld, "
            "\"errors\": %ld, \"first_error\": %d, \"first_error_name\": \"%s\", \"alloc_error\": %d, "
-           "\"resolved\": %s, \"elapsed_s\": %.6f, \"terminated\": %s}\n",
+           "\"resolved\": %s, \"elapsed_s\": %.6f, \"terminated\": %s, \"first_launch_ms\": %.3f, "
+           "\"max_later_launch_ms\": %.3f}\n",
            (int)getpid(), apis[t.api].option, paths[t.path], t.ptsz ? "true" : "false", t.threads, t.ok, t.errors,
            t.first_error, t.first_error ? error_name(t.first_error) : "", (int)alloc_error,
-           t.launch_fn ? "true" : "false", elapsed, terminated ? "true" : "false");
+           t.launch_fn ? "true" : "false", elapsed, terminated ? "true" : "false", (double)t.first_launch_ns / 1e6,
+           (double)t.max_later_launch_ns / 1e6);
     fflush(stdout);
     if (abandoned)
         _exit(0); /* SIGTERM, and a launch still in flight: the driver frees what it holds */
