@@ -7,8 +7,9 @@
  * is rejected with CUDA_ERROR_INVALID_VALUE.
  *
  * Launches are SYNCHRONOUS, unlike a real GPU: the call waits for the process's SM units
- * (gpu_state.c), holds them for the run time, and returns when the "kernel" has finished. So
- * the caller's wall time is GPU time, and per-process busy time is exact.
+ * (gpu_state.c; the partition is the process's, so its kernels run one at a time), holds them for
+ * the run time, and returns when the "kernel" has finished. So the caller's wall time is GPU
+ * time, and per-process busy time is exact.
  *
  * Graphs use the real API: cuGraphCreate, cuGraphAddKernelNode (both ABIs; the node's run time
  * is read from its parameters when it is added, as the real driver copies them),

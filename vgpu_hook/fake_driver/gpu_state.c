@@ -28,10 +28,13 @@
  * itself is recovered through the robust mutex (EOWNERDEAD): the totals are recomputed from the
  * live slots.
  *
- * SM queue: FIFO across processes. A launch runs when enough units are free and its process is
- * the one that has waited longest (ties: lower slot); a process with more threads still waiting
- * rejoins at the back after each grant. Head-of-line blocking is intended: a 100-unit launch at
- * the head is not overtaken by later small ones, so no tenant starves.
+ * SM queue: FIFO across processes. The SM partition is the process's (MPS's
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE limits the client process, all its kernels together), so a
+ * process runs one kernel at a time, holding its units; its other launching threads wait for it.
+ * A launch runs when its process runs no kernel, enough units are free and the process is the
+ * one that has waited longest among those running none (ties: lower slot); a process with more
+ * threads still waiting rejoins at the back after each grant. Head-of-line blocking is intended:
+ * a 100-unit launch at the head is not overtaken by later small ones, so no tenant starves.
  */
 #define _GNU_SOURCE
 #include "gpu_state.h"
@@ -351,11 +354,14 @@ void fgpu_forget_after_fork(void)
 
 static bool my_turn_locked(const struct fake_gpu_state *s, const struct fake_gpu_proc *me)
 {
+    if (me->running > 0)
+        return false; /* the process's partition is busy with its own kernel */
     if (s->sm_free < g_units)
         return false;
     for (uint32_t i = 0; i < s->procs_used && i < FAKE_GPU_MAX_PROCS; i++) {
         const struct fake_gpu_proc *p = &s->procs[i];
-        if (p == me || p->status != FAKE_GPU_PROC_ALIVE || p->waiting_threads == 0)
+        /* A process whose own kernel runs cannot start another: it does not hold up the queue. */
+        if (p == me || p->status != FAKE_GPU_PROC_ALIVE || p->waiting_threads == 0 || p->running > 0)
             continue;
         if (p->wait_since_ns < me->wait_since_ns || (p->wait_since_ns == me->wait_since_ns && p < me))
             return false;

@@ -30,8 +30,8 @@ enum fgpu_status fgpu_attach(char *err, size_t err_len);
 uint64_t fgpu_now_ns(void);
 
 /* Runs one kernel (or a whole graph) of duration_ns: waits in FIFO order across processes until
- * this process's SM units are free, holds them for the duration (sleeping: launches are
- * synchronous), releases them and accounts the time. */
+ * this process runs no other kernel and its SM units are free, holds them for the duration
+ * (sleeping: launches are synchronous), releases them and accounts the time. */
 void fgpu_run_kernel(uint64_t duration_ns, int is_graph);
 
 /* Takes bytes from the shared pool (FGPU_OUT_OF_MEMORY when it does not fit) or returns them. */

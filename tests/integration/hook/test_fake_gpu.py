@@ -85,6 +85,37 @@ def test_two_tenants_at_100_sm_take_turns(build: Build, gpu_dir: Path) -> None:
     assert second.first_start_ns < first.last_end_ns - 100 * MS
 
 
+@pytest.mark.parametrize("sm", ["50", "100"])
+def test_threads_of_one_process_share_its_sm_partition(build: Build, gpu_dir: Path, sm: str) -> None:
+    """MPS's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE limits the client process, all its kernels together:
+    two launching threads of a 50-SM process do not get 100 SMs between them."""
+    result = run_tenant(build, gpu_dir, "--threads", "2", "--launches", "20", "--duration-us", "10000", hook=False,
+                        env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": sm})
+    assert result.returncode == 0, result.stderr
+    state = read_state(gpu_dir)
+    proc = state.by_pid(result.summary["pid"])
+    assert proc.kernels == 20
+    assert 200 * MS <= proc.busy_ns <= 200 * MS + 20 * 5 * MS
+    # One kernel at a time: the process's kernels never overlap (side by side, the span was half).
+    assert _span(proc) >= 0.97 * proc.busy_ns
+    assert state.device_busy_ns >= 0.97 * proc.busy_ns
+
+
+def test_a_process_waiting_on_its_own_kernel_does_not_hold_up_another(build: Build, gpu_dir: Path) -> None:
+    """Two 50-SM processes, two launching threads each: the partitions still run side by side."""
+    start_at = time.monotonic_ns() + 300 * MS
+    args = ("--threads", "2", "--launches", "16", "--duration-us", "10000", "--start-at-ns", str(start_at))
+    env = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    tenants = [start_tenant(build, gpu_dir, *args, hook=False, env=env) for _ in range(2)]
+    results = [finish_tenant(tenant) for tenant in tenants]
+    assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
+    state = read_state(gpu_dir)
+    first, second = (state.by_pid(r.summary["pid"]) for r in results)
+    for proc in (first, second):
+        assert _span(proc) >= 0.97 * proc.busy_ns
+    assert _span(first, second) < 0.75 * (first.busy_ns + second.busy_ns)
+
+
 def test_the_state_can_be_sampled_while_a_tenant_runs(build: Build, gpu_dir: Path) -> None:
     process = start_tenant(build, gpu_dir, "--launches", "40", "--duration-us", "20000", hook=False)
 
