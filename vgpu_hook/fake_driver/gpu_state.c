@@ -44,6 +44,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,18 @@ static struct fake_gpu_proc *g_self;   /* this process's slot */
 static uint32_t g_units;               /* SM units each kernel of this process holds */
 static pid_t g_pid;
 static int g_lock_fd = -1;             /* <dir>/fake_gpu.lock; open for the process's life */
+
+/* Launches submitted (entered fgpu_run_kernel) and not finished, by ticket: what a context
+ * synchronize waits for. A launch call is the fake's submission, so a kernel still waiting for
+ * its SM units counts, as a queued kernel does on a real GPU. Process-local. */
+#define MAX_PENDING 1024
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    uint64_t next_ticket;
+    uint32_t count;
+    uint64_t tickets[MAX_PENDING];
+} g_pending = {.lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
 uint64_t fgpu_now_ns(void)
 {
@@ -348,6 +361,10 @@ void fgpu_forget_after_fork(void)
 {
     g_state = NULL;
     g_self = NULL;
+    /* Only the forking thread exists in the child: the parent's pending launches are not its own. */
+    pthread_mutex_init(&g_pending.lock, NULL);
+    pthread_cond_init(&g_pending.done, NULL);
+    g_pending.count = 0;
 }
 
 /* --- SM units and kernels --------------------------------------------------------------- */
@@ -438,14 +455,63 @@ static void sleep_until(uint64_t when_ns)
     }
 }
 
+/* --- this process's submitted work, for cuCtxSynchronize ----------------------------------- */
+
+/* A ticket for a launch now submitted; 0 when too many are pending to track (never in practice:
+ * launches are synchronous, one per thread). */
+static uint64_t pending_add(void)
+{
+    uint64_t ticket = 0;
+    pthread_mutex_lock(&g_pending.lock);
+    if (g_pending.count < MAX_PENDING) {
+        ticket = ++g_pending.next_ticket;
+        g_pending.tickets[g_pending.count++] = ticket;
+    }
+    pthread_mutex_unlock(&g_pending.lock);
+    return ticket;
+}
+
+static void pending_done(uint64_t ticket)
+{
+    if (ticket == 0)
+        return;
+    pthread_mutex_lock(&g_pending.lock);
+    for (uint32_t i = 0; i < g_pending.count; i++)
+        if (g_pending.tickets[i] == ticket) {
+            g_pending.tickets[i] = g_pending.tickets[--g_pending.count];
+            break;
+        }
+    pthread_cond_broadcast(&g_pending.done);
+    pthread_mutex_unlock(&g_pending.lock);
+}
+
+static bool pending_up_to_locked(uint64_t last)
+{
+    for (uint32_t i = 0; i < g_pending.count; i++)
+        if (g_pending.tickets[i] <= last)
+            return true;
+    return false;
+}
+
+void fgpu_wait_submitted(void)
+{
+    pthread_mutex_lock(&g_pending.lock);
+    uint64_t last = g_pending.next_ticket; /* later launches are not this synchronize's */
+    while (pending_up_to_locked(last))
+        pthread_cond_wait(&g_pending.done, &g_pending.lock);
+    pthread_mutex_unlock(&g_pending.lock);
+}
+
 void fgpu_run_kernel(uint64_t duration_ns, int is_graph)
 {
     struct fake_gpu_state *s = g_state;
     struct fake_gpu_proc *me = g_self;
+    uint64_t ticket = pending_add();
     uint64_t start = acquire_units(s, me);
     if (duration_ns > 0)
         sleep_until(start + duration_ns);
     release_units(s, me, start, is_graph);
+    pending_done(ticket);
 }
 
 /* --- memory pool and counters ----------------------------------------------------------- */

@@ -34,6 +34,11 @@ uint64_t fgpu_now_ns(void);
  * (sleeping: launches are synchronous), releases them and accounts the time. */
 void fgpu_run_kernel(uint64_t duration_ns, int is_graph);
 
+/* cuCtxSynchronize: waits until every launch this process submitted before the call has finished
+ * (one still waiting for its SM units too), as a real context synchronize waits for all work
+ * submitted to the context. */
+void fgpu_wait_submitted(void);
+
 /* Takes bytes from the shared pool (FGPU_OUT_OF_MEMORY when it does not fit) or returns them. */
 enum fgpu_status fgpu_mem_reserve(uint64_t bytes);
 void fgpu_mem_release(uint64_t bytes);

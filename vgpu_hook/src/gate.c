@@ -3,7 +3,9 @@
  * its token.
  *
  * Locking: `lock` guards everything below except quota.deadline_ns, which the fast path reads
- * atomically. The slow path holds `lock` across the socket round trip (other launching threads
+ * atomically, and the count of launches in flight (atomic: a launch adds itself before it checks
+ * the token and removes itself when the driver call returns; a renewal waits for it to reach 0
+ * before it synchronises and returns the token). The slow path holds `lock` across the socket round trip (other launching threads
  * wait for the same token, which is the point) and across the real cuCtxSynchronize. The real
  * driver is loaded BEFORE the lock is taken, so a driver constructor calling back into the hook
  * cannot deadlock on it (pitfall 7).
@@ -26,6 +28,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A token-end cuCtxSynchronize that took this long waited for GPU work (one that finds nothing to
@@ -47,6 +50,9 @@ static struct {
     .client = {.fd = -1},
     .quota = {.clock = fgs_clock_monotonic},
 };
+
+/* Launches that passed the gate and have not returned from the driver (atomic). */
+static unsigned long g_in_flight;
 
 void fgs_gate_configure(const struct fgs_config *cfg)
 {
@@ -126,6 +132,16 @@ static void sync_before_return_locked(void)
         fgs_quota_note_activity(&g.quota); /* the token's work ran until now */
 }
 
+/* Launches that passed the gate and have not returned from the driver yet belong to the token
+ * they passed under: wait for them (on a real GPU a launch returns once queued, on the fake when
+ * its kernel has run) before the token is returned, so none starts after it. */
+static void wait_in_flight_locked(void)
+{
+    const struct timespec poll = {.tv_sec = 0, .tv_nsec = 100 * 1000};
+    while (__atomic_load_n(&g_in_flight, __ATOMIC_SEQ_CST) > 0)
+        nanosleep(&poll, NULL);
+}
+
 static CUresult renew_locked(void)
 {
     if (fgs_quota_valid(&g.quota))
@@ -135,6 +151,7 @@ static CUresult renew_locked(void)
     char err[320];
     if (g.link == LINK_UNCONNECTED && connect_locked(err, sizeof err) != 0)
         return fail_locked(err);
+    wait_in_flight_locked();
     if (g.cfg->sync_at_token_end && fgs_quota_active(&g.quota))
         sync_before_return_locked();
     uint64_t used_ns = fgs_quota_used_ns(&g.quota), token_ns;
@@ -157,20 +174,27 @@ static CUresult renew(void)
     int loaded = fgs_load_real();
     pthread_mutex_lock(&g.lock);
     CUresult r = loaded == 0 ? renew_locked() : fail_locked("the real CUDA driver could not be loaded");
+    if (r == CUDA_SUCCESS) /* in flight before the lock goes: the next renewal waits for this launch */
+        __atomic_add_fetch(&g_in_flight, 1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&g.lock);
     return r;
 }
 
 CUresult fgs_gate_enter(void)
 {
+    /* Counted in flight BEFORE the validity check: a renewal that finds the token expired (after
+     * this check passed) then sees the count and waits for this launch. */
+    __atomic_add_fetch(&g_in_flight, 1, __ATOMIC_SEQ_CST);
     if (fgs_quota_valid(&g.quota))
         return CUDA_SUCCESS;
+    __atomic_sub_fetch(&g_in_flight, 1, __ATOMIC_SEQ_CST);
     return renew();
 }
 
 void fgs_gate_leave(void)
 {
     fgs_quota_note_activity(&g.quota);
+    __atomic_sub_fetch(&g_in_flight, 1, __ATOMIC_SEQ_CST);
 }
 
 void fgs_gate_after_fork_child(void)
@@ -181,4 +205,5 @@ void fgs_gate_after_fork_child(void)
     fgs_quota_reset(&g.quota);
     g.link = LINK_UNCONNECTED;
     g.failure_reported = 0;
+    g_in_flight = 0; /* the parent's other threads' launches are not the child's */
 }

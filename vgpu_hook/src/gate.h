@@ -1,11 +1,14 @@
 /*
  * gate.h: the time-token gate every launch passes before it reaches the driver.
  *
- * fgs_gate_enter returns CUDA_SUCCESS when the process may launch now. While the token is
- * valid that is one vDSO clock read and one atomic load: no lock, no syscall. When it has
- * expired (or was never granted) the calling thread takes the gate lock, connects and says
- * HELLO on first use, synchronises the context (unless FASTGSHARE_SYNC_AT_TOKEN_END=0),
- * returns the old token with its used time and blocks until the arbiter grants a new one.
+ * fgs_gate_enter returns CUDA_SUCCESS when the process may launch now; every such launch must
+ * call fgs_gate_leave when its driver call returns. While the token is valid that is one vDSO
+ * clock read, one atomic load and two atomic adds (the count of launches in flight): no lock, no
+ * syscall. When it has expired (or was never granted) the calling thread takes the gate lock,
+ * connects and says HELLO on first use, waits for the launches in flight (other threads' calls
+ * that passed the gate under the old token), synchronises the context (unless
+ * FASTGSHARE_SYNC_AT_TOKEN_END=0), returns the old token with its used time and blocks until the
+ * arbiter grants a new one.
  *
  * Fail closed: when the arbiter cannot be used (socket unset or unreachable, connection closed,
  * no reply within the timeout, an ERROR reply, the driver cannot be loaded, a bad setting) the

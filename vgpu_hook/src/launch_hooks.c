@@ -16,8 +16,10 @@
         CUresult gate_result = fgs_gate_enter();                                                   \
         if (gate_result != CUDA_SUCCESS)                                                           \
             return gate_result;                                                                    \
-        if (fgs_real.symbol == NULL)                                                               \
+        if (fgs_real.symbol == NULL) {                                                             \
+            fgs_gate_leave();                                                                      \
             return CUDA_ERROR_NOT_FOUND;                                                           \
+        }                                                                                          \
         CUresult launch_result = fgs_real.symbol(__VA_ARGS__);                                     \
         fgs_gate_leave();                                                                          \
         return launch_result;                                                                      \
