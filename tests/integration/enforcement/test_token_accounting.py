@@ -33,7 +33,9 @@ def test_a_request_after_an_idle_period_does_not_pay_for_the_idle_time(hook_buil
         summary = box.run_tenant(spec, "--launches", "3", "--duration-us", "10000", "--burst-on-ms", "1",
                                  "--burst-off-ms", "1000")
     assert summary["launches"] == 3
-    assert summary["max_later_launch_ms"] < 40, summary
+    later_ms = summary["max_later_launch_ms"]
+    assert isinstance(later_ms, float)
+    assert later_ms < 40, summary
 
 
 def _share_of_quota(box: Sandbox, spec: TenantSpec, *args: str, seconds: float = 3.0) -> float:
@@ -47,7 +49,8 @@ def _share_of_quota(box: Sandbox, spec: TenantSpec, *args: str, seconds: float =
     time.sleep(seconds - 0.9)
     last, last_at = box.sample(), time.monotonic_ns()
     box.wait_tenants(timeout_s=seconds + 30)
-    assert first is not None and last is not None
+    assert first is not None
+    assert last is not None
     used = box.busy_ns(last)[spec.name] - box.busy_ns(first)[spec.name]
     return used / (last_at - first_at) / spec.limit
 
@@ -62,3 +65,16 @@ def test_a_second_threads_kernel_is_charged_to_the_token_it_passed_the_gate_unde
     with sandbox(hook_build, [spec]) as box:
         share = _share_of_quota(box, spec, "--threads", "2", "--duration-us", "10000")
     assert share < 1.6, share
+
+
+@pytest.mark.xfail(reason="the arbiter's policy (fastgshare/arbitration.py, GpuArbiter) admits a new token while the "
+                          "pod's window usage is up to 1 ms under its limit, so a 10 ms kernel started in a 2 ms "
+                          "token overruns by 8 ms each time; the reported overrun is charged but the sliding-window "
+                          "rule lets the usage swing above the limit on average (~110-114 % of the quota)",
+                   strict=False)
+def test_kernels_that_overrun_their_token_are_paid_back(hook_build: HookBuild) -> None:
+    """A non-stop launcher of 10 ms kernels at quota 0.25 gets its quota, not 110 % of it."""
+    spec = TenantSpec(name="overrun", request=0.25, limit=0.25)
+    with sandbox(hook_build, [spec]) as box:
+        share = _share_of_quota(box, spec, "--duration-us", "10000")
+    assert share < 1.06, share
