@@ -22,6 +22,7 @@ import kubernetes.client
 import pytest
 
 from fastgshare import keys
+from fastgshare.codec import decode_assignment
 from fastgshare.profile import Profile, ProfilePoint, Slo, encode_profile
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
@@ -180,3 +181,94 @@ def test_a_ramp_through_the_gateway_scales_the_function_up_in_time_and_down_afte
     assert float(planned.get("capacityRps") or 0) >= 40  # the ready pods' SLO capacity covers the load
     assert first_down - last_up >= DELAY_S - 1  # never before the delay (1 s: the sampling)
     assert len(failed) <= 0.02 * len(results), failed[:5]  # requests wait in the gateway's queue, not fail
+
+
+VERTICAL = "raise"
+
+
+@pytest.fixture
+def ladder_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """A function whose profile has two quotas of one SM slice: a higher rate is served by raising
+    the running pod's time quota (cost 0.1 -> 0.2 of a GPU for +20 req/s) rather than a new pod."""
+    def point(quota: float, max_rps: float) -> ProfilePoint:
+        return ProfilePoint(quota_request=quota, quota_limit=quota, sm_partition=50, memory_bytes=128 * MiB,
+                            max_rps=max_rps, slo_rps=max_rps, p50_ms=60, p95_ms=120, p99_ms=150)
+    ladder = Profile(function=VERTICAL, slo=Slo(percentile=95, latency_ms=SLO_MS),
+                     points=(point(0.2, 25), point(0.4, 45)))
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    core.create_namespaced_config_map(NAMESPACE, {
+        "metadata": {"name": f"{VERTICAL}-profile"}, "data": {"profile.json": encode_profile(ladder)}})
+    custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                           keys.FASTFUNC_PLURAL, {
+        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": VERTICAL},
+        "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
+                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
+                 "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
+                 "profile": {"configMapRef": {"name": f"{VERTICAL}-profile"}},
+                 "scaling": {"policy": "rpr", "minReplicas": 1, "maxReplicas": 4, "intervalSeconds": 2,
+                             "headroom": 0.5, "scaleDownDelaySeconds": 120}}})
+    yield VERTICAL
+    custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                           keys.FASTFUNC_PLURAL, VERTICAL)
+    core.delete_namespaced_config_map(f"{VERTICAL}-profile", NAMESPACE)
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={VERTICAL}")
+               .items, what=f"the pods of {VERTICAL} gone", timeout_s=120)
+
+
+def test_a_higher_rate_raises_the_running_pods_time_quota_in_place(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, ladder_function: str) -> None:
+    selector = f"{keys.FUNCTION_LABEL}={VERTICAL}"
+
+    def live_pods() -> list[Any]:
+        return [p for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+                if p.metadata.deletion_timestamp is None]
+
+    wait_until(lambda: any(c.type == "Ready" and c.status == "True"
+                           for p in live_pods() for c in p.status.conditions or []),
+               what="the function's first pod ready", timeout_s=120)
+    [first] = live_pods()
+    assert first.metadata.annotations[keys.GPU_QUOTA_REQUEST] == "0.2"
+    load = OpenLoop(f"{real_cluster.gateway_url}/function/{VERTICAL}")
+    started = time.monotonic()
+    raised_at: list[float] = []
+
+    def raised() -> bool:
+        pods = live_pods()
+        text = (pods[0].metadata.annotations or {}).get(keys.POD_ASSIGNMENT_ANNOTATION) if len(pods) == 1 else None
+        if text is not None and decode_assignment(text).share.request_permille == 400:
+            raised_at.append(time.monotonic())
+            return True
+        return False
+
+    try:
+        sender = threading.Thread(target=load.run, args=(20, 30), daemon=True)  # 20 req/s: 30 wanted, 25 run
+        sender.start()
+        wait_until(raised, what="the pod's assignment raised to quota 0.4", timeout_s=40)
+        sender.join(40)
+    finally:
+        load.close()
+    pods = live_pods()
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    children = custom.list_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, NAMESPACE,
+                                                    keys.FASTPOD_PLURAL, label_selector=selector)["items"]
+    results = load.results
+    failed = [r for r in results if r[1] != 200]
+    print(f"vertical step: the pod's quota 0.2 -> 0.4 in place {raised_at[0] - started:.1f}s after 20 req/s "
+          f"started; {len(failed)} of {len(results)} requests failed; children "
+          f"{[(c['metadata']['name'], c['metadata']['annotations'][keys.GPU_QUOTA_REQUEST]) for c in children]}")
+    assert [p.metadata.uid for p in pods] == [first.metadata.uid]  # the same pod, not a new one
+    assert [(c["metadata"]["name"], c["metadata"]["annotations"][keys.GPU_QUOTA_REQUEST]) for c in children] == [
+        (f"{VERTICAL}-q20-s50", "0.4")]
+    assert pods[0].metadata.annotations[keys.GPU_QUOTA_REQUEST] == "0.4"
+    assert not failed, failed[:5]
+    row = status_of_function(real_cluster, VERTICAL)["configs"]
+    assert [r["config"] for r in row] == ["q40-s50"]
+
+
+def status_of_function(real_cluster: Cluster, name: str) -> dict[str, Any]:
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    obj = custom.get_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                              keys.FASTFUNC_PLURAL, name)
+    return dict(obj.get("status") or {})
