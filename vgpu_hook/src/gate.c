@@ -117,9 +117,10 @@ static int reconnect_locked(char *err, size_t err_len)
 
 /* Queued work of the expiring token must not run into the next holder's slice on a real GPU.
  * When the synchronize really waited for work (it took at least FGS_SYNC_WAITED_NS), that work ran
- * until now and the token's use extends to now. When it returned at once, nothing was left: the
- * token's use ended with its last launch (or an earlier wait), and the time since (the pod idled,
- * perhaps for seconds) is not charged. */
+ * until now and the token's use extends to now. When it returned at once, nothing was left: on a
+ * real GPU the token's kernels may have run after their launches returned, but not past the
+ * token's end, so the use extends to the token's end at most (never to now: the pod may have idled
+ * for seconds since, and that time is not charged). */
 static void sync_before_return_locked(void)
 {
     if (fgs_real.cuCtxSynchronize == NULL)
@@ -130,6 +131,8 @@ static void sync_before_return_locked(void)
         FGS_DEBUG("cuCtxSynchronize before returning the token failed with %d", (int)r);
     else if (fgs_clock_monotonic(NULL) - before >= FGS_SYNC_WAITED_NS)
         fgs_quota_note_activity(&g.quota); /* the token's work ran until now */
+    else
+        fgs_quota_note_until_token_end(&g.quota); /* it ran within the token, at most to its end */
 }
 
 /* Launches that passed the gate and have not returned from the driver yet belong to the token

@@ -39,6 +39,20 @@ void fgs_quota_note_activity(struct fgs_quota *q)
         ; /* another thread noted a time: keep the later one */
 }
 
+void fgs_quota_note_until_token_end(struct fgs_quota *q)
+{
+    if (!q->granted)
+        return;
+    uint64_t now = q->clock(q->clock_ctx);
+    uint64_t end = q->grant_ns + q->token_ns;
+    if (end < q->grant_ns || end > now) /* saturated, or the token has not ended yet */
+        end = now;
+    uint64_t seen = __atomic_load_n(&q->active_until_ns, __ATOMIC_RELAXED);
+    while (seen < end &&
+           !__atomic_compare_exchange_n(&q->active_until_ns, &seen, end, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
 bool fgs_quota_active(const struct fgs_quota *q)
 {
     return q->granted && __atomic_load_n(&q->active_until_ns, __ATOMIC_RELAXED) > q->grant_ns;

@@ -46,6 +46,13 @@ bool fgs_quota_granted(const struct fgs_quota *q);
 /* A launch (or a sync) under the current token returned now. Lock-free, any thread. */
 void fgs_quota_note_activity(struct fgs_quota *q);
 
+/* The token's work may have run until now, but not past the token's end: notes activity at
+ * min(now, grant + token_ns) (kept if a later one was noted). For the token-end sync that found
+ * nothing left to wait for: on a real GPU the token's kernels ran after their launches returned,
+ * at most until the token ended (else the sync would have waited); the idle time after the token
+ * is not charged. Caller-serialised. */
+void fgs_quota_note_until_token_end(struct fgs_quota *q);
+
 /* Something was launched under the current token. */
 bool fgs_quota_active(const struct fgs_quota *q);
 

@@ -83,6 +83,28 @@ static void test_activity_before_a_grant_does_not_count(void)
     CHECK(!fgs_quota_active(&q));
 }
 
+static void test_a_sync_that_found_nothing_charges_at_most_the_token(void)
+{
+    struct fake_clock clock = {1000};
+    struct fgs_quota q;
+    fgs_quota_init(&q, fake_now, &clock);
+    fgs_quota_grant(&q, 500);
+    set_now(&clock, 1100);
+    fgs_quota_note_activity(&q); /* a launch returned at 1100; its kernel may run on */
+    set_now(&clock, 1300);
+    fgs_quota_note_until_token_end(&q); /* the token has not ended: its work ran until now */
+    CHECK(fgs_quota_used_ns(&q) == 300);
+    set_now(&clock, 900000); /* the pod idled long after the token ended */
+    fgs_quota_note_until_token_end(&q);
+    CHECK(fgs_quota_used_ns(&q) == 500); /* the whole token, not the idle time after it */
+    fgs_quota_grant(&q, 500);
+    set_now(&clock, 900800);
+    fgs_quota_note_activity(&q); /* a launch that overran the token's end */
+    set_now(&clock, 950000);
+    fgs_quota_note_until_token_end(&q);
+    CHECK(fgs_quota_used_ns(&q) == 800); /* the overrun stays charged */
+}
+
 static void test_regrant_restarts_from_now(void)
 {
     struct fake_clock clock = {1000};
@@ -187,6 +209,7 @@ static void test_real_clock_is_monotonic(void)
 
 int main(void)
 {
+    test_a_sync_that_found_nothing_charges_at_most_the_token();
     test_no_token_before_the_first_grant();
     test_token_valid_until_grant_plus_length();
     test_used_runs_to_the_last_activity_overruns_included();
