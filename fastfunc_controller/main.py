@@ -47,13 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resync-seconds", type=float, default=300.0,
                         help="reconcile every FaSTFunc at least this often (default: %(default)s)")
     parser.add_argument("--gateway-url", action="append", default=[], metavar="URL",
-                        help="a gateway whose /metrics (gateway_function_invocation_total) gives the request rates "
-                             "that autoscale policies rpr and hpa; repeat it for every gateway replica (default: "
-                             "none, and autoscaled functions keep their plan with MetricsUnavailable=True)")
+                        help="a gateway whose /metrics (gateway_function_invocation_started_total) gives the "
+                             "request rates that autoscale policies rpr and hpa; repeat it for every gateway "
+                             "replica (default: none, and autoscaled functions keep their plan with "
+                             "MetricsUnavailable=True)")
     parser.add_argument("--prometheus-url", default="", metavar="URL",
                         help="Prometheus mode, instead of --gateway-url: ask this Prometheus (its /api/v1/query) "
-                             "for sum(rate(gateway_function_invocation_total{function_name=\"<fn>.<ns>\"}[W])) over "
-                             "the long and the short window; it must scrape every gateway replica (default: off)")
+                             "for sum(rate(gateway_function_invocation_started_total{function_name=\"<fn>.<ns>\"}[W])) "
+                             "over the long and the short window; it must scrape every gateway replica (default: off)")
     parser.add_argument("--prometheus-scrape-interval-seconds", type=float, default=DEFAULT_SCRAPE_INTERVAL_S,
                         metavar="SECONDS",
                         help="how often that Prometheus scrapes the gateways: each rate window is at least twice "

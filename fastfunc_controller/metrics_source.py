@@ -3,7 +3,7 @@
 controller that speak HTTP.
 
 :class:`GatewayMetrics` scrapes each gateway's ``/metrics`` (``--gateway-url``, repeatable) when
-:meth:`~GatewayMetrics.scrape` is called, sums ``gateway_function_invocation_total`` over the
+:meth:`~GatewayMetrics.scrape` is called, sums ``gateway_function_invocation_started_total`` over the
 status codes per ``function_name`` (prometheus_client's text parser), and hands the round to a
 :class:`~.rates.RateTracker`, which differentiates the counters (resets included) and sums the
 gateways. :meth:`~GatewayMetrics.read` answers a function's rate over a long and a short window, or
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from fastfunc_controller.rates import INVOCATIONS, Rates, RateTracker
+from fastfunc_controller.rates import ARRIVALS, Rates, RateTracker
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,11 @@ def check_gateway_url(url: str) -> str | None:
 
 
 def invocation_counts(text: str) -> dict[str, float]:
-    """``gateway_function_invocation_total`` summed over codes, per ``function_name``."""
+    """``gateway_function_invocation_started_total`` (requests arrived) per ``function_name``."""
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == INVOCATIONS and "function_name" in sample.labels:
+            if sample.name == ARRIVALS and "function_name" in sample.labels:
                 name = sample.labels["function_name"]
                 counts[name] = counts.get(name, 0.0) + float(sample.value)
     return counts

@@ -3,9 +3,10 @@ request rates the reference autoscalers read, through Prometheus's HTTP API (``/
 
 :class:`PrometheusRates` is the same rate source as :class:`~.metrics_source.GatewayMetrics`
 (``scrape()`` every tick, ``read(function_name, long_s, short_s)``), asking Prometheus, per function,
-for the reference's PromQL summed over the gateway replicas::
+for the reference's PromQL, on the arrivals counter rather than the completions one
+(:mod:`.rates` says why), summed over the gateway replicas::
 
-    sum(rate(gateway_function_invocation_total{function_name="<fn>.<ns>"}[10s]))
+    sum(rate(gateway_function_invocation_started_total{function_name="<fn>.<ns>"}[10s]))
 
 over the long window and the same over the short (panic) window. ``rate()`` needs two samples in
 its window, so a window shorter than twice Prometheus's scrape interval of the gateways
@@ -17,7 +18,7 @@ What it answers, as direct mode does:
 
 - Prometheus unreachable, or a query it refuses: no rate, one line naming the URL and the error
   (``MetricsUnavailable``, the current plan is kept); ``scrape()`` asks every tick whether
-  Prometheus holds any gateway counter (``count(gateway_function_invocation_total)``), and while
+  Prometheus holds any gateway counter (``count(gateway_function_invocation_started_total)``), and while
   that fails ``read()`` does not query (the worker is not held by a Prometheus that does not answer);
 - Prometheus up but without a single gateway counter series (it does not scrape the gateways, or
   every gateway is down and its series went stale, or no gateway has counted a request yet): no
@@ -42,7 +43,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastfunc_controller.rates import INVOCATIONS, Rates
+from fastfunc_controller.rates import ARRIVALS, Rates
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ QUERY_TIMEOUT_S = 2.0
 STALE_S = 10.0  # as direct mode: a presence check older than this (or 3 short windows) gives no rate
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
 DEFAULT_SCRAPE_INTERVAL_S = 1.0
-PRESENCE_QUERY = f"count({INVOCATIONS})"
+PRESENCE_QUERY = f"count({ARRIVALS})"
 
 
 class QueryError(Exception):
@@ -90,9 +91,9 @@ def label_value(value: str) -> str:
 
 
 def rate_query(function_name: str, window: float) -> str:
-    """The reference's PromQL, summed over the gateways: ``function_name``'s (``<fn>.<ns>``) req/s
-    over the last ``window`` seconds."""
-    return f"sum(rate({INVOCATIONS}{{function_name={label_value(function_name)}}}[{duration(window)}]))"
+    """The reference's PromQL on the arrivals counter, summed over the gateways: ``function_name``'s
+    (``<fn>.<ns>``) req/s over the last ``window`` seconds."""
+    return f"sum(rate({ARRIVALS}{{function_name={label_value(function_name)}}}[{duration(window)}]))"
 
 
 def parse_vector(body: Mapping[str, Any]) -> float | None:
@@ -172,7 +173,7 @@ class PrometheusRates:
         try:
             count = self._ask(PRESENCE_QUERY)
             problem = None if count else (
-                f"Prometheus at {self._url} holds no {INVOCATIONS} series: it does not scrape the gateways, "
+                f"Prometheus at {self._url} holds no {ARRIVALS} series: it does not scrape the gateways, "
                 "every gateway is down, or none has counted a request yet; the current plan is kept")
         except QueryError as error:
             problem = str(error)

@@ -1,9 +1,13 @@
 """Request rates from the gateways' invocation counters, differentiated here (pure: no I/O, no clock).
 
-Each gateway exports ``gateway_function_invocation_total{function_name="<fn>.<ns>",code}``, a
-counter per process. :class:`RateTracker` is given, every scrape round, each gateway's counts
-summed over the codes (or None where a gateway did not answer) and the round's time, and keeps per
-function the cumulative increase over all gateways:
+Each gateway exports ``gateway_function_invocation_started_total{function_name="<fn>.<ns>"}``, a
+counter per process of the requests that *arrived* (counted before they wait, are served or are
+refused): the demand. The completed ones (``gateway_function_invocation_total``) would understate
+it under overload (completions cannot exceed the capacity) and show nothing for a function at zero
+pods whose requests the gateway holds while it waits for a first pod, so it could never wake.
+:class:`RateTracker` is given, every scrape round, each gateway's counts (or None where a gateway
+did not answer) and the round's time, and keeps per function the cumulative increase over all
+gateways:
 
 - a count below the gateway's previous one is a reset (the gateway restarted): its increase is the
   new count (it counted from 0);
@@ -24,7 +28,7 @@ from collections.abc import Mapping
 
 import attrs
 
-INVOCATIONS = "gateway_function_invocation_total"
+ARRIVALS = "gateway_function_invocation_started_total"
 
 
 @attrs.frozen(kw_only=True)

@@ -278,7 +278,7 @@ def test_a_pod_no_node_can_hold_makes_the_function_unschedulable_with_the_schedu
 
 
 class FakeGateway:
-    """A gateway's /metrics: ``gateway_function_invocation_total`` of one function, growing at ``rate``
+    """A gateway's /metrics: ``gateway_function_invocation_started_total`` of one function, growing at ``rate``
     requests per second (split over two codes, as a gateway counts them)."""
 
     def __init__(self, function_name: str) -> None:
@@ -318,10 +318,10 @@ class FakeGateway:
             self._advance()
             count = self._count
         name = self.function_name
-        return ("# HELP gateway_function_invocation_total Invocations completed, by status code\n"
-                "# TYPE gateway_function_invocation_total counter\n"
-                f'gateway_function_invocation_total{{code="200",function_name="{name}"}} {int(count * 0.9)}\n'
-                f'gateway_function_invocation_total{{code="503",function_name="{name}"}} '
+        return ("# HELP gateway_function_invocation_started_total Invocations completed, by status code\n"
+                "# TYPE gateway_function_invocation_started_total counter\n"
+                f'gateway_function_invocation_started_total{{code="200",function_name="{name}"}} {int(count * 0.9)}\n'
+                f'gateway_function_invocation_started_total{{code="503",function_name="{name}"}} '
                 f"{int(count) - int(count * 0.9)}\n")
 
     def close(self) -> None:

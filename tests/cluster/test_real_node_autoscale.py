@@ -272,3 +272,67 @@ def status_of_function(real_cluster: Cluster, name: str) -> dict[str, Any]:
     obj = custom.get_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
                                               keys.FASTFUNC_PLURAL, name)
     return dict(obj.get("status") or {})
+
+
+IDLE = "idle"
+
+
+@pytest.fixture
+def idle_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """A function of policy rpr with minReplicas 0 and a short scale-down delay."""
+    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
+    one = Profile(function=IDLE, slo=Slo(percentile=95, latency_ms=SLO_MS), points=(ProfilePoint(
+        quota_request=0.2, quota_limit=0.2, sm_partition=20, memory_bytes=128 * MiB, max_rps=25, slo_rps=25,
+        p50_ms=60, p95_ms=120, p99_ms=150),))
+    core.create_namespaced_config_map(NAMESPACE, {
+        "metadata": {"name": f"{IDLE}-profile"}, "data": {"profile.json": encode_profile(one)}})
+    custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                           keys.FASTFUNC_PLURAL, {
+        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": IDLE},
+        "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
+                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
+                 "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
+                 "profile": {"configMapRef": {"name": f"{IDLE}-profile"}},
+                 "scaling": {"policy": "rpr", "minReplicas": 0, "maxReplicas": 2, "intervalSeconds": 2,
+                             "headroom": 0.5, "scaleDownDelaySeconds": 10}}})
+    yield IDLE
+    custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                           keys.FASTFUNC_PLURAL, IDLE)
+    core.delete_namespaced_config_map(f"{IDLE}-profile", NAMESPACE)
+    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={IDLE}")
+               .items, what=f"the pods of {IDLE} gone", timeout_s=120)
+
+
+def test_an_idle_function_scales_to_zero_and_the_next_request_wakes_it(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, idle_function: str) -> None:
+    selector = f"{keys.FUNCTION_LABEL}={IDLE}"
+
+    def pods() -> int:
+        return sum(1 for p in core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+                   if p.metadata.deletion_timestamp is None)
+
+    url = f"{real_cluster.gateway_url}/function/{IDLE}"
+    time.sleep(6)  # a few ticks without a request: nothing is planned
+    assert pods() == 0
+
+    def call() -> tuple[int, float]:
+        started = time.monotonic()
+        with urllib.request.urlopen(urllib.request.Request(url, data=b"x", method="POST"), timeout=150) as response:
+            response.read()
+            return response.status, time.monotonic() - started
+
+    woken, cold_s = call()  # held by the gateway until the autoscaler's first pod is ready
+    warm, warm_s = call()
+    assert (woken, warm) == (200, 200)
+    assert pods() == 1
+    idle_since = time.monotonic()
+    wait_until(lambda: pods() == 0, what="the idle function scaled to zero", timeout_s=90)
+    to_zero_s = time.monotonic() - idle_since
+    again, again_s = call()
+    print(f"scale from zero: the first request answered after {cold_s:.1f}s (then {1000 * warm_s:.0f} ms); "
+          f"zero pods {to_zero_s:.1f}s after the last request (delay 10 s, rate window 10 s); woken again "
+          f"in {again_s:.1f}s")
+    assert again == 200
+    assert to_zero_s >= 10  # never before the scale-down delay

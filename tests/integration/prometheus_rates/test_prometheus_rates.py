@@ -1,5 +1,5 @@
 """Prometheus mode against a real Prometheus (Debian's ``prometheus``) on loopback: it scrapes two
-small gateway stand-ins every second, whose ``gateway_function_invocation_total`` counters advance
+small gateway stand-ins every second, whose ``gateway_function_invocation_started_total`` counters advance
 at rates the test sets, and the function controller's :class:`PrometheusRates` reports those rates
 (summed over codes and gateways) through the reference's PromQL; then why it has none, once the
 gateways and then Prometheus are gone. Every process and server stops, also on failure."""
@@ -47,10 +47,10 @@ class Counters:
     def exposition(self) -> str:
         now = time.monotonic()
         with self._lock:
-            lines = [f'gateway_function_invocation_total{{code="{code}",function_name="{function}"}} '
+            lines = [f'gateway_function_invocation_started_total{{code="{code}",function_name="{function}"}} '
                      f"{count + rate * (now - then):.3f}"
                      for (function, code), (count, then, rate) in sorted(self._counts.items())]
-        return "# TYPE gateway_function_invocation_total counter\n" + "".join(f"{line}\n" for line in lines)
+        return "# TYPE gateway_function_invocation_started_total counter\n" + "".join(f"{line}\n" for line in lines)
 
 
 @contextmanager
@@ -157,10 +157,11 @@ def test_the_prometheus_source_reports_the_gateways_rates_and_why_it_has_none(tm
 
         stop(server_a)
         stop(server_b)
-        wait_until(lambda: "holds no gateway_function_invocation_total series" in str(read(source, FN)),
+        wait_until(lambda: "holds no gateway_function_invocation_started_total series" in str(read(source, FN)),
                    what="the gateways' series stale", timeout_s=15, watched=process)
         process.stop()
         why = read(source, FN)
         assert isinstance(why, str)
-        assert why.startswith(f"cannot query Prometheus at {url} (count(gateway_function_invocation_total)): "), why
+        assert why.startswith(f"cannot query Prometheus at {url} (count(gateway_function_invocation_started_total))"
+                              ": "), why
         assert why.endswith("; the current plan is kept"), why

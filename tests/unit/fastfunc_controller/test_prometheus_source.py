@@ -29,9 +29,10 @@ def vector(*values: str) -> dict[str, Any]:
 
 
 def test_the_query_is_the_references_promql_summed_over_the_gateways() -> None:
-    assert rate_query(FN, 10) == 'sum(rate(gateway_function_invocation_total{function_name="fn.ns"}[10s]))'
-    assert rate_query(FN, 2.5) == 'sum(rate(gateway_function_invocation_total{function_name="fn.ns"}[2500ms]))'
-    assert rate_query('a"b\\c', 2) == 'sum(rate(gateway_function_invocation_total{function_name="a\\"b\\\\c"}[2s]))'
+    counter = "gateway_function_invocation_started_total"
+    assert rate_query(FN, 10) == f'sum(rate({counter}{{function_name="fn.ns"}}[10s]))'
+    assert rate_query(FN, 2.5) == f'sum(rate({counter}{{function_name="fn.ns"}}[2500ms]))'
+    assert rate_query('a"b\\c', 2) == f'sum(rate({counter}{{function_name="a\\"b\\\\c"}}[2s]))'
     assert (duration(15), duration(0.25), duration(1.9999)) == ("15s", "250ms", "2s")
 
 
@@ -87,7 +88,7 @@ def test_the_source_answers_both_windows_and_says_why_it_has_no_rate() -> None:
     source = PrometheusRates("http://p:9090", clock=lambda: clock[0], get=prometheus)
     assert source.read(FN, 10, 2) == "Prometheus at http://p:9090 has not been asked yet; the current plan is kept"
     source.scrape()
-    assert prometheus.asked == [("http://p:9090/api/v1/query", "count(gateway_function_invocation_total)")]
+    assert prometheus.asked == [("http://p:9090/api/v1/query", "count(gateway_function_invocation_started_total)")]
     prometheus.answers[rate_query(FN, 10)] = vector("4")
     prometheus.answers[rate_query(FN, 2)] = vector("6.5")
     assert source.read(FN, 10, 2) == Rates(long=4, short=6.5)
@@ -97,7 +98,7 @@ def test_the_source_answers_both_windows_and_says_why_it_has_no_rate() -> None:
     source.scrape()
     asked = len(prometheus.asked)
     assert source.read(FN, 10, 2) == ("cannot query Prometheus at http://p:9090 (count(gateway_function_invocation_"
-                                      "total)): [Errno 111] Connection refused; the current plan is kept")
+                                      "started_total)): [Errno 111] Connection refused; the current plan is kept")
     assert len(prometheus.asked) == asked  # while it does not answer, a read does not wait for it
 
     prometheus.down = False
@@ -105,7 +106,7 @@ def test_the_source_answers_both_windows_and_says_why_it_has_no_rate() -> None:
     source.scrape()
     why = source.read(FN, 10, 2)
     assert isinstance(why, str)
-    assert why.startswith("Prometheus at http://p:9090 holds no gateway_function_invocation_total series")
+    assert why.startswith("Prometheus at http://p:9090 holds no gateway_function_invocation_started_total series")
 
     prometheus.answers[PRESENCE_QUERY] = vector("1")
     source.scrape()
