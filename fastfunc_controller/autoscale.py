@@ -193,26 +193,24 @@ State = ScalerState | HpaState
 
 def current_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Pods per configuration key of the child FaSTPods (``spec.replicas``) the policy may run."""
-    by_label = usable.by_label()
-    pods: dict[str, int] = {}
-    for child in children:
-        label = running_config_label(child)
-        replicas = (child.get("spec") or {}).get("replicas")
-        if label in by_label and isinstance(replicas, int) and replicas > 0:
-            pods[by_label[label].key] = pods.get(by_label[label].key, 0) + replicas
-    return pods
+    return _count_by_key(usable, children, "spec", "replicas")
 
 
 def ready_pods(usable: Usable, children: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Ready pods per configuration key of the child FaSTPods (``status.readyReplicas``)."""
+    return _count_by_key(usable, children, "status", "readyReplicas")
+
+
+def _count_by_key(usable: Usable, children: Sequence[Mapping[str, Any]], part: str, field: str) -> dict[str, int]:
+    """``child[part][field]`` summed per configuration key, a child's key being what it runs."""
     by_label = usable.by_label()
-    ready: dict[str, int] = {}
+    counts: dict[str, int] = {}
     for child in children:
         label = running_config_label(child)
-        count = (child.get("status") or {}).get("readyReplicas")
-        if label in by_label and isinstance(count, int) and count > 0:
-            ready[by_label[label].key] = ready.get(by_label[label].key, 0) + count
-    return ready
+        count = (child.get(part) or {}).get(field)
+        if label is not None and label in by_label and isinstance(count, int) and count > 0:
+            counts[by_label[label].key] = counts.get(by_label[label].key, 0) + count
+    return counts
 
 
 def starting(usable: Usable, children: Sequence[Mapping[str, Any]]) -> bool:
