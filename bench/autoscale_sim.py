@@ -6,13 +6,31 @@ planner and scaling steps (:mod:`fastgshare.autoscaling`: ``step`` and the contr
 for the GPUs all functions' pods need together). Compared:
 
 - ``rpr``: the profile-driven scaler (every 1 s; 0.5 headroom; scale-down after 60 s; panic on a
-  doubling 2 s window), choosing (quota, SM) configurations by dominant-share cost;
-- ``time_sharing_only``: the same scaler restricted to configurations with all SMs (SM 100), as a
-  GPU shared in time only would run it;
+  doubling 2 s window; vertical steps; a make-before-break re-plan at most every 300 s), choosing
+  (quota, SM) configurations by dominant-share cost;
+- ``rpr_area``: the same with the paper's cost, time x SM area alone;
+- ``time_sharing_only``: ``rpr`` restricted to configurations with all SMs (SM 100), as a GPU shared
+  in time only would run it;
 - ``hpa_whole_gpu``: Kubernetes' HPA on whole-GPU pods, exactly the function controller's model
   (:func:`fastgshare.autoscaling.hpa_step` with its defaults: target 70 % of a pod's ``maxRps``,
   tolerance 0.1, up by at most max(2n, n + 4), down to the largest recommendation of the last
-  300 s, at least one pod), every 15 s: what serverless platforms without sharing do.
+  300 s, at least one pod), every 15 s: what serverless platforms without sharing do (the baseline
+  of the ``*_to_hpa`` ratios);
+- ``hpa_whole_gpu_fast``: the same every 2 s with a 30 s stabilisation window;
+- ``hpa_fixed``: the HPA (15 s / 300 s) on pods of the most efficient configuration (by dominant
+  cost): configuration choice without the profile-driven loop (its 70 % of ``maxRps`` is above
+  what a small pod serves within the SLO, so it under-provisions).
+
+The scalers run as the function controller runs them: each tick :func:`~fastgshare.autoscaling.settle`
+with the ready pods per configuration (a re-plan's kept pods go once the new plan's are ready), then
+:func:`~fastgshare.autoscaling.step` with ``starting`` (some live pod not ready yet: no re-plan), then
+the pods of :func:`~fastgshare.autoscaling.running` (the target and the kept pods). A vertical step
+(pods of one configuration moved to a larger quota of the same SM, memory and batch,
+:func:`~fastgshare.autoscaling.same_but_quota`, that had no pods) changes those pods in place: a live
+share change keeps the pod, its readiness and its queue, costs no cold start and creates no pod
+(``vertical_steps``, ``pods_resized_in_place``; ``rebalances`` counts re-plans). The example profile
+has no two usable points that differ only in quota (q20-s12 misses the SLO), so it makes no vertical
+step; the CI subset uses a profile with a quota ladder.
 
 Model: Poisson arrivals (thinning) at each function's rate; each pod a FIFO server taking
 ``1 / maxRps`` s per request (its configuration's saturation throughput, measured one pod per GPU),
@@ -26,10 +44,16 @@ capacity is measured on this model (the highest Poisson rate one pod serves with
 tick: the fleet packer's count for all functions' pods' shares (time x SM, memory, slots), and at
 least ``sum over pods of SLO capacity / (kappa x SLO capacity of its function on a whole GPU)``:
 co-located pods do not each serve as much as they did alone (profiles are measured one pod per
-GPU); kappa = 3.15, the paper's gain of spatio-temporal over time sharing, caps what sharing one GPU
-can give. ``ticks_capacity_below_rate`` counts (tick, function) pairs whose planned SLO capacity
-was below the 10 s rate the scaler planned for (zero for rpr by construction; HPA's rate limit and
-target differ).
+GPU); kappa (``--kappa``, default 3.15, the paper's gain of spatio-temporal over time sharing) caps
+what sharing one GPU can give. Kappa enters only this GPU count, not the pods' service times.
+``ticks_capacity_below_rate`` counts (tick, function) pairs whose planned SLO capacity (rpr: the
+target, without kept pods) was below the 10 s rate the scaler planned for (zero for rpr by
+construction; HPA's rate limit and target differ).
+
+``--robustness`` (S5, not in the default run) adds ``rpr`` on ``ramp`` and ``bursty`` with kappa
+1.5 and infinity (the same run's requests, other GPU counts), cold starts of 1 and 10 s, and a
+profile error of x0.8 and x1.2 (the planner and dispatcher believe SLO capacities x that factor;
+the pods serve at the profile's real speed).
 
 Traces (rates in req/s): ``ramp`` (30 -> 110 -> 50 over 180 s, four times: the ICPP'23 ramp),
 ``bursty`` (60 + 45 sin(2 pi t / 1800), plus 12 bursts an hour of x2.5 for 30 s), ``steps``
@@ -45,7 +69,9 @@ Trigger,1..1440``, per-minute counts per function) the first ``--trace-functions
 fleet, each at its minute's count / 60 req/s, with profiles derived as for ``fleet``.
 
 Run: ``python -m bench.autoscale_sim [--profile FILE] [--traces ramp,bursty,steps,fleet]
-[--seconds S] [--trace FILE]``.
+[--seconds S] [--trace FILE] [--gpu MODEL] [--policies P,...] [--kappa K] [--robustness]``. The
+example profile is on a V100-16GB: its 2 GB pods pack at most 8 per GPU (memory-bound); with
+``--gpu V100-32GB`` (the reference prototype's 32 GB GPUs) 16 (the slots).
 """
 
 from __future__ import annotations
@@ -64,7 +90,21 @@ from pathlib import Path
 
 import attrs
 
-from fastgshare.autoscaling import GpuBudget, HpaState, Option, ScalerState, ScalingSettings, cost_of, hpa_step, step
+from fastgshare.autoscaling import (
+    CostModel,
+    GpuBudget,
+    HpaSettings,
+    HpaState,
+    Option,
+    ScalerState,
+    ScalingSettings,
+    cost_of,
+    hpa_step,
+    running,
+    same_but_quota,
+    settle,
+    step,
+)
 from fastgshare.dispatch import Dispatcher, PodLoad
 from fastgshare.fleet import pack_fleet
 from fastgshare.gpu_models import gpu_model_spec
@@ -79,7 +119,12 @@ FUNCTION_QUEUE_TIMEOUT_S = 10.0
 TICK_S = 1.0
 HPA_PERIOD_S = 15.0
 RPR_SETTINGS = ScalingSettings(headroom=0.5, scale_down_delay_s=60, dead_band=0.25, panic=True, min_pods=1)
-POLICIES = ("rpr", "time_sharing_only", "hpa_whole_gpu")
+# the HPA policies: (period s, settings); their one configuration is in Function.options
+HPA_POLICIES = {"hpa_whole_gpu": (HPA_PERIOD_S, HpaSettings()),
+                "hpa_whole_gpu_fast": (2.0, HpaSettings(stabilisation_s=30)),
+                "hpa_fixed": (HPA_PERIOD_S, HpaSettings())}
+POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu", "hpa_fixed", "hpa_whole_gpu_fast")
+DEFAULT_POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu")  # the others: --policies
 Trace = Callable[[float], float]
 
 
@@ -225,7 +270,9 @@ def model_capacity(point: ProfilePoint, slo: Slo, seed: int) -> float:
 # --- functions and their configurations ----------------------------------------------------
 @attrs.frozen
 class Function:
-    """A function as the policies see it: its SLO, its usable options per policy and its whole-GPU option."""
+    """A function as the policies see it: its SLO, its usable options per policy (with the capacities the
+    planner believes) and its whole-GPU option; ``capacity`` is what a pod of each configuration really
+    serves within the SLO on this model."""
 
     name: str
     trace: Trace
@@ -233,28 +280,39 @@ class Function:
     options: dict[str, tuple[Option, ...]]
     whole: Option  # the whole-GPU configuration (HPA's pods; the kappa bound's unit)
     points: dict[str, ProfilePoint]
+    capacity: dict[str, float]
 
 
 def make_function(name: str, trace: Trace, profile: Profile, gpu: GpuSpec, capacities: dict[str, float], *,
-                  size: float = 1.0, memory_scale: float = 1.0) -> Function:
+                  size: float = 1.0, memory_scale: float = 1.0, profile_error: float = 1.0) -> Function:
     """``profile`` with service times and the SLO x ``size`` and memory x ``memory_scale``; ``capacities``
-    are the base profile's model capacities (this model is scale invariant: they scale by 1 / size)."""
+    are the base profile's model capacities (this model is scale invariant: they scale by 1 / size). The
+    planner believes capacities x ``profile_error`` of what the pods really serve (their service times
+    stay the profile's)."""
     base_slo = profile.slo or Slo(percentile=95, latency_ms=69)
     slo = attrs.evolve(base_slo, latency_ms=base_slo.latency_ms * size)
     budget = GpuBudget(memory_bytes=gpu.memory_bytes)
     points = {p.key: attrs.evolve(p, max_rps=p.max_rps / size, slo_rps=p.slo_rps / size,
                                   memory_bytes=max(1, round(p.memory_bytes * memory_scale)))
               for p in profile.points}
-    usable = sorted((Option(point=p, capacity_rps=capacities[k] / size, cost=cost_of(p, budget))
-                     for k, p in points.items() if capacities[k] > 0 and p.memory_bytes <= gpu.memory_bytes),
-                    key=lambda o: (-o.efficiency, o.point.key))
+    capacity = {k: capacities[k] / size for k in points}
+
+    def usable(model: CostModel) -> tuple[Option, ...]:
+        made = [Option(point=p, capacity_rps=capacity[k] * profile_error, cost=cost_of(p, budget, model))
+                for k, p in points.items() if capacity[k] > 0 and p.memory_bytes <= gpu.memory_bytes]
+        return tuple(sorted(made, key=lambda o: (-o.efficiency, o.point.key)))
+
+    dominant = usable(CostModel.DOMINANT)
+    if not dominant:
+        raise ValueError(f"{name}: no configuration of the profile meets the SLO on this model and fits {gpu.model}")
     whole_point = max(points.values(), key=lambda p: (p.sm_partition, p.quota_request))
-    whole = Option(point=whole_point, capacity_rps=capacities[whole_point.key] / size,
+    whole = Option(point=whole_point, capacity_rps=capacity[whole_point.key] * profile_error,
                    cost=cost_of(whole_point, budget))
-    return Function(name=name, trace=trace, slo=slo, points=points, whole=whole,
-                    options={"rpr": tuple(usable),
-                             "time_sharing_only": tuple(o for o in usable if o.point.sm_partition == 100),
-                             "hpa_whole_gpu": tuple(o for o in usable if o.point.key == whole.point.key)})
+    return Function(name=name, trace=trace, slo=slo, points=points, whole=whole, capacity=capacity,
+                    options={"rpr": dominant, "rpr_area": usable(CostModel.AREA),
+                             "time_sharing_only": tuple(o for o in dominant if o.point.sm_partition == 100),
+                             "hpa_whole_gpu": (whole,), "hpa_whole_gpu_fast": (whole,),
+                             "hpa_fixed": dominant[:1]})
 
 
 # --- the simulation ------------------------------------------------------------------------
@@ -280,6 +338,9 @@ class Result:
     pods_created: int = 0
     scale_actions: int = 0
     ticks_capacity_below_rate: int = 0
+    vertical_steps: int = 0  # in-place quota changes of a configuration's pods (no pod created)
+    pods_resized: int = 0  # pods those changes resized
+    rebalances: int = 0  # make-before-break re-plans
 
 
 class Simulation:
@@ -298,11 +359,31 @@ class Simulation:
 
     # pods
     def scale_to(self, wanted: dict[str, int], now: float) -> None:
+        """Run ``wanted`` pods per configuration. Pods of a configuration that loses pods move in place to
+        a configuration that had none and differs only in time quota (a live share change: a vertical
+        step keeps the pod, its readiness and its queue; no pod is created); then the newest surplus pods
+        go and missing ones are created, ready ``cold_start_s`` later."""
         by_key = {o.point.key: o for o in self.options}
-        live = list(self.live.values())
+        counts = self.live_counts()
+        surplus = {k: n - wanted.get(k, 0) for k, n in sorted(counts.items()) if n > wanted.get(k, 0)}
+        missing = {k: n for k, n in sorted(wanted.items()) if n > 0 and counts[k] == 0}
         changed = False
+        for target, source in [(t, s) for t in missing for s in surplus]:
+            moved = min(missing[target], surplus[source])
+            if moved <= 0 or not same_but_quota(by_key[source].point, by_key[target].point):
+                continue
+            oldest = sorted((p for p in self.live.values() if p.option.point.key == source),
+                            key=lambda p: (p.created, p.name))
+            for pod in oldest[:moved]:
+                pod.option = by_key[target]
+            surplus[source] -= moved
+            missing[target] -= moved
+            self.result.vertical_steps += 1
+            self.result.pods_resized += moved
+            changed = True
+        live = list(self.live.values())
         for key in sorted(set(wanted) | {p.option.point.key for p in live}):
-            mine = sorted((p for p in live if p.option.point.key == key), key=lambda p: p.created)
+            mine = sorted((p for p in live if p.option.point.key == key), key=lambda p: (p.created, p.name))
             for _ in range(wanted.get(key, 0) - len(mine)):
                 self._serial += 1
                 name = f"{self.function.name}/{key}-{self._serial}"
@@ -317,6 +398,9 @@ class Simulation:
 
     def live_counts(self) -> collections.Counter[str]:
         return collections.Counter(p.option.point.key for p in self.live.values())
+
+    def ready_counts(self, now: float) -> collections.Counter[str]:
+        return collections.Counter(p.option.point.key for p in self.live.values() if p.ready <= now)
 
     # requests
     def arrive(self, now: float) -> None:
@@ -360,18 +444,25 @@ class Simulation:
     def tick(self, policy: str, now: float) -> None:
         self.drain(now)
         rate_long = self.rate(now, 10)
-        if policy == "hpa_whole_gpu":
-            if now - self.hpa_last >= HPA_PERIOD_S:
+        if policy in HPA_POLICIES:
+            period, settings = HPA_POLICIES[policy]
+            (option,) = self.options
+            if now - self.hpa_last >= period:
                 self.hpa_last = now
-                self.hpa = hpa_step(self.hpa, rate=rate_long, pod_rps=self.function.whole.point.max_rps, now_s=now)
-            wanted = {self.function.whole.point.key: self.hpa.pods}
+                self.hpa = hpa_step(self.hpa, rate=rate_long, pod_rps=option.point.max_rps, now_s=now,
+                                    settings=settings)
+            wanted = {option.point.key: self.hpa.pods}
         else:
-            self.scaler = step(self.scaler, self.options, rate_long=rate_long, rate_short=self.rate(now, 2),
-                               now_s=now, settings=RPR_SETTINGS)
-            wanted = dict(self.scaler.pods)
+            self.scaler = settle(self.scaler, self.ready_counts(now))  # the kept pods go once the new are ready
+            before = self.scaler
+            self.scaler = step(before, self.options, rate_long=rate_long, rate_short=self.rate(now, 2), now_s=now,
+                               settings=RPR_SETTINGS, starting=any(p.ready > now for p in self.live.values()))
+            self.result.rebalances += self.scaler.last_rebalance_s != before.last_rebalance_s
+            wanted = running(self.scaler)
         self.scale_to(wanted, now)
         by_key = {o.point.key: o for o in self.options}
-        planned = sum(by_key[k].capacity_rps * n for k, n in wanted.items())
+        target = wanted if policy in HPA_POLICIES else self.scaler.pods  # rpr: the target alone, without kept pods
+        planned = sum(by_key[k].capacity_rps * n for k, n in target.items())
         self.result.ticks_capacity_below_rate += planned + 1e-9 < rate_long
         self.result.area_seconds += sum(p.option.point.quota_request * p.option.point.sm_partition / 100
                                         for p in self.live.values()) * TICK_S
@@ -382,9 +473,11 @@ class Fleet:
 
     def __init__(self, functions: Sequence[Function], gpu: GpuSpec) -> None:
         self.functions, self.gpu = functions, gpu
-        self._cache: dict[tuple[tuple[int, str, int], ...], int] = {}
+        self._cache: dict[tuple[tuple[int, str, int], ...], tuple[int, float]] = {}
 
-    def gpus(self, counts: tuple[tuple[int, str, int], ...]) -> int:
+    def packed(self, counts: tuple[tuple[int, str, int], ...]) -> tuple[int, float]:
+        """The packer's GPU count for ``counts`` (function index, key, pods) and the pods' speed in
+        whole GPUs (SLO capacity / the whole-GPU pod's, summed)."""
         if counts not in self._cache:
             shares: list[tuple[str, ShareSpec]] = []
             speed = 0.0
@@ -395,18 +488,23 @@ class Fleet:
                                   limit_permille=round(point.quota_limit * 1000), sm_percent=point.sm_partition,
                                   memory_bytes=point.memory_bytes)
                 shares.extend((f"{function.name}/{key}-{j}", share) for j in range(n))
-                capacity = next(o.capacity_rps for o in function.options["rpr"] if o.point.key == key)
-                speed += capacity * n / (KAPPA * function.whole.capacity_rps)
+                speed += function.capacity[key] * n / function.capacity[function.whole.point.key]
             placement = pack_fleet(shares, self.gpu)
             if placement.unplaced:
                 raise RuntimeError(f"pods that fit no empty GPU: {placement.unplaced[:3]}")
-            self._cache[counts] = max(len(placement.gpus), math.ceil(speed - 1e-9))
+            self._cache[counts] = (len(placement.gpus), speed)
         return self._cache[counts]
+
+    def gpus(self, counts: tuple[tuple[int, str, int], ...], kappa: float = KAPPA) -> int:
+        """The packer's count, and at least the pods' speed / kappa (co-located pods serve less)."""
+        packed, speed = self.packed(counts)
+        return max(packed, math.ceil(speed / kappa - 1e-9))
 
 
 def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuSpec, seed: int,
-        cold_start_s: float) -> dict[str, object]:
-    """One policy on all ``functions`` together for ``seconds``: the summary of every request and the GPUs."""
+        cold_start_s: float, kappa: float = KAPPA, other_kappas: Sequence[float] = ()) -> dict[str, object]:
+    """One policy on all ``functions`` together for ``seconds``: the summary of every request and the GPUs
+    (also under ``other_kappas``: kappa enters only the GPU count, so one run gives them all)."""
     sims = [Simulation(f, policy, cold_start_s=cold_start_s, seed=seed + 1_000_003 * i)
             for i, f in enumerate(functions)]
     fleet_gpus = Fleet(functions, gpu)
@@ -415,15 +513,18 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
                 for i, (f, peak, sim) in enumerate(zip(functions, peaks, sims, strict=True))]
     heapq.heapify(arrivals)
     next_tick, gpu_seconds, peak_gpus = 0.0, 0.0, 0
+    others = dict.fromkeys(other_kappas, 0.0)
     while min(next_tick, arrivals[0][0]) < seconds:
         if next_tick <= arrivals[0][0]:
             now = next_tick
             for sim in sims:
                 sim.tick(policy, now)
             counts = tuple((i, key, n) for i, sim in enumerate(sims) for key, n in sorted(sim.live_counts().items()))
-            gpus = fleet_gpus.gpus(counts)
+            gpus = fleet_gpus.gpus(counts, kappa)
             gpu_seconds += gpus * TICK_S
             peak_gpus = max(peak_gpus, gpus)
+            for other in others:
+                others[other] += fleet_gpus.gpus(counts, other) * TICK_S
             next_tick += TICK_S
         else:
             now, i = arrivals[0]
@@ -436,17 +537,28 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
     warmup_requests, warmup_violations = (sum(r.warmup_requests for r in results),
                                           sum(r.warmup_violations for r in results))
     ticks = max(1, math.ceil(seconds / TICK_S))
-    return {"requests": requests, "slo_violations_pct": round(100 * violations / max(1, requests), 2),
-            "slo_violations_pct_after_first_cold_start": round(
-                100 * (violations - warmup_violations) / max(1, requests - warmup_requests), 2),
-            "p50_ms": round(1000 * statistics.median(latencies), 1),
-            "p95_ms": round(1000 * latencies[int(0.95 * (len(latencies) - 1))], 1),
-            "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1),
-            "gpu_seconds": round(gpu_seconds), "peak_gpus": peak_gpus, "mean_gpus": round(gpu_seconds / ticks, 2),
-            "area_seconds": round(sum(r.area_seconds for r in results)),
-            "pods_created": sum(r.pods_created for r in results),
-            "scale_actions": sum(r.scale_actions for r in results),
-            "ticks_capacity_below_rate": sum(r.ticks_capacity_below_rate for r in results)}
+    summary: dict[str, object] = {
+        "requests": requests, "slo_violations_pct": round(100 * violations / max(1, requests), 2),
+        "slo_violations_pct_after_first_cold_start": round(
+            100 * (violations - warmup_violations) / max(1, requests - warmup_requests), 2),
+        "p50_ms": round(1000 * statistics.median(latencies), 1),
+        "p95_ms": round(1000 * latencies[int(0.95 * (len(latencies) - 1))], 1),
+        "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 1),
+        "gpu_seconds": round(gpu_seconds), "peak_gpus": peak_gpus, "mean_gpus": round(gpu_seconds / ticks, 2),
+        "area_seconds": round(sum(r.area_seconds for r in results)),
+        "pods_created": sum(r.pods_created for r in results),
+        "scale_actions": sum(r.scale_actions for r in results),
+        "ticks_capacity_below_rate": sum(r.ticks_capacity_below_rate for r in results),
+        "vertical_steps": sum(r.vertical_steps for r in results),
+        "pods_resized_in_place": sum(r.pods_resized for r in results),
+        "rebalances": sum(r.rebalances for r in results)}
+    if others:
+        summary["gpu_seconds_at_kappa"] = {_kappa_name(k): round(v) for k, v in others.items()}
+    return summary
+
+
+def _kappa_name(kappa: float) -> str:
+    return "inf" if math.isinf(kappa) else f"{kappa:g}"
 
 
 def _next_arrival(trace: Trace, peak: float, now: float, rng: random.Random, until: float) -> float:
@@ -465,38 +577,79 @@ def _setup(profile: Profile, seed: int, gpu_model: str | None) -> tuple[GpuSpec,
     return gpu, {p.key: model_capacity(p, slo, seed) for p in profile.points}
 
 
-def _compare(functions: Sequence[Function], seconds: float, gpu: GpuSpec, *, seed: int,
-             cold_start_s: float) -> dict[str, object]:
-    results = {policy: run(functions, seconds, policy, gpu=gpu, seed=seed, cold_start_s=cold_start_s)
-               for policy in POLICIES}
-    rpr, hpa, ts = (results[k] for k in ("rpr", "hpa_whole_gpu", "time_sharing_only"))
-    return {**results, "gpu_seconds_rpr_to_hpa": _ratio(rpr, hpa, "gpu_seconds"),
-            "peak_gpus_rpr_to_hpa": _ratio(rpr, hpa, "peak_gpus"),
-            "gpu_seconds_time_sharing_to_rpr": _ratio(ts, rpr, "gpu_seconds")}
+def _compare(functions: Sequence[Function], seconds: float, gpu: GpuSpec, *, seed: int, cold_start_s: float,
+             policies: Sequence[str], kappa: float) -> dict[str, object]:
+    results = {policy: run(functions, seconds, policy, gpu=gpu, seed=seed, cold_start_s=cold_start_s, kappa=kappa)
+               for policy in policies}
+    return {**results, "gpu_seconds_rpr_to_hpa": _ratio(results, "rpr", "hpa_whole_gpu", "gpu_seconds"),
+            "peak_gpus_rpr_to_hpa": _ratio(results, "rpr", "hpa_whole_gpu", "peak_gpus"),
+            "gpu_seconds_time_sharing_to_rpr": _ratio(results, "time_sharing_only", "rpr", "gpu_seconds"),
+            "area_seconds_rpr_to_hpa": _ratio(results, "rpr", "hpa_whole_gpu", "area_seconds"),
+            "gpu_seconds_rpr_area_to_hpa": _ratio(results, "rpr_area", "hpa_whole_gpu", "gpu_seconds")}
 
 
 def simulate(profile: Profile, trace_name: str, seconds: float, *, seed: int, cold_start_s: float = 5.0,
-             gpu_model: str | None = None) -> dict[str, object]:
+             gpu_model: str | None = None, policies: Sequence[str] = DEFAULT_POLICIES,
+             kappa: float = KAPPA) -> dict[str, object]:
     """One single-function trace (``ramp``, ``bursty``, ``steps``) under every policy."""
     gpu, capacities = _setup(profile, seed, gpu_model)
     function = make_function(profile.function, TRACES[trace_name](seed), profile, gpu, capacities)
     return {"trace": trace_name, "seconds": seconds, "gpu": gpu.model, "functions": 1,
             "slo_capacity_rps": {k: round(v, 1) for k, v in capacities.items()},
-            **_compare([function], seconds, gpu, seed=seed, cold_start_s=cold_start_s)}
+            **_compare([function], seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
+                       kappa=kappa)}
 
 
 def simulate_fleet(profile: Profile, fleet_functions: Sequence[FleetFunction], seconds: float, *, trace_name: str,
-                   seed: int, cold_start_s: float = 5.0, gpu_model: str | None = None) -> dict[str, object]:
+                   seed: int, cold_start_s: float = 5.0, gpu_model: str | None = None,
+                   policies: Sequence[str] = DEFAULT_POLICIES, kappa: float = KAPPA) -> dict[str, object]:
     """Many functions (the ``fleet`` trace or a trace file) under every policy, packed together."""
     gpu, capacities = _setup(profile, seed, gpu_model)
     functions = [make_function(f.name, f.trace, profile, gpu, capacities, size=f.size, memory_scale=f.memory_scale)
                  for f in fleet_functions]
     return {"trace": trace_name, "seconds": seconds, "gpu": gpu.model, "functions": len(functions),
-            **_compare(functions, seconds, gpu, seed=seed, cold_start_s=cold_start_s)}
+            **_compare(functions, seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
+                       kappa=kappa)}
 
 
-def _ratio(a: dict[str, object], b: dict[str, object], field: str) -> float | None:
-    x, y = float(a[field]), float(b[field])  # type: ignore[arg-type]
+ROBUSTNESS_KAPPAS = (1.5, math.inf)  # besides the default
+ROBUSTNESS_COLD_STARTS_S = (1.0, 10.0)  # besides the default
+ROBUSTNESS_PROFILE_ERRORS = (0.8, 1.2)  # the planner believes capacities x this of what pods serve
+ROBUSTNESS_FIELDS = ("requests", "slo_violations_pct", "slo_violations_pct_after_first_cold_start", "p99_ms",
+                     "gpu_seconds", "peak_gpus", "pods_created", "vertical_steps", "rebalances")
+
+
+def robustness(profile: Profile, trace_name: str, seconds: float, *, seed: int, cold_start_s: float = 5.0,
+               gpu_model: str | None = None, policy: str = "rpr") -> list[dict[str, object]]:
+    """S5: ``policy`` on one single-function trace with kappa in {default, 1.5, inf} (one run: kappa only
+    bounds the GPU count), cold starts of 1 and 10 s, and a profile error of x0.8 and x1.2."""
+    gpu, capacities = _setup(profile, seed, gpu_model)
+
+    def once(*, cold: float, error: float, kappas: Sequence[float] = ()) -> dict[str, object]:
+        function = make_function(profile.function, TRACES[trace_name](seed), profile, gpu, capacities,
+                                 profile_error=error)
+        return run([function], seconds, policy, gpu=gpu, seed=seed, cold_start_s=cold, other_kappas=kappas)
+
+    def row(result: dict[str, object], *, kappa: float = KAPPA, cold: float = cold_start_s,
+            error: float = 1.0) -> dict[str, object]:
+        return {"trace": trace_name, "policy": policy, "gpu": gpu.model, "kappa": _kappa_name(kappa),
+                "cold_start_s": cold, "profile_error": error, **{k: result[k] for k in ROBUSTNESS_FIELDS}}
+
+    base = once(cold=cold_start_s, error=1.0, kappas=ROBUSTNESS_KAPPAS)
+    at_kappa = base["gpu_seconds_at_kappa"]
+    assert isinstance(at_kappa, dict)
+    rows = [row(base)]
+    rows.extend(row({**base, "gpu_seconds": at_kappa[_kappa_name(k)], "peak_gpus": None}, kappa=k)
+                for k in ROBUSTNESS_KAPPAS)
+    rows.extend(row(once(cold=cold, error=1.0), cold=cold) for cold in ROBUSTNESS_COLD_STARTS_S)
+    rows.extend(row(once(cold=cold_start_s, error=error), error=error) for error in ROBUSTNESS_PROFILE_ERRORS)
+    return rows
+
+
+def _ratio(results: dict[str, dict[str, object]], a: str, b: str, field: str) -> float | None:
+    if a not in results or b not in results:
+        return None
+    x, y = float(results[a][field]), float(results[b][field])  # type: ignore[arg-type]
     return round(x / y, 3) if y else None
 
 
@@ -512,9 +665,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fleet-median-rps", type=float, default=5.0)
     parser.add_argument("--trace", type=Path, help="an Azure Functions invocation-count CSV to run as a fleet")
     parser.add_argument("--trace-functions", type=int, default=50, help="how many of its rows (the first)")
+    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help=f"of {', '.join(POLICIES)}")
+    parser.add_argument("--kappa", type=float, default=KAPPA, help="the co-location cap ('inf' for none)")
+    parser.add_argument("--robustness", action="store_true",
+                        help="also S5: rpr on ramp and bursty under kappa, cold-start and profile-error variations")
     args = parser.parse_args(argv)
+    policies = tuple(filter(None, args.policies.split(",")))
+    if unknown := sorted(set(policies) - set(POLICIES)):
+        parser.error(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
     profile = decode_profile(args.profile.read_text())
-    common = {"seed": args.seed, "cold_start_s": args.cold_start_seconds, "gpu_model": args.gpu}
+    common = {"seed": args.seed, "cold_start_s": args.cold_start_seconds, "gpu_model": args.gpu,
+              "policies": policies, "kappa": args.kappa}
     runs = []
     for name in filter(None, args.traces.split(",")):
         seconds = args.seconds or DEFAULT_SECONDS[name]
@@ -527,10 +688,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         made, length = load_azure_trace(args.trace, functions=args.trace_functions, seed=args.seed)
         runs.append(simulate_fleet(profile, made, args.seconds or length, trace_name=f"file:{args.trace.name}",
                                    **common))
-    print(json.dumps({"benchmark": "autoscale_sim", "function": profile.function, "seed": args.seed,
-                      "cold_start_s": args.cold_start_seconds, "kappa": KAPPA,
-                      "fleet": {"functions": args.fleet_functions, "median_rps": args.fleet_median_rps},
-                      "runs": runs}, indent=2))
+    report: dict[str, object] = {
+        "benchmark": "autoscale_sim", "function": profile.function, "seed": args.seed,
+        "cold_start_s": args.cold_start_seconds, "kappa": args.kappa if math.isfinite(args.kappa) else "inf",
+        "policies": list(policies),
+        "fleet": {"functions": args.fleet_functions, "median_rps": args.fleet_median_rps}, "runs": runs}
+    if args.robustness:
+        report["robustness"] = [row for name in ("ramp", "bursty")
+                                for row in robustness(profile, name, args.seconds or DEFAULT_SECONDS[name],
+                                                      seed=args.seed, cold_start_s=args.cold_start_seconds,
+                                                      gpu_model=args.gpu)]
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,30 +1,69 @@
-"""The autoscaling simulation's CI subset: one ramp period, a reduced fleet and a tiny trace file in
-the Azure Functions schema; deterministic, and only structure and invariants are asserted here (the
-issue's targets are the full bench's, reported there)."""
+"""The autoscaling simulation's CI subset: one ramp period, a reduced fleet, a tiny trace file in the
+Azure Functions schema, a profile with a quota ladder (so the scaler's vertical steps and re-plans
+happen) and short robustness variations; deterministic, and only structure and invariants are asserted
+here (the issue's targets are the full bench's, reported there)."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
+import attrs
 import pytest
 
 import fastgshare.autoscaling
 from bench import autoscale_sim
-from bench.autoscale_sim import POLICIES, PROFILE, fleet, load_azure_trace, main, simulate, simulate_fleet
-from fastgshare.profile import decode_profile
+from bench.autoscale_sim import (
+    POLICIES,
+    PROFILE,
+    Simulation,
+    fleet,
+    load_azure_trace,
+    main,
+    make_function,
+    model_capacity,
+    robustness,
+    simulate,
+    simulate_fleet,
+)
+from fastgshare.autoscaling import running
+from fastgshare.gpu_models import gpu_model_spec
+from fastgshare.profile import Profile, Slo, decode_profile
 
 PROFILE_DOC = decode_profile(PROFILE.read_text())
+SMALL = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu")
 
 
-def test_one_ramp_period_is_deterministic_and_rpr_beats_time_sharing() -> None:
-    first = simulate(PROFILE_DOC, "ramp", 180, seed=3)
-    assert simulate(PROFILE_DOC, "ramp", 180, seed=3) == first
+def _ladder() -> Profile:
+    """The whole-GPU point and three quotas on half the SMs: a running pod's quota can rise (the example
+    profile has no two usable points of the same SM and memory)."""
+    whole = next(p for p in PROFILE_DOC.points if p.key == "q100-s100")
+    half = [attrs.evolve(whole, quota_request=q, quota_limit=q, sm_partition=50, max_rps=rps, slo_rps=0.0, steps=())
+            for q, rps in ((0.4, 30.0), (0.6, 45.0), (0.8, 60.0))]
+    return attrs.evolve(PROFILE_DOC, points=(whole, *half))
+
+
+LADDER = _ladder()
+
+
+def test_one_ramp_period_is_deterministic_and_rpr_beats_time_sharing(capsys: pytest.CaptureFixture[str]) -> None:
+    first = simulate(PROFILE_DOC, "ramp", 180, seed=3, policies=SMALL)
+    argv = ["--traces", "ramp", "--seconds", "180", "--seed", "3", "--policies", ",".join(SMALL)]
+    main(argv)
+    printed = capsys.readouterr().out
+    main(argv)
+    assert capsys.readouterr().out == printed  # same seed, identical JSON
+    assert json.loads(printed)["runs"] == [json.loads(json.dumps(first))]
     rpr, time_sharing, hpa = first["rpr"], first["time_sharing_only"], first["hpa_whole_gpu"]
     assert rpr["requests"] == time_sharing["requests"] == hpa["requests"] > 10_000  # type: ignore[index]
     assert rpr["slo_violations_pct_after_first_cold_start"] <= 2.0  # type: ignore[index]  # the bench reports the rest
     assert rpr["gpu_seconds"] < time_sharing["gpu_seconds"]  # type: ignore[index]
     assert first["slo_capacity_rps"]["q20-s6"] == 0  # type: ignore[index]  # 74 ms a request: never within 69
+    for policy in SMALL:
+        result = first[policy]
+        assert result["vertical_steps"] == result["pods_resized_in_place"] == 0  # type: ignore[index]  # no ladder
+        assert first[policy]["ticks_capacity_below_rate"] == 0 or policy.startswith("hpa")  # type: ignore[index]
 
 
 def test_the_hpa_baseline_is_the_controllers_model() -> None:
@@ -44,8 +83,9 @@ def test_the_fleet_trace_is_seeded_and_heterogeneous() -> None:
 
 def test_a_reduced_fleet_packs_every_policy_and_keeps_the_invariants() -> None:
     made = fleet(2, 240, functions=10)
-    first = simulate_fleet(PROFILE_DOC, made, 240, trace_name="fleet", seed=2)
-    assert simulate_fleet(PROFILE_DOC, fleet(2, 240, functions=10), 240, trace_name="fleet", seed=2) == first
+    first = simulate_fleet(PROFILE_DOC, made, 240, trace_name="fleet", seed=2, policies=POLICIES)
+    assert simulate_fleet(PROFILE_DOC, fleet(2, 240, functions=10), 240, trace_name="fleet", seed=2,
+                          policies=("rpr",))["rpr"] == first["rpr"]
     assert first["functions"] == 10
     results = [first[policy] for policy in POLICIES]
     assert len({r["requests"] for r in results}) == 1  # type: ignore[index]
@@ -55,9 +95,86 @@ def test_a_reduced_fleet_packs_every_policy_and_keeps_the_invariants() -> None:
         assert r["peak_gpus"] >= 1  # type: ignore[index]
         assert 0 < r["mean_gpus"] <= r["peak_gpus"]  # type: ignore[index]
         assert r["pods_created"] >= 10  # type: ignore[index]  # every function keeps at least one pod
-    for policy in ("rpr", "time_sharing_only"):  # the planned SLO capacity covers the rate at every tick
+    for policy in ("rpr", "rpr_area", "time_sharing_only"):  # the planned SLO capacity covers the rate at every tick
         assert first[policy]["ticks_capacity_below_rate"] == 0  # type: ignore[index]
     assert first["hpa_whole_gpu"]["peak_gpus"] >= 10  # type: ignore[index]  # a whole GPU per pod
+
+
+def test_a_vertical_step_changes_the_running_pods_in_place() -> None:
+    gpu = gpu_model_spec("V100-32GB")
+    capacities = {p.key: model_capacity(p, LADDER.slo or Slo(percentile=95, latency_ms=69), 1) for p in LADDER.points}
+    sim = Simulation(make_function("f", lambda t: 0.0, LADDER, gpu, capacities), "rpr", cold_start_s=5, seed=1)
+    sim.scale_to({"q40-s50": 2}, 0.0)
+    pods = sorted(sim.live.values(), key=lambda p: p.name)
+    pods[0].finishes.append(6.0)
+    sim.scale_to({"q60-s50": 2}, 3.0)  # same SM, memory and batch: a live share change
+    assert sorted(sim.live.values(), key=lambda p: p.name) == pods  # the same pods, ready at 5 s, queue kept
+    assert [(p.option.point.key, p.created, p.ready, p.finishes) for p in pods] == [
+        ("q60-s50", 0.0, 5.0, [6.0]), ("q60-s50", 0.0, 5.0, [])]
+    assert (sim.result.pods_created, sim.result.vertical_steps, sim.result.pods_resized) == (2, 1, 2)
+    sim.scale_to({"q80-s50": 1, "q100-s100": 1}, 4.0)  # one pod raised again, the other replaced: other SM
+    assert sorted(sim.live_counts().items()) == [("q100-s100", 1), ("q80-s50", 1)]
+    assert [p.name for p in sim.live.values() if p.option.point.key == "q80-s50"] == [pods[0].name]
+    assert (sim.result.pods_created, sim.result.vertical_steps, sim.result.pods_resized) == (3, 2, 3)
+
+
+def test_the_simulation_runs_the_scalers_plan_make_before_break(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {"kept": 0, "settled": 0, "vertical": 0}
+    tick = Simulation.tick
+
+    def checked(self: Simulation, policy: str, now: float) -> None:
+        before, ready = self.scaler, self.ready_counts(now)
+        live, created, vertical = dict(self.live), self.result.pods_created, self.result.vertical_steps
+        tick(self, policy, now)
+        assert dict(self.live_counts()) == running(self.scaler)  # target and kept pods run, nothing else
+        by_key = {o.point.key: o for o in self.options}
+        assert self.scaler.capacity(by_key) + 1e-9 >= self.rate(now, 10)  # the planned capacity covers the rate
+        if self.scaler.last_rebalance_s == now:  # a re-plan only while no pod is starting
+            assert all(pod.ready <= now for pod in live.values())
+        if before.keep:
+            seen["kept"] += 1
+            if all(ready[key] >= n for key, n in before.pods.items()):  # the new pods were ready: the old go
+                seen["settled"] += 1
+                assert not self.scaler.keep or self.scaler.last_rebalance_s == now
+        if self.result.vertical_steps > vertical:  # pods resized in place: none created, the same pods
+            seen["vertical"] += 1
+            assert self.result.pods_created == created
+            assert set(self.live) == set(live)
+            assert all(self.live[name] is pod for name, pod in live.items())
+
+    monkeypatch.setattr(Simulation, "tick", checked)
+    result = simulate(LADDER, "bursty", 900, seed=3, gpu_model="V100-32GB", policies=("rpr",))["rpr"]
+    assert min(seen.values()) >= 1, seen
+    assert min(result["rebalances"], result["vertical_steps"]) >= 1  # type: ignore[index]
+    assert result["ticks_capacity_below_rate"] == 0  # type: ignore[index]
+
+
+def test_robustness_varies_kappa_cold_start_and_profile_error() -> None:
+    rows = robustness(PROFILE_DOC, "ramp", 120, seed=2)
+    assert [(r["kappa"], r["cold_start_s"], r["profile_error"]) for r in rows] == [
+        ("3.15", 5.0, 1.0), ("1.5", 5.0, 1.0), ("inf", 5.0, 1.0), ("3.15", 1.0, 1.0), ("3.15", 10.0, 1.0),
+        ("3.15", 5.0, 0.8), ("3.15", 5.0, 1.2)]
+    base, low, unbounded = rows[:3]
+    assert low["gpu_seconds"] >= base["gpu_seconds"] >= unbounded["gpu_seconds"] > 0  # type: ignore[operator]
+    assert low["requests"] == base["requests"] == unbounded["requests"]
+    gpu = gpu_model_spec("V100-16GB")
+    capacities = {p.key: model_capacity(p, PROFILE_DOC.slo or Slo(percentile=95, latency_ms=69), 1)
+                  for p in PROFILE_DOC.points}
+    exact = make_function("f", lambda t: 1.0, PROFILE_DOC, gpu, capacities)
+    optimistic = make_function("f", lambda t: 1.0, PROFILE_DOC, gpu, capacities, profile_error=1.2)
+    assert optimistic.capacity == exact.capacity  # what pods serve
+    assert [math.isclose(o.capacity_rps, 1.2 * e.capacity_rps) for o, e in  # what the planner believes
+            zip(optimistic.options["rpr"], exact.options["rpr"], strict=True)] == [True] * len(exact.options["rpr"])
+
+
+def test_a_32_gb_gpu_packs_the_2_gb_pods_by_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["--traces", "ramp", "--seconds", "120", "--gpu", "V100-32GB", "--policies", "rpr"])
+    printed = json.loads(capsys.readouterr().out)
+    (only,) = printed["runs"]
+    assert (only["gpu"], printed["policies"]) == ("V100-32GB", ["rpr"])
+    assert only["gpu_seconds_rpr_to_hpa"] is None  # no baseline ran
+    with pytest.raises(SystemExit):
+        main(["--policies", "rpr,nope"])
 
 
 def _azure_csv(path: Path, rows: list[list[int]]) -> Path:
@@ -76,10 +193,10 @@ def test_an_azure_functions_trace_file_runs_as_a_fleet(tmp_path: Path, capsys: p
     made, length = load_azure_trace(path, functions=3, seed=1)
     assert length == 86_400
     assert [f.trace(t) for f in made for t in (30, 61, 150)] == [10, 20, 0, 1, 0, 5, 50, 50, 0]  # count / 60
-    result = simulate_fleet(PROFILE_DOC, made, 120, trace_name="file", seed=1)
+    result = simulate_fleet(PROFILE_DOC, made, 120, trace_name="file", seed=1, policies=("rpr",))
     expected = 600 + 1200 + 60 + 3000 + 3000  # the first two minutes' counts
     assert 0.9 * expected < result["rpr"]["requests"] < 1.1 * expected  # type: ignore[index]
-    main(["--traces", "", "--trace", str(path), "--trace-functions", "2", "--seconds", "60"])
+    main(["--traces", "", "--trace", str(path), "--trace-functions", "2", "--seconds", "60", "--policies", "rpr"])
     printed = json.loads(capsys.readouterr().out)
     assert [(run["trace"], run["functions"]) for run in printed["runs"]] == [(f"file:{path.name}", 2)]
 
