@@ -249,7 +249,8 @@ def step(state: ScalerState, usable: Sequence[Option], *, rate_long: float, rate
         rate = max(rate_long, rate_short)
     target = rate * (1 + settings.headroom)
     if target > capacity + EPSILON_RPS:
-        raise_ = vertical_step(pods, usable, target - capacity) if settings.vertical else None
+        # no vertical step while a re-plan's old pods run: its target may be one of their configurations
+        raise_ = vertical_step(pods, usable, target - capacity) if settings.vertical and not current.keep else None
         if raise_ is not None:
             pods[raise_.target.point.key] = pods.pop(raise_.source.point.key)
         else:

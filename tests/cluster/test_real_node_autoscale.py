@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import kubernetes.client
@@ -48,28 +49,39 @@ def profile() -> Profile:
                    points=(point(0.2, 20, 25, 150), point(0.4, 40, 50, 120)))
 
 
-@pytest.fixture
-def ramp_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+@contextmanager
+def autoscaled_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api, name: str, profile: Profile,
+                        scaling: dict[str, Any]) -> Iterator[str]:
+    """A FaSTFunc ``name`` of the fake-fn (5 ms of GPU time per request) with ``profile`` in its
+    ConfigMap and ``spec.scaling``; deleted, and its pods waited for, afterwards."""
     custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
     core.create_namespaced_config_map(NAMESPACE, {
-        "metadata": {"name": f"{FUNCTION}-profile"}, "data": {"profile.json": encode_profile(profile())}})
+        "metadata": {"name": f"{name}-profile"}, "data": {"profile.json": encode_profile(profile)}})
     custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
                                            keys.FASTFUNC_PLURAL, {
-        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": FUNCTION},
+        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": name},
         "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
                      "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
                      "ports": [{"containerPort": keys.FUNCTION_PORT}],
                      "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
                  "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
-                 "profile": {"configMapRef": {"name": f"{FUNCTION}-profile"}},
-                 "scaling": {"policy": "rpr", "minReplicas": 1, "maxReplicas": 8, "intervalSeconds": 2,
-                             "headroom": 0.5, "scaleDownDelaySeconds": DELAY_S}}})
-    yield FUNCTION
-    custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                           keys.FASTFUNC_PLURAL, FUNCTION)
-    core.delete_namespaced_config_map(f"{FUNCTION}-profile", NAMESPACE)
-    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={FUNCTION}")
-               .items, what=f"the pods of {FUNCTION} gone", timeout_s=120)
+                 "profile": {"configMapRef": {"name": f"{name}-profile"}},
+                 "scaling": {"policy": "rpr", "intervalSeconds": 2, "headroom": 0.5, **scaling}}})
+    try:
+        yield name
+    finally:
+        custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                               keys.FASTFUNC_PLURAL, name)
+        core.delete_namespaced_config_map(f"{name}-profile", NAMESPACE)
+        wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={name}")
+                   .items, what=f"the pods of {name} gone", timeout_s=120)
+
+
+@pytest.fixture
+def ramp_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    with autoscaled_function(real_cluster, core, FUNCTION, profile(), {
+            "minReplicas": 1, "maxReplicas": 8, "scaleDownDelaySeconds": DELAY_S}) as name:
+        yield name
 
 
 def ready_pods(core: kubernetes.client.CoreV1Api) -> int:
@@ -112,10 +124,10 @@ class OpenLoop:
         self._pool.shutdown(wait=True)
 
 
-def status_of(real_cluster: Cluster) -> dict[str, Any]:
+def status_of(real_cluster: Cluster, name: str = FUNCTION) -> dict[str, Any]:
     custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
     obj = custom.get_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                              keys.FASTFUNC_PLURAL, FUNCTION)
+                                              keys.FASTFUNC_PLURAL, name)
     return dict(obj.get("status") or {})
 
 
@@ -195,26 +207,9 @@ def ladder_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) ->
                             max_rps=max_rps, slo_rps=max_rps, p50_ms=60, p95_ms=120, p99_ms=150)
     ladder = Profile(function=VERTICAL, slo=Slo(percentile=95, latency_ms=SLO_MS),
                      points=(point(0.2, 25), point(0.4, 45)))
-    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
-    core.create_namespaced_config_map(NAMESPACE, {
-        "metadata": {"name": f"{VERTICAL}-profile"}, "data": {"profile.json": encode_profile(ladder)}})
-    custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                           keys.FASTFUNC_PLURAL, {
-        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": VERTICAL},
-        "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
-                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
-                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
-                 "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
-                 "profile": {"configMapRef": {"name": f"{VERTICAL}-profile"}},
-                 "scaling": {"policy": "rpr", "minReplicas": 1, "maxReplicas": 4, "intervalSeconds": 2,
-                             "headroom": 0.5, "scaleDownDelaySeconds": 120}}})
-    yield VERTICAL
-    custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                           keys.FASTFUNC_PLURAL, VERTICAL)
-    core.delete_namespaced_config_map(f"{VERTICAL}-profile", NAMESPACE)
-    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={VERTICAL}")
-               .items, what=f"the pods of {VERTICAL} gone", timeout_s=120)
+    with autoscaled_function(real_cluster, core, VERTICAL, ladder, {
+            "minReplicas": 1, "maxReplicas": 4, "scaleDownDelaySeconds": 120}) as name:
+        yield name
 
 
 def test_a_higher_rate_raises_the_running_pods_time_quota_in_place(
@@ -263,15 +258,9 @@ def test_a_higher_rate_raises_the_running_pods_time_quota_in_place(
         (f"{VERTICAL}-q20-s50", "0.4")]
     assert pods[0].metadata.annotations[keys.GPU_QUOTA_REQUEST] == "0.4"
     assert not failed, failed[:5]
-    row = status_of_function(real_cluster, VERTICAL)["configs"]
+    row = status_of(real_cluster, VERTICAL)["configs"]
     assert [r["config"] for r in row] == ["q40-s50"]
 
-
-def status_of_function(real_cluster: Cluster, name: str) -> dict[str, Any]:
-    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
-    obj = custom.get_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                              keys.FASTFUNC_PLURAL, name)
-    return dict(obj.get("status") or {})
 
 
 IDLE = "idle"
@@ -280,29 +269,12 @@ IDLE = "idle"
 @pytest.fixture
 def idle_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
     """A function of policy rpr with minReplicas 0 and a short scale-down delay."""
-    custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
     one = Profile(function=IDLE, slo=Slo(percentile=95, latency_ms=SLO_MS), points=(ProfilePoint(
         quota_request=0.2, quota_limit=0.2, sm_partition=20, memory_bytes=128 * MiB, max_rps=25, slo_rps=25,
         p50_ms=60, p95_ms=120, p99_ms=150),))
-    core.create_namespaced_config_map(NAMESPACE, {
-        "metadata": {"name": f"{IDLE}-profile"}, "data": {"profile.json": encode_profile(one)}})
-    custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                           keys.FASTFUNC_PLURAL, {
-        "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": IDLE},
-        "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
-                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
-                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
-                 "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
-                 "profile": {"configMapRef": {"name": f"{IDLE}-profile"}},
-                 "scaling": {"policy": "rpr", "minReplicas": 0, "maxReplicas": 2, "intervalSeconds": 2,
-                             "headroom": 0.5, "scaleDownDelaySeconds": 10}}})
-    yield IDLE
-    custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
-                                           keys.FASTFUNC_PLURAL, IDLE)
-    core.delete_namespaced_config_map(f"{IDLE}-profile", NAMESPACE)
-    wait_until(lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{keys.FUNCTION_LABEL}={IDLE}")
-               .items, what=f"the pods of {IDLE} gone", timeout_s=120)
+    with autoscaled_function(real_cluster, core, IDLE, one, {
+            "minReplicas": 0, "maxReplicas": 2, "scaleDownDelaySeconds": 10}) as name:
+        yield name
 
 
 def test_an_idle_function_scales_to_zero_and_the_next_request_wakes_it(

@@ -235,7 +235,7 @@ def test_no_vertical_step_when_adding_pods_costs_less_or_nothing_covers_the_need
 @given(st.floats(0, 300), st.dictionaries(st.sampled_from(sorted(VERTICAL_BY_KEY)), st.integers(0, 6)))
 def test_scaling_up_with_vertical_steps_covers_the_target_and_removes_no_pod(rate: float,
                                                                             pods: dict[str, int]) -> None:
-    before = ScalerState(pods=pods)
+    before = ScalerState(pods=pods, last_up_s=0)  # scaled a moment ago: no re-plan now
     after = step(before, VERTICAL_OPTIONS, rate_long=rate, rate_short=0, now_s=1, settings=SETTINGS)
     assert after.capacity(VERTICAL_BY_KEY) >= rate * 1.5 - 1e-6
     if after.capacity(VERTICAL_BY_KEY) > before.capacity(VERTICAL_BY_KEY) + 1e-9:
@@ -270,6 +270,13 @@ def test_a_patchwork_is_re_planned_make_before_break_when_it_saves_enough() -> N
     assert step(new, VERTICAL_OPTIONS, rate_long=18, rate_short=0, now_s=401, settings=REPLAN) == new
     later = step(settled, VERTICAL_OPTIONS, rate_long=3, rate_short=0, now_s=402, settings=REPLAN)
     assert later.last_rebalance_s == 400
+
+
+def test_no_vertical_step_while_a_re_plans_old_pods_run() -> None:
+    replanning = ScalerState(pods={"q20-s50": 2}, keep={"q40-s50": 1}, last_rebalance_s=0)
+    after = step(replanning, VERTICAL_OPTIONS, rate_long=24, rate_short=0, now_s=5, settings=SETTINGS)
+    assert after.pods["q20-s50"] == 2  # pods added, none raised to a configuration the kept pods run
+    assert after.keep == {"q40-s50": 1}
 
 
 def test_no_re_plan_while_a_pod_starts_too_soon_after_a_scale_or_for_a_small_saving() -> None:
