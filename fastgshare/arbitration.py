@@ -24,6 +24,10 @@ FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
 
 Pure: time is an argument (nanoseconds from any monotonic origin); the caller owns clocks,
 sockets and timers. Deterministic for equal inputs.
+
+Cost: a decision looks only at the clients that wait and those that hold a token (both kept as
+they change), never at every registered client, so a renewal with nobody else waiting is O(1)
+plus the holders; usage is a running sum.
 """
 
 from __future__ import annotations
@@ -96,17 +100,22 @@ class _Client:
 
     def usage(self, now_ns: int, window_ns: int) -> int:
         """Overlap of the grants with ``[now - window, now]``, from the running sum."""
-        self.forget_before(now_ns - window_ns)
-        if not self.history:
+        history = self.history
+        cutoff = now_ns - window_ns
+        if not history:
             return 0
+        if history[0][1] <= cutoff:
+            self.forget_before(cutoff)
+            if not history:
+                return 0
         usage = self.history_ns
-        first_start, first_end = self.history[0]
-        if first_start < now_ns - window_ns:
-            usage -= min(first_end, now_ns - window_ns) - first_start
-        last_start, last_end = self.history[-1]
+        first_start, first_end = history[0]
+        if first_start < cutoff:
+            usage -= (first_end if first_end < cutoff else cutoff) - first_start
+        last_start, last_end = history[-1]
         if last_end > now_ns:
-            usage -= last_end - max(last_start, now_ns)
-        return max(usage, 0)
+            usage -= last_end - (last_start if last_start > now_ns else now_ns)
+        return usage if usage > 0 else 0
 
 
 class GpuArbiter:
@@ -122,6 +131,10 @@ class GpuArbiter:
         self.mps_enabled = mps_enabled
         self._clients: dict[ClientId, _Client] = {}
         self._arrivals = 0
+        # The clients with ``waiting_since`` set, and those with ``holding_until`` set: a decision
+        # looks at these only.
+        self._waiting: dict[ClientId, _Client] = {}
+        self._holders: dict[ClientId, _Client] = {}
 
     # --- membership --------------------------------------------------------------------
     def add_client(self, client: ClientId, share: TimeShare) -> None:
@@ -137,6 +150,8 @@ class GpuArbiter:
     def remove_client(self, client: ClientId) -> None:
         """Forget a client at once: its token and its SMs are free for others."""
         self._clients.pop(client, None)
+        self._waiting.pop(client, None)
+        self._holders.pop(client, None)
 
     @property
     def clients(self) -> tuple[ClientId, ...]:
@@ -152,6 +167,7 @@ class GpuArbiter:
         state = self._client(client)
         if state.waiting_since is None:
             state.waiting_since = now_ns
+            self._waiting[client] = state
 
     def release(self, client: ClientId, now_ns: int, used_ns: int) -> None:
         """The client is done with its current token and used ``used_ns`` of GPU time from its
@@ -161,10 +177,17 @@ class GpuArbiter:
         if state.history:
             start, _ = state.history[-1]
             state.set_last_grant_end(max(start, min(start + max(used_ns, 0), now_ns)))
-        state.holding_until = None
+        if state.holding_until is not None:
+            state.holding_until = None
+            del self._holders[client]
 
     def is_waiting(self, client: ClientId) -> bool:
         return self._client(client).waiting_since is not None
+
+    @property
+    def anyone_waiting(self) -> bool:
+        """Whether any client waits for a token: without one, no decision can grant anything."""
+        return bool(self._waiting)
 
     def holding_until(self, client: ClientId) -> int | None:
         """When the client's current token ends, if it holds one."""
@@ -176,22 +199,33 @@ class GpuArbiter:
 
     def schedule(self, now_ns: int) -> Decision:
         """Grant what the rules allow at ``now_ns``; say when to look again."""
-        holders = self._release_expired(now_ns)
-        sm_taken = sum(self._clients[c].share.sm_percent for c in holders)
+        holders = self._release_expired(now_ns) if self._holders else []
+        sm_taken = 0
+        wake_candidates: list[int | None] = []
+        for holder in holders:
+            sm_taken += holder.share.sm_percent
+            wake_candidates.append(holder.holding_until)
         grants: list[Grant] = []
-        wake_candidates = [self._clients[c].holding_until for c in holders]
-        for client, state, usage in self._eligible_in_order(now_ns, wake_candidates):
-            if not self._fits(state.share.sm_percent, sm_taken, bool(holders) or bool(grants)):
-                if usage < self._request_ns(state.share):
-                    break  # a starved client waits for the GPU to drain; nobody jumps ahead of it
-                continue
-            token = self._token_ns(state.share, usage)
-            state.add_grant(now_ns, now_ns + token)
-            state.waiting_since = None
-            state.holding_until = now_ns + token
-            sm_taken += state.share.sm_percent
-            grants.append(Grant(client, token))
-            wake_candidates.append(now_ns + token)
+        if self._waiting:
+            anyone_holding = bool(holders)
+            for client, state, usage in self._eligible_in_order(now_ns, wake_candidates):
+                share = state.share
+                fits = (sm_taken + share.sm_percent <= keys.SM_UNITS) if self.mps_enabled else not anyone_holding
+                if not fits:
+                    if usage < self._request_ns(share):
+                        break  # a starved client waits for the GPU to drain; nobody jumps ahead of it
+                    continue
+                token = self._token_ns(share, usage)
+                end = now_ns + token
+                state.add_grant(now_ns, end)
+                state.waiting_since = None
+                del self._waiting[client]
+                state.holding_until = end
+                self._holders[client] = state
+                sm_taken += share.sm_percent
+                anyone_holding = True
+                grants.append(Grant(client, token))
+                wake_candidates.append(end)
         future = [t for t in wake_candidates if t is not None and t > now_ns]
         return Decision(tuple(grants), min(future) if future else None)
 
@@ -202,14 +236,22 @@ class GpuArbiter:
         except KeyError:
             raise ArbitrationError(f"client {client!r} is not registered") from None
 
-    def _release_expired(self, now_ns: int) -> list[ClientId]:
+    def _release_expired(self, now_ns: int) -> list[_Client]:
+        """End the tokens that are over; the holders left. (A client's old grants are dropped
+        when its usage is next read: clients that neither wait nor hold gain no grants.)"""
+        if not self._holders:
+            return []
         holders = []
-        for client, state in self._clients.items():
-            if state.holding_until is not None and state.holding_until <= now_ns:
+        expired = []
+        for client, state in self._holders.items():
+            until = state.holding_until
+            if until is not None and until <= now_ns:
                 state.holding_until = None
-            if state.holding_until is not None:
-                holders.append(client)
-            state.forget_before(now_ns - self.window_ns)
+                expired.append(client)
+            else:
+                holders.append(state)
+        for client in expired:
+            del self._holders[client]
         return holders
 
     def _request_ns(self, share: TimeShare) -> int:
@@ -223,29 +265,29 @@ class GpuArbiter:
         """Waiting clients with limit budget left, in priority order. Adds to ``wake_candidates``
         the time each over-limit waiting client becomes eligible again."""
         ranked = []
-        for client, state in self._clients.items():
-            if state.waiting_since is None:
-                continue
-            usage = state.usage(now_ns, self.window_ns)
-            limit = self._limit_ns(state.share)
-            need = min(self.min_token_ns, limit) // 2
-            if state.share.limit_permille < keys.TIME_UNITS and limit - usage < max(need, 1):
-                wake_candidates.append(_when_usage_at_most(state.history, limit - need, now_ns, self.window_ns))
-                continue
-            request = self._request_ns(state.share)
+        window, min_token = self.window_ns, self.min_token_ns
+        for client, state in self._waiting.items():
+            usage = state.usage(now_ns, window)
+            share = state.share
+            if share.limit_permille < keys.TIME_UNITS:
+                limit = share.limit_permille * window // keys.TIME_UNITS
+                need = (min_token if min_token < limit else limit) // 2
+                if limit - usage < (need if need > 1 else 1):
+                    wake_candidates.append(_when_usage_at_most(state.history, limit - need, now_ns, window))
+                    continue
+            request = share.request_permille * window // keys.TIME_UNITS
+            since = state.waiting_since or 0  # set for every client in ``_waiting``
             if usage < request:
                 starvation = (request - usage) / request
-                key: tuple[int, float, int] = (0, -starvation, state.waiting_since)
+                key: tuple[int, float, int] = (0, -starvation, since)
             else:
-                key = (1, usage, state.waiting_since)
+                key = (1, usage, since)
             ranked.append((key, state.arrival, client, state, usage))
+        if len(ranked) == 1:
+            _, _, client, state, usage = ranked[0]
+            return [(client, state, usage)]
         ranked.sort(key=lambda item: (item[0], item[1]))
         return [(client, state, usage) for _, _, client, state, usage in ranked]
-
-    def _fits(self, sm_percent: int, sm_taken: int, anyone_holding: bool) -> bool:
-        if not self.mps_enabled:
-            return not anyone_holding
-        return sm_taken + sm_percent <= keys.SM_UNITS
 
     def _token_ns(self, share: TimeShare, usage: int) -> int:
         base = max(self._request_ns(share), self.min_token_ns)

@@ -15,6 +15,7 @@ and then disappear.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Iterable
 
@@ -110,7 +111,7 @@ class UsageMeter:
 
     def asked(self, gpu: str, pod: str, now_ns: int, *, at_limit: bool) -> None:
         """The pod asks for a token (unless it is already waiting)."""
-        meter = self._pods.setdefault((gpu, pod), _PodMeter())
+        meter = self._pods.get((gpu, pod)) or self._pods.setdefault((gpu, pod), _PodMeter())
         if meter.asked_at is None:
             meter.asked_at, meter.asked_throttled = now_ns, at_limit
 
@@ -123,7 +124,7 @@ class UsageMeter:
         meter.asked_at = None
         meter.wait_sum_ns += wait_ns
         seconds = wait_ns / 1e9
-        index = next((i for i, bound in enumerate(WAIT_BUCKETS_S) if seconds <= bound), len(WAIT_BUCKETS_S))
+        index = bisect.bisect_left(WAIT_BUCKETS_S, seconds)  # the first bucket with seconds <= bound
         meter.wait_counts[index] += 1
         if meter.asked_throttled:
             meter.throttled_ns_total += wait_ns
@@ -132,7 +133,7 @@ class UsageMeter:
         """The pod held the GPU from ``start_ns`` and used ``used_ns`` of it (reported by the hook)."""
         if used_ns <= 0:
             return
-        meter = self._pods.setdefault((gpu, pod), _PodMeter())
+        meter = self._pods.get((gpu, pod)) or self._pods.setdefault((gpu, pod), _PodMeter())
         end = start_ns + used_ns
         meter.uses.append((end, used_ns))
         meter.used_ns_total += used_ns

@@ -19,6 +19,7 @@ from device_plugin.arbiter.server import (
     DEFAULT_MAX_CONNECTIONS_PER_POD,
     ArbiterServer,
     ArbiterUsage,
+    new_event_loop,
 )
 from fastgshare.arbitration import DEFAULT_MIN_TOKEN_NS, DEFAULT_WINDOW_NS
 
@@ -73,7 +74,7 @@ class ArbiterThread:
     def __init__(self, server: ArbiterServer, changes: ChangeSource | None = None) -> None:
         self.server = server
         self._changes = changes
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._failure: BaseException | None = None

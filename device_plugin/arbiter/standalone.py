@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from device_plugin.arbiter.runner import add_edge_arguments, add_timing_arguments, edge_options, timing_ns
-from device_plugin.arbiter.server import ArbiterServer, GpuSettings
+from device_plugin.arbiter.server import ArbiterServer, GpuSettings, new_event_loop
 from device_plugin.arbiter.shares import PodShare, StaticShares
 from device_plugin.arbiter.state import StateFile
 from fastgshare import __version__
@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = ArbiterServer(args.socket, gpus, StaticShares(pods), trusted_env=args.trusted_env,
                            state=StateFile(args.state_file) if args.state_file else None,
                            **timing_ns(args), **edge_options(args))
-    asyncio.run(serve(server))
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.run(serve(server))
     return 0
 
 
