@@ -553,9 +553,14 @@ class ArbiterServer:
                     if pod.holder is not None:  # the silent holder is charged its whole token
                         self._meter.used(gpu, pod_key, pod.granted_at, pod.token_ns)
         decision = arbiter.schedule(now)
+        handed_back = False
         for grant in decision.grants:
             pod_key = str(grant.client)
             pod = self._pods[(gpu, pod_key)]
+            if not pod.queue:  # every process of the pod that asked has exited since: the token goes back
+                arbiter.release(pod_key, now, 0)
+                handed_back = True
+                continue
             connection = pod.queue.popleft()
             if pod.queue:
                 unasked[pod_key] = pod
@@ -563,6 +568,9 @@ class ArbiterServer:
             self._meter.granted(gpu, pod_key, now)
             request_id, connection.pending_request = connection.pending_request or 0, None
             connection.send_token(request_id, grant.token_ns)
+        if handed_back:  # its SMs are free again: whoever waits behind it may go now
+            self._pump(gpu)
+            return
         self._arm(gpu, decision.wake_at_ns, now)
 
     def _arm(self, gpu: str, wake_at_ns: int | None, now: int) -> None:

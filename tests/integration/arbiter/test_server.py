@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tempfile
@@ -252,3 +253,31 @@ def test_memory_of_different_pods_is_separate(arbiter: RunningArbiter) -> None:
     assert a.reserve(2**30).granted
     assert b.reserve(2**30).granted
     assert not a.reserve(1).granted
+
+
+def test_a_waiter_that_leaves_before_its_grant_does_not_break_the_scheduler(arbiter: RunningArbiter) -> None:
+    """Pod b waits behind a's token with one of its two processes, which then exits: the grant that
+    comes when a's token ends finds nobody of b queued, and is handed back, not an IndexError."""
+    errors: list[dict[str, Any]] = []
+    arbiter.loop.call_soon_threadsafe(arbiter.loop.set_exception_handler,
+                                      lambda _loop, context: errors.append(context))
+    holder, leaving, staying = arbiter.client(), arbiter.client(), arbiter.client()
+    holder.hello("ns/a")
+    leaving.hello("ns/b")
+    staying.hello("ns/b")
+    assert holder.token() == 30 * MS
+
+    def ask() -> None:
+        with contextlib.suppress(ArbiterError, OSError):  # closed under it
+            leaving.token()
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    time.sleep(0.005)
+    leaving.sock.shutdown(socket.SHUT_RDWR)  # the process exits while its request waits
+    thread.join(5)
+    time.sleep(0.05)  # a's 30 ms token ends: b is granted with nobody of it queued
+    started = time.monotonic()
+    assert staying.token() == 20 * MS
+    assert time.monotonic() - started < 0.5
+    assert errors == []
