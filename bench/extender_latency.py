@@ -7,9 +7,15 @@ server on loopback; one client sends the requests a node-cache-capable kube-sche
 (``NodeNames`` with every node) on one kept-alive connection.
 
 Pods ask for one of four shares, as the replicas of a few FaSTPods would. The extender
-remembers each node's verdict per share until that node changes, so the figures are given
-twice: ``warm`` (a share seen before on unchanged nodes, the steady state: each bind changes
-only its own node) and ``cold`` (the first request of each share, every node judged anew).
+remembers its answers per share and node state, so the figures are given for:
+
+- ``warm``: a share seen before on an unchanged cache;
+- ``steady``: the same, but before each pod one more resident pod lands on a node (a bind
+  elsewhere, so every request sees a new cache generation, and a node in a state never seen);
+- ``cold``: the first request of each share after start, every node judged anew;
+- ``after_rebuild``: the first filter and prioritize after the pods are relisted (the cache
+  rebuilt: every node entry new), for a share asked before the relist (``seen``) and for a
+  share never asked (``new``).
 
 Run: ``python -m bench.extender_latency [--sizes 100,1000,5000] [--requests N]``.
 """
@@ -44,8 +50,17 @@ ASKED = (  # what the measured pods ask for; each fits a half-full GPU
 )
 
 
+NEW_SHARE = ShareSpec(request_permille=150, limit_permille=300, sm_percent=30, memory_bytes=1 * GiB)
+EXTRA = ShareSpec(request_permille=100, limit_permille=100, sm_percent=10, memory_bytes=1 * GiB)  # steady churn
+
+
 def half_full_cluster(nodes: int) -> ClusterState:
     """``nodes`` nodes of 8 GPUs, each GPU holding two resident pods (half its area and memory)."""
+    return half_full_cluster_and_pods(nodes)[0]
+
+
+def half_full_cluster_and_pods(nodes: int) -> tuple[ClusterState, list[PodRecord]]:
+    """:func:`half_full_cluster` and the resident pods it holds (to relist them)."""
     state = ClusterState(bind_wait_s=0)
     names = [f"node-{i:05d}" for i in range(nodes)]
     records = []
@@ -65,7 +80,18 @@ def half_full_cluster(nodes: int) -> ClusterState:
                                                    keys.POD_ALLOCATED_ANNOTATION: "yes"}))
     state.replace_nodes(records)
     state.replace_pods(pods, state.begin_relist())
-    return state
+    return state, pods
+
+
+def extra_pod(nodes: int, serial: int) -> PodRecord:
+    """One more resident pod on GPU 0 of a node that has none yet (a bind that changes one node)."""
+    name = f"node-{serial % nodes:05d}"
+    uuid = f"GPU-{name}-0"
+    text = encode_assignment(PodAssignment(node_name=name, gpu_uuid=uuid, gpu_index=0, share=EXTRA,
+                                           assigned_at_ms=10 + serial))
+    return PodRecord(uid=f"extra-{serial}", namespace="resident", name=f"extra-{serial}", node_name=name,
+                     phase="Running", annotations={keys.POD_ASSIGNMENT_ANNOTATION: text,
+                                                   keys.POD_ALLOCATED_ANNOTATION: "yes"})
 
 
 def request_body(names: list[str], share: ShareSpec, serial: int) -> bytes:
@@ -97,28 +123,47 @@ def summary(seconds: list[float]) -> dict[str, float | int]:
 
 def measure(nodes: int, requests: int) -> dict[str, object]:
     started = time.perf_counter()
-    state = half_full_cluster(nodes)
+    state, pods = half_full_cluster_and_pods(nodes)
     build_s = time.perf_counter() - started
     names = [f"node-{i:05d}" for i in range(nodes)]
     services = build_services(ExtenderConfig(bind_wait_s=0, max_body_bytes=64 * 2**20), state, _NoApi())
     server = HttpServer(create_app(services), "127.0.0.1", 0)
     server.start()
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
-    times: dict[str, list[float]] = {"filter": [], "prioritize": [], "filter_cold": [], "prioritize_cold": []}
+    times: dict[str, list[float]] = {f"{verb}_{kind}": [] for verb in ("filter", "prioritize")
+                                     for kind in ("warm", "cold", "steady")}
+    rebuild: dict[str, object] = {}
+    serial = 0
     try:
         for serial in range(len(ASKED) + requests):
             share = ASKED[serial % len(ASKED)]
             body = request_body(names, share, serial)
-            cold = serial < len(ASKED)
+            kind = "cold" if serial < len(ASKED) else "warm"
             for verb in ("filter", "prioritize"):
-                times[f"{verb}_cold" if cold else verb].append(timed_post(connection, verb, body))
+                times[f"{verb}_{kind}"].append(timed_post(connection, verb, body))
+        for _step in range(requests):
+            serial += 1
+            state.upsert_pod(extra_pod(nodes, serial))  # each pod finds the cache changed
+            body = request_body(names, ASKED[serial % len(ASKED)], serial)
+            for verb in ("filter", "prioritize"):
+                times[f"{verb}_steady"].append(timed_post(connection, verb, body))
+        for label, share in (("seen", ASKED[0]), ("new", NEW_SHARE)):
+            started = time.perf_counter()
+            state.replace_pods(pods, state.begin_relist())
+            relist_s = time.perf_counter() - started
+            serial += 1
+            body = request_body(names, share, serial)
+            first = {verb: round(timed_post(connection, verb, body) * 1000, 3) for verb in ("filter", "prioritize")}
+            rebuild[label] = {"relist_s": round(relist_s, 2), "filter_ms": first["filter"],
+                              "prioritize_ms": first["prioritize"]}
     finally:
         connection.close()
         server.stop()
     return {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "request_bytes": len(request_body(names, ASKED[0], 0)),
             "cache_build_s": round(build_s, 2),
-            "warm": {"filter": summary(times["filter"]), "prioritize": summary(times["prioritize"])},
-            "cold": {"filter": summary(times["filter_cold"]), "prioritize": summary(times["prioritize_cold"])}}
+            **{kind: {verb: summary(times[f"{verb}_{kind}"]) for verb in ("filter", "prioritize")}
+               for kind in ("warm", "steady", "cold")},
+            "after_rebuild": rebuild}
 
 
 class _NoApi:
@@ -142,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = []
     for nodes in (int(size) for size in args.sizes.split(",")):
-        requests = args.requests or (400 if nodes <= 100 else 200 if nodes <= 1000 else 60)
+        requests = args.requests or (400 if nodes <= 100 else 200 if nodes <= 1000 else 100)
         results.append(measure(nodes, requests))
     print(json.dumps({"benchmark": "extender_latency", "gpus_per_node": GPUS_PER_NODE,
                       "fill": "every GPU half full (area and memory)",

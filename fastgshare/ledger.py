@@ -9,13 +9,24 @@ Adding a pod first tries to place it in the current free space, keeping every ot
 position; when that fails it re-packs all rectangles from scratch in a few deterministic
 orders ("keep-restructure"). Removing a pod keeps the others' positions.
 
+Checking is fast: each ledger keeps its budgets as running sums and its layout as an interned
+id (:attr:`GpuLedger.layout_id`, updated on every change), and whether a ``width x height``
+rectangle fits a layout is a pure function of the layout's rectangles (the maximal free
+rectangles of a set of placed rectangles do not depend on their order, and the re-pack sees
+only their sizes), remembered process-wide per ``(layout id, width, height)``. So a check is a
+few comparisons and one dictionary lookup; the packer runs only for a layout and size never
+judged before. :attr:`GpuLedger.summary_id` interns everything a check or a placement score
+reads (the GPU's static fields but its uuid, the budgets, the layout), so callers can share
+answers between GPUs in the same state.
+
 :class:`NodeState` is the ledgers of one node's GPUs, built from its inventory.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+import itertools
+from collections.abc import Callable, Hashable, Mapping
 
 import attrs
 
@@ -58,6 +69,39 @@ _REPACK_ORDERS: tuple[_Ordering, ...] = (
 )
 
 
+_LayoutKey = tuple[tuple[int, int, int, int], ...]
+INTERN_LIMIT = 200_000  # entries per process-wide table; a full table starts over (ids stay unique)
+
+
+class _Interner:
+    """Small unique ints for hashable keys; an id is never reused, even after the table is cleared."""
+
+    def __init__(self, limit: int = INTERN_LIMIT) -> None:
+        self._ids: dict[Hashable, int] = {}
+        self._next = itertools.count(1)
+        self._limit = limit
+
+    def __call__(self, key: Hashable) -> int:
+        found = self._ids.get(key)
+        if found is None:
+            if len(self._ids) >= self._limit:
+                self._ids.clear()
+            found = self._ids.setdefault(key, next(self._next))
+        return found
+
+
+intern_key = _Interner()  # shared by ledgers and their callers (node signatures)
+_EMPTY_LAYOUT_ID = intern_key(("layout", ()))
+# Whether a (width, height) rectangle can be placed on a layout, by (layout id, width, height).
+_FIT_MEMO: dict[tuple[int, int, int], bool] = {}
+
+
+def _remember_fit(key: tuple[int, int, int], fits: bool) -> None:
+    if len(_FIT_MEMO) >= INTERN_LIMIT:
+        _FIT_MEMO.clear()
+    _FIT_MEMO[key] = fits
+
+
 class GpuLedger:
     """The pods on one GPU and their slots, memory and time x SM rectangles."""
 
@@ -69,8 +113,10 @@ class GpuLedger:
         self._pods: dict[str, ShareSpec] = {}
         self._layout: dict[str, Rect] = {}
         self._overcommitted = False
-        # Rectangle sizes known not to fit the current layout; cleared on every change.
-        self._refused_sizes: set[tuple[int, int]] = set()
+        self._used_memory = 0
+        self._used_area = 0
+        self._layout_id = _EMPTY_LAYOUT_ID
+        self._summary_id = 0  # 0: not computed since the last change
 
     # --- reading ---------------------------------------------------------------------
     @property
@@ -89,7 +135,7 @@ class GpuLedger:
 
     @property
     def used_memory(self) -> int:
-        return sum(share.memory_bytes for share in self._pods.values())
+        return self._used_memory
 
     @property
     def free_memory(self) -> int:
@@ -101,8 +147,25 @@ class GpuLedger:
 
     @property
     def used_area(self) -> int:
-        return sum(self.rectangle_size(share)[0] * self.rectangle_size(share)[1]
-                   for share in self._pods.values() if not share.is_best_effort)
+        return self._used_area
+
+    @property
+    def layout_id(self) -> int:
+        """An id of the set of rectangles placed (equal ids: equal sets); changes with the layout."""
+        return self._layout_id
+
+    @property
+    def summary_id(self) -> int:
+        """An id of everything :meth:`check` and the placement policies read from this ledger
+        (all of the GPU but its uuid, the slots, pods, memory, area, layout): ledgers with equal
+        ids give equal answers, messages included."""
+        if not self._summary_id:
+            gpu = self.gpu
+            self._summary_id = intern_key((
+                "gpu", gpu.index, gpu.model, gpu.memory_bytes, gpu.sm_count, gpu.healthy, gpu.mps_enabled,
+                self.slots, len(self._pods), self._used_memory, self._used_area, self._overcommitted,
+                self._layout_id))
+        return self._summary_id
 
     @property
     def area_fraction(self) -> float:
@@ -125,8 +188,17 @@ class GpuLedger:
     # --- deciding --------------------------------------------------------------------
     def check(self, share: ShareSpec) -> Fit:
         """Whether a pod with ``share`` fits now, and if not the most basic reason why."""
-        fit, _ = self._evaluate(share)
-        return fit
+        gpu = self.gpu
+        if (not gpu.healthy or len(self._pods) >= self.slots
+                or share.memory_bytes > gpu.memory_bytes - self._used_memory):
+            fit, _ = self._evaluate(share)  # the refusal and its message
+            return fit
+        if share.request_permille == 0:  # best effort
+            return FITS
+        height = share.sm_percent if gpu.mps_enabled else keys.SM_UNITS
+        if self._overcommitted or not self._fits_rectangle(share.request_permille, height):
+            return Fit(Rejection.COMPUTE, self._compute_message(share))
+        return FITS
 
     def fits(self, share: ShareSpec) -> bool:
         return self.check(share).ok
@@ -145,11 +217,15 @@ class GpuLedger:
         if not fit.ok and not force:
             raise LedgerError(f"pod {pod_key} does not fit GPU {self.gpu.uuid}: {fit.message}")
         self._pods[pod_key] = share
+        self._used_memory += share.memory_bytes
+        if not share.is_best_effort:
+            width, height = self.rectangle_size(share)
+            self._used_area += width * height
         if layout is not None:
-            self._layout = layout
+            self._set_layout(layout)
         elif not share.is_best_effort:
             self._overcommitted = True
-        self._refused_sizes.clear()
+        self._summary_id = 0
         return self._layout.get(pod_key)
 
     def remove(self, pod_key: str) -> ShareSpec:
@@ -157,12 +233,18 @@ class GpuLedger:
         if pod_key not in self._pods:
             raise LedgerError(f"pod {pod_key} is not on GPU {self.gpu.uuid}")
         share = self._pods.pop(pod_key)
-        self._layout.pop(pod_key, None)
+        self._used_memory -= share.memory_bytes
+        if not share.is_best_effort:
+            width, height = self.rectangle_size(share)
+            self._used_area -= width * height
+        layout = dict(self._layout)
+        layout.pop(pod_key, None)
         if self._overcommitted:
             repacked = self._repack(self._compute_pods(), {})
             if repacked is not None:
-                self._layout, self._overcommitted = repacked, False
-        self._refused_sizes.clear()
+                layout, self._overcommitted = repacked, False
+        self._set_layout(layout)
+        self._summary_id = 0
         return share
 
     def copy(self) -> GpuLedger:
@@ -170,7 +252,10 @@ class GpuLedger:
         clone._pods = dict(self._pods)
         clone._layout = dict(self._layout)
         clone._overcommitted = self._overcommitted
-        clone._refused_sizes = set(self._refused_sizes)
+        clone._used_memory = self._used_memory
+        clone._used_area = self._used_area
+        clone._layout_id = self._layout_id
+        clone._summary_id = self._summary_id
         return clone
 
     # --- internals -------------------------------------------------------------------
@@ -201,20 +286,38 @@ class GpuLedger:
             return f"GPU {self.gpu.index} (no MPS, pods take turns) has less than {time} of the time free"
         return f"GPU {self.gpu.index} has no {share.sm_percent} percent of its SMs free for {time} of the time"
 
+    def _set_layout(self, layout: dict[str, Rect]) -> None:
+        self._layout = layout
+        key: _LayoutKey = tuple(sorted((r.x, r.y, r.width, r.height) for r in layout.values()))
+        self._layout_id = intern_key(("layout", key)) if key else _EMPTY_LAYOUT_ID
+
+    def _fits_rectangle(self, width: int, height: int) -> bool:
+        """Whether a ``width x height`` rectangle can join the layout (not over-committed)."""
+        if self._used_area + width * height > BIN.area:
+            return False
+        key = (self._layout_id, width, height)
+        fits = _FIT_MEMO.get(key)
+        if fits is None:
+            fits = self._pack_with((width, height), "") is not None
+            _remember_fit(key, fits)
+        return fits
+
     def _place(self, size: tuple[int, int], pod_key: str) -> dict[str, Rect] | None:
         width, height = size
-        if self.used_area + width * height > BIN.area or any(
-            width >= w and height >= h for w, h in self._refused_sizes
-        ):
+        if not self._fits_rectangle(width, height):
+            return None
+        return self._pack_with(size, pod_key)
+
+    def _pack_with(self, size: tuple[int, int], pod_key: str) -> dict[str, Rect] | None:
+        """The layout with a ``size`` rectangle added for ``pod_key``: in the free space if it
+        fits there, else from a re-pack of every rectangle; None if neither places it."""
+        width, height = size
+        if self._used_area + width * height > BIN.area:
             return None
         spot = MaxRectsBin(self._layout.values()).insert(width, height)
         if spot is not None:
             return {**self._layout, pod_key: spot}
-        new = Rect(0, 0, width, height)
-        layout = self._repack(self._compute_pods(), {pod_key: new})
-        if layout is None:
-            self._refused_sizes.add(size)
-        return layout
+        return self._repack(self._compute_pods(), {pod_key: Rect(0, 0, width, height)})
 
     def _repack(self, pods: Mapping[str, ShareSpec], extra: Mapping[str, Rect]) -> dict[str, Rect] | None:
         """Pack every rectangle from scratch, trying each deterministic order in turn."""

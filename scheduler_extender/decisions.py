@@ -16,8 +16,11 @@ Where a rejected node goes:
 
 from __future__ import annotations
 
+import json
 import logging
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
 
 import attrs
 
@@ -31,10 +34,18 @@ from scheduler_extender.nodes import NodeEntry
 from scheduler_extender.passes import FilterPasses
 from scheduler_extender.records import PodRecord
 from scheduler_extender.state import ClusterState
-from scheduler_extender.wire import ExtenderArgs, FilterResult
+from scheduler_extender.wire import (
+    ExtenderArgs,
+    FilterResult,
+    encode_filter_result,
+    priorities_json,
+    priorities_text,
+    priority_fragment,
+)
 
 log = logging.getLogger(__name__)
 
+_NO_POD = PodRecord(uid="", namespace="", name="", node_name="", phase="", annotations={})  # encoding needs names only
 NOT_SYNCED = "the fastgshare extender's cache has not synced with the API server yet; retrying"
 
 
@@ -73,8 +84,46 @@ class Refusal:
     resolvable: bool
 
 
+@attrs.frozen
+class NodeAnswer:
+    """What filter and prioritize say about one node for one pod: a refusal (None: it fits) and a score."""
+
+    refusal: Refusal | None
+    score: int
+
+
+ANSWER_LIMIT = 100_000  # remembered (share, policy, node signature) answers, all together
+CHAIN_LIMIT = 64  # remembered evaluations per verb, one per (share, policy)
+DELTA_FRACTION = 4  # patch an evaluation while at most 1/4 of its nodes changed; else start afresh
+
+
+@attrs.frozen
+class _Evaluation:
+    """The answers for one list of nodes at one cache generation, and the encoded reply."""
+
+    generation: int
+    names: tuple[str, ...]
+    answers: list[NodeAnswer]
+    positions: dict[str, int] | None  # name -> index, built when the first change is patched in
+    result: FilterResult | None  # filter only
+    labels: dict[str, int]
+    body: bytes
+    fragments: list[str] | None = None  # prioritize only: each node's part of the body
+
+
 class Decisions:
-    """Answers filter and prioritize from the cache."""
+    """Answers filter and prioritize from the cache.
+
+    Three levels of memory keep a request cheap at thousands of nodes, none of which can change
+    an answer: the ledgers' own fit memo (:mod:`fastgshare.ledger`); one :class:`NodeAnswer` per
+    (share, policy, node signature), so each distinct node state is judged once for a share
+    however many nodes share it, across cache rebuilds; and per verb and (share, policy) the last
+    evaluation (every node's answer and the encoded reply) with its cache generation. A request
+    for the same nodes at the same generation is answered with that reply (the pods of one
+    FaSTPod, or a prioritize after its filter); at a later generation, only the nodes the cache
+    says changed since (:meth:`ClusterState.changed_entries`) are judged again. A pod whose own
+    unbound assignment is in the cache is judged afresh (its node is judged without it).
+    """
 
     def __init__(self, state: ClusterState, default_policy: Policy, metrics: Metrics,
                  passes: FilterPasses | None = None) -> None:
@@ -82,42 +131,48 @@ class Decisions:
         self._default_policy = default_policy
         self._metrics = metrics
         self._passes = passes if passes is not None else FilterPasses()
+        self._answers: dict[tuple[ShareSpec, Policy], dict[int, NodeAnswer]] = {}
+        self._answer_count = 0
+        self._chains: dict[str, OrderedDict[tuple[ShareSpec, Policy], _Evaluation]] = {
+            "filter": OrderedDict(), "prioritize": OrderedDict()}
+        self._lock = threading.Lock()  # guards the chains
 
     def filter(self, args: ExtenderArgs) -> FilterResult:
         """The nodes that can take the pod now; bind will bind it only to one of them."""
-        result = self._filter(args)
-        self._passes.record(args.pod.uid, result.passed)
-        return result
+        return self._filter_evaluation(args)[0]
 
-    def _filter(self, args: ExtenderArgs) -> FilterResult:
+    def filter_body(self, args: ExtenderArgs) -> bytes:
+        """:meth:`filter`, encoded as the JSON answer (``ExtenderFilterResult``)."""
+        result, body = self._filter_evaluation(args)
+        return body if body is not None else _dumps(encode_filter_result(args, result))
+
+    def _filter_evaluation(self, args: ExtenderArgs) -> tuple[FilterResult, bytes | None]:
         if not self._state.synced:
             self._metrics.fail("filter", {"not-synced": 1})
-            return FilterResult(error=NOT_SYNCED)
-        try:
-            request = pod_request(args.pod, self._default_policy)
-        except InvalidRequest as error:
-            log.info("filter pod=%s refused everywhere: %s", args.pod.key, error)
-            self._metrics.fail("filter", {"invalid-request": len(args.node_names)})
-            self._metrics.count("filter", {"unresolvable": len(args.node_names)})
-            return FilterResult(unresolvable={name: str(error) for name in args.node_names})
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        labels: Counter[str] = Counter()
-        entries = self._state.entries_for(args.pod.uid, args.node_names)
-        for name, entry in zip(args.node_names, entries, strict=True):
-            refusal = judge(name, entry, request)
-            if refusal is None:
-                passed.append(name)
-                continue
-            (failed if refusal.resolvable else unresolvable)[name] = refusal.reason
-            labels[refusal.label] += 1
-        self._metrics.count("filter", {"passed": len(passed), "failed": len(failed),
-                                       "unresolvable": len(unresolvable)})
-        self._metrics.fail("filter", labels)
-        log.debug("filter pod=%s share=%s policy=%s passed=%d failed=%d unresolvable=%d", args.pod.key,
-                  request.share.describe(), request.policy.value, len(passed), len(failed), len(unresolvable))
-        return FilterResult(passed=tuple(passed), failed=failed, unresolvable=unresolvable)
+            result = FilterResult(error=NOT_SYNCED)
+        else:
+            try:
+                request = pod_request(args.pod, self._default_policy)
+            except InvalidRequest as error:
+                log.info("filter pod=%s refused everywhere: %s", args.pod.key, error)
+                self._metrics.fail("filter", {"invalid-request": len(args.node_names)})
+                self._metrics.count("filter", {"unresolvable": len(args.node_names)})
+                result = FilterResult(unresolvable={name: str(error) for name in args.node_names})
+            else:
+                evaluation = self._evaluate("filter", args, request)
+                if evaluation.result is None:  # pragma: no cover - filter evaluations carry their result
+                    raise AssertionError("a filter evaluation without its result")
+                result = evaluation.result
+                self._metrics.count("filter", {"passed": len(result.passed), "failed": len(result.failed),
+                                               "unresolvable": len(result.unresolvable)})
+                self._metrics.fail("filter", evaluation.labels)
+                log.debug("filter pod=%s share=%s policy=%s passed=%d failed=%d unresolvable=%d", args.pod.key,
+                          request.share.describe(), request.policy.value, len(result.passed), len(result.failed),
+                          len(result.unresolvable))
+                self._passes.record(args.pod.uid, result.passed)
+                return result, evaluation.body if args.node_cache_capable else None
+        self._passes.record(args.pod.uid, result.passed)
+        return result, None
 
     def prioritize(self, args: ExtenderArgs) -> list[tuple[str, int]]:
         """A 0..10 score per node; 0 for nodes that cannot take the pod or an invalid request."""
@@ -125,11 +180,136 @@ class Decisions:
             request = pod_request(args.pod, self._default_policy)
         except InvalidRequest:
             return [(name, 0) for name in args.node_names]
-        entries = self._state.entries_for(args.pod.uid, args.node_names)
-        scores = [(name, entry.score(request.share, request.policy) if entry is not None else 0)
-                  for name, entry in zip(args.node_names, entries, strict=True)]
-        self._metrics.count("prioritize", {"scored": len(scores)})
-        return scores
+        evaluation = self._evaluate("prioritize", args, request)
+        self._metrics.count("prioritize", {"scored": len(args.node_names)})
+        return [(name, answer.score) for name, answer in zip(args.node_names, evaluation.answers, strict=True)]
+
+    def prioritize_body(self, args: ExtenderArgs) -> bytes:
+        """:meth:`prioritize`, encoded as the JSON answer (``HostPriorityList``)."""
+        try:
+            request = pod_request(args.pod, self._default_policy)
+        except InvalidRequest:
+            return priorities_json([(name, 0) for name in args.node_names])
+        evaluation = self._evaluate("prioritize", args, request)
+        self._metrics.count("prioritize", {"scored": len(args.node_names)})
+        return evaluation.body
+
+    # --- evaluations -------------------------------------------------------------------------
+    def _evaluate(self, verb: str, args: ExtenderArgs, request: PodRequest) -> _Evaluation:
+        names = args.node_names
+        generation, stale = self._state.generation_for(args.pod.uid)
+        key = (request.share, request.policy)
+        chains = self._chains[verb]
+        with self._lock:
+            last = chains.get(key)
+        if stale is None and last is not None and last.names == names:
+            if last.generation == generation:
+                return last
+            patched = self._patched(verb, last, request)
+            if patched is not None:
+                return self._keep(chains, key, patched)
+        entries, generation = self._state.entries_and_generation(args.pod.uid, names)
+        evaluation = _finish(verb, generation, names, self._node_answers(entries, names, request), None)
+        return evaluation if stale is not None else self._keep(chains, key, evaluation)
+
+    def _patched(self, verb: str, last: _Evaluation, request: PodRequest) -> _Evaluation | None:
+        """``last`` brought to the cache's generation by judging only the nodes changed since, if few did."""
+        delta = self._state.changed_entries(last.generation)
+        if delta is None or len(delta[1]) * DELTA_FRACTION > len(last.names):
+            return None
+        generation, changed = delta
+        positions = last.positions
+        if positions is None:
+            positions = {name: index for index, name in enumerate(last.names)}
+        changed_names = [name for name in changed if name in positions]
+        fresh = self._node_answers([changed[name] for name in changed_names], changed_names, request)
+        answers = last.answers
+        moved = [(positions[name], answer) for name, answer in zip(changed_names, fresh, strict=True)
+                 if answer != answers[positions[name]]]
+        if verb == "filter" and all(answer.refusal == answers[index].refusal for index, answer in moved):
+            moved = []  # a filter reply shows refusals only
+        if not moved:
+            return attrs.evolve(last, generation=generation, positions=positions)
+        answers = list(answers)
+        for index, answer in moved:
+            answers[index] = answer
+        if verb == "prioritize" and last.fragments is not None:
+            fragments = list(last.fragments)
+            for index, answer in moved:
+                fragments[index] = priority_fragment(last.names[index], answer.score)
+            return _Evaluation(generation, last.names, answers, positions, None, {}, priorities_text(fragments),
+                               fragments)
+        return _finish(verb, generation, last.names, answers, positions)
+
+    def _keep(self, chains: OrderedDict[tuple[ShareSpec, Policy], _Evaluation], key: tuple[ShareSpec, Policy],
+              evaluation: _Evaluation) -> _Evaluation:
+        with self._lock:
+            current = chains.get(key)
+            if current is None or current.generation <= evaluation.generation:
+                chains[key] = evaluation
+                chains.move_to_end(key)
+                while len(chains) > CHAIN_LIMIT:
+                    chains.popitem(last=False)
+        return evaluation
+
+    def _node_answers(self, entries: Sequence[NodeEntry | None], names: Sequence[str],
+                      request: PodRequest) -> list[NodeAnswer]:
+        """One answer per node, from the answers remembered per node signature where possible."""
+        table = self._answers.get((request.share, request.policy))
+        if table is None:
+            table = self._answers.setdefault((request.share, request.policy), {})
+        answers: list[NodeAnswer] = []
+        append = answers.append
+        for name, entry in zip(names, entries, strict=True):
+            if entry is None:
+                append(NodeAnswer(Refusal("not-cached", f"node {name} is not in the fastgshare extender's cache yet",
+                                          True), 0))
+                continue
+            signature = entry.signature
+            answer = table.get(signature) if signature is not None else None
+            if answer is None:
+                answer = node_answer(name, entry, request)
+                if signature is not None:
+                    if self._answer_count >= ANSWER_LIMIT:
+                        self._answers.clear()
+                        self._answer_count = 0
+                        table = self._answers.setdefault((request.share, request.policy), {})
+                    table[signature] = answer
+                    self._answer_count += 1
+            append(answer)
+        return answers
+
+
+def _finish(verb: str, generation: int, names: tuple[str, ...], answers: list[NodeAnswer],
+            positions: dict[str, int] | None) -> _Evaluation:
+    """The evaluation of ``answers``: the reply (and for filter the result and its metrics labels)."""
+    if verb == "prioritize":
+        fragments = [priority_fragment(name, answer.score) for name, answer in zip(names, answers, strict=True)]
+        return _Evaluation(generation, names, answers, positions, None, {}, priorities_text(fragments), fragments)
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    labels: dict[str, int] = {}
+    for name, answer in zip(names, answers, strict=True):
+        refusal = answer.refusal
+        if refusal is None:
+            passed.append(name)
+            continue
+        (failed if refusal.resolvable else unresolvable)[name] = refusal.reason
+        labels[refusal.label] = labels.get(refusal.label, 0) + 1
+    result = FilterResult(passed=tuple(passed), failed=failed, unresolvable=unresolvable)
+    body = _dumps(encode_filter_result(ExtenderArgs(pod=_NO_POD, node_names=names), result))
+    return _Evaluation(generation, names, answers, positions, result, labels, body)
+
+
+def node_answer(name: str, entry: NodeEntry, request: PodRequest) -> NodeAnswer:
+    """Judge and score one node for the pod (what the remembered answers hold)."""
+    refusal = judge(name, entry, request)
+    return NodeAnswer(refusal, entry.score(request.share, request.policy) if refusal is None else 0)
+
+
+def _dumps(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
 
 
 def judge(name: str, entry: NodeEntry | None, request: PodRequest) -> Refusal | None:

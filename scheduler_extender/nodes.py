@@ -8,6 +8,12 @@ same share, are judged once per node state; a new entry starts with none.
 
 The core's ledger keeps a private cache while checking a fit, so every computation on an
 entry's ledgers runs under the entry's own lock.
+
+Every entry with an inventory carries a :attr:`NodeEntry.signature`, computed when it is built
+(so before it is published, off the request path): an id of the ordered per-GPU summaries
+(:attr:`fastgshare.ledger.GpuLedger.summary_id`, everything but the GPUs' uuids). Entries with
+equal signatures give equal verdicts, reasons and scores for a pod, so the decisions remember
+their answers per (share, policy, signature), across nodes and across cache rebuilds.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from fastgshare import keys
 from fastgshare.codec import decode_node_inventory
 from fastgshare.errors import CodecError
 from fastgshare.inventory import NodeInventory
-from fastgshare.ledger import NodeState
+from fastgshare.ledger import NodeState, intern_key
 from fastgshare.placement import NodeVerdict, Policy, evaluate_node, score_node
 from fastgshare.share import ShareSpec
 from scheduler_extender.resharing import judge_change
@@ -49,6 +55,7 @@ class NodeEntry:
         self._verdicts: dict[tuple[ShareSpec, Policy], NodeVerdict] = {}
         self._scores: dict[tuple[ShareSpec, Policy], int] = {}
         self._empty: dict[ShareSpec, NodeVerdict] = {}
+        self.signature: int | None = None  # None without inventory; see :meth:`_seal`
 
     @classmethod
     def from_inventory(cls, name: str, inventory_text: str | None) -> NodeEntry:
@@ -60,7 +67,7 @@ class NodeEntry:
         except CodecError as error:
             log.warning("node=%s unreadable GPU inventory: %s", name, error)
             return cls(name, inventory_text, None, f"node's GPU inventory is unreadable: {error}")
-        return cls(name, inventory_text, NodeState(inventory), "")
+        return cls(name, inventory_text, NodeState(inventory), "")._seal()
 
     @property
     def inventory(self) -> NodeInventory | None:
@@ -112,14 +119,14 @@ class NodeEntry:
         entry = NodeEntry.from_inventory(self.name, self.inventory_text)
         for pod_id, gpu_uuid, share in pods:
             entry._record(pod_id, gpu_uuid, share)
-        return entry
+        return entry._seal()
 
     def with_pod(self, pod_id: str, gpu_uuid: str, share: ShareSpec) -> NodeEntry:
         """A new entry with the pod recorded on ``gpu_uuid``, even beyond the GPU's budgets
         (pods the API shows are committed whether or not they fit)."""
         entry = self._copy()
         entry._record(pod_id, gpu_uuid, share)
-        return entry
+        return entry._seal()
 
     def without_pod(self, pod_id: str) -> NodeEntry:
         """A new entry with the pod's share freed (the same entry if it holds no such pod)."""
@@ -129,7 +136,14 @@ class NodeEntry:
         ledger = entry.state.find_pod(pod_id) if entry.state is not None else None
         if ledger is not None:
             ledger.remove(pod_id)
-        return entry
+        return entry._seal()
+
+    def _seal(self) -> NodeEntry:
+        """Compute the signature of a private entry about to be published."""
+        if self.state is not None:
+            with self._lock:
+                self.signature = intern_key(("node", *(ledger.summary_id for ledger in self.state.ledgers.values())))
+        return self
 
     def _copy(self) -> NodeEntry:
         with self._lock:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 DEFAULT_TTL_S = 600.0
 DEFAULT_MAX_PODS = 100_000
@@ -32,14 +32,19 @@ class FilterPasses:
         self._max_pods = max_pods
         self._clock = clock
         self._lock = threading.Lock()
-        self._passed: OrderedDict[str, tuple[float, frozenset[str]]] = OrderedDict()  # uid -> (expiry, nodes)
+        self._passed: OrderedDict[str, tuple[float, Collection[str]]] = OrderedDict()  # uid -> (expiry, nodes)
 
     def record(self, uid: str, nodes: Iterable[str]) -> None:
-        """The filter of pod ``uid`` passed ``nodes`` (replacing what an earlier filter passed)."""
+        """The filter of pod ``uid`` passed ``nodes`` (replacing what an earlier filter passed).
+
+        A tuple is kept as it is (filter passes thousands of names per pod, and bind looks one up
+        once), anything else as a frozenset.
+        """
+        kept: Collection[str] = nodes if isinstance(nodes, tuple) else frozenset(nodes)
         now = self._clock()
         with self._lock:
             self._passed.pop(uid, None)
-            self._passed[uid] = (now + self._ttl_s, frozenset(nodes))
+            self._passed[uid] = (now + self._ttl_s, kept)
             while len(self._passed) > self._max_pods:
                 self._passed.popitem(last=False)
             while self._passed:
@@ -51,13 +56,13 @@ class FilterPasses:
     def refusal(self, uid: str, node: str) -> str | None:
         """None if pod ``uid`` passed the filter for ``node``, else why it may not be bound there."""
         with self._lock:
-            expiry, nodes = self._passed.get(uid, (0.0, frozenset()))
+            expiry, nodes = self._passed.get(uid, (0.0, ()))
         if expiry <= self._clock():
             return ("this extender has no filter result for it: never filtered here, filtered before the extender "
                     f"restarted, or over {self._ttl_s:g} s ago")
         if node in nodes:
             return None
-        names = sorted(nodes)
+        names = sorted(set(nodes))
         listed = ", ".join(names[:LISTED_NODES]) + (f" and {len(names) - LISTED_NODES} more"
                                                    if len(names) > LISTED_NODES else "")
         return f"it passed for: {listed or 'no node'}"

@@ -38,13 +38,13 @@ def _services() -> Services:
 @blueprint.post("/filter")
 def filter_nodes() -> Response:
     args = wire.decode_extender_args(_json_body())
-    return jsonify(wire.encode_filter_result(args, _services().decisions.filter(args)))
+    return Response(_services().decisions.filter_body(args), mimetype="application/json")
 
 
 @blueprint.post("/prioritize")
 def prioritize() -> Response:
     args = wire.decode_extender_args(_json_body())
-    return jsonify(wire.encode_priorities(_services().decisions.prioritize(args)))
+    return Response(_services().decisions.prioritize_body(args), mimetype="application/json")
 
 
 @blueprint.post("/bind")

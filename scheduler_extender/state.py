@@ -25,6 +25,7 @@ are replaced, never modified, so readers may use them after the lock is released
 from __future__ import annotations
 
 import enum
+import gc
 import math
 import threading
 import time
@@ -45,6 +46,9 @@ from scheduler_extender.placements import (
 )
 from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.resharing import ShareChangeRefused
+
+COLLECT_AFTER_RELIST_NODES = 1000  # see ClusterState.replace_pods
+CHANGE_LOG = 4096  # single-node changes remembered (see ClusterState.changed_entries)
 
 
 def wall_clock_ms() -> int:
@@ -109,6 +113,10 @@ class ClusterState:
         self._nodes_synced = False
         self._pods_synced = False
         self._seq = 0
+        self._generation = 0  # +1 whenever a node entry changes (see :meth:`generation_for`)
+        # (generation, node) of every single-node change since generation ``_log_floor``
+        self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG)
+        self._log_floor = 0
         self._bind_wait_ms = int(bind_wait_s * 1000)
         self._now_ms = now_ms
 
@@ -137,6 +145,7 @@ class ClusterState:
         """A fresh list of all nodes."""
         with self._changed:
             self._nodes = {record.name: self._node_entry(record) for record in records}
+            self._changed_all()
             self._nodes_synced = True
             self._changed.notify_all()
 
@@ -146,12 +155,23 @@ class ClusterState:
             entry = self._node_entry(record)
             if entry is not self._nodes.get(record.name):
                 self._nodes[record.name] = entry
+                self._changed_node(record.name)
                 self._changed.notify_all()
 
     def delete_node(self, name: str) -> None:
         with self._changed:
-            self._nodes.pop(name, None)
+            if self._nodes.pop(name, None) is not None:
+                self._changed_node(name)
             self._changed.notify_all()
+
+    def _changed_node(self, name: str) -> None:
+        self._generation += 1
+        self._changes.append((self._generation, name))
+
+    def _changed_all(self) -> None:
+        self._generation += 1
+        self._changes.clear()
+        self._log_floor = self._generation
 
     def _node_entry(self, record: NodeRecord) -> NodeEntry:
         current = self._nodes.get(record.name)
@@ -193,8 +213,15 @@ class ClusterState:
             for placement in fresh.values():
                 self._on_node[placement.node].add(placement.uid)
             self._nodes = {name: entry.rebuilt(self._pods_on(name)) for name, entry in self._nodes.items()}
+            self._changed_all()
             self._pods_synced = True
             self._changed.notify_all()
+            large = len(self._nodes) >= COLLECT_AFTER_RELIST_NODES
+        if large:
+            # A relist of a large cluster makes hundreds of thousands of objects at once; left to
+            # itself the collector's next full pass (0.3 s at 5,000 nodes) lands on a random later
+            # request. Pay it here, with the relist, so requests do not.
+            gc.collect()
 
     def upsert_pod(self, record: PodRecord) -> None:
         """A pod was added or changed."""
@@ -233,6 +260,7 @@ class ClusterState:
         entry = self._nodes.get(placement.node)
         if entry is not None:
             self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, share)
+            self._changed_node(placement.node)
         self._changed.notify_all()
 
     # --- live share changes ------------------------------------------------------------------
@@ -297,6 +325,7 @@ class ClusterState:
         entry = self._nodes.get(placement.node)
         if entry is not None:
             self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, placement.share)
+            self._changed_node(placement.node)
 
     def _unplace(self, placement: Placement) -> None:
         self._placements.pop(placement.uid, None)
@@ -304,19 +333,49 @@ class ClusterState:
         entry = self._nodes.get(placement.node)
         if entry is not None:
             self._nodes[placement.node] = entry.without_pod(placement.uid)
+            self._changed_node(placement.node)
         self._changed.notify_all()
 
     # --- reading for filter and prioritize -------------------------------------------------
+    def generation_for(self, pod_uid: str) -> tuple[int, str | None]:
+        """The cache generation (it changes whenever any node's entry changes) and the node of
+        the pod's own stale assignment, which :meth:`entries_for` leaves out (None if none):
+        equal answers mean equal entries for every node."""
+        with self._changed:
+            own = self._placements.get(pod_uid)
+            return self._generation, (own.node if own is not None and not own.in_flight and not own.bound else None)
+
+    def changed_entries(self, since: int) -> tuple[int, dict[str, NodeEntry | None]] | None:
+        """The generation now and the entries (None: deleted) of the nodes changed after generation
+        ``since``; None if the cache cannot tell (a relist since, or more changes than it keeps)."""
+        with self._changed:
+            changes = self._changes
+            if since < self._log_floor or (changes and changes[0][0] > since + 1):
+                return None  # every generation after the floor is logged, until the log drops its oldest
+            names: set[str] = set()
+            for generation, name in reversed(changes):
+                if generation <= since:
+                    break
+                names.add(name)
+            nodes = self._nodes
+            return self._generation, {name: nodes.get(name) for name in names}
+
     def entries_for(self, pod_uid: str, names: Sequence[str]) -> list[NodeEntry | None]:
         """The entries of ``names`` (None if unknown), without the pod's own stale assignment."""
+        return self.entries_and_generation(pod_uid, names)[0]
+
+    def entries_and_generation(self, pod_uid: str, names: Sequence[str]) -> tuple[list[NodeEntry | None], int]:
+        """:meth:`entries_for` and the generation they belong to, read together."""
         with self._changed:
-            entries = [self._nodes.get(name) for name in names]
+            nodes = self._nodes
+            entries = [nodes.get(name) for name in names]
+            generation = self._generation
             own = self._placements.get(pod_uid)
             stale_node = own.node if own is not None and not own.in_flight and not own.bound else None
         if stale_node is not None:
             entries = [entry.without_pod(pod_uid) if entry is not None and entry.name == stale_node else entry
                        for entry in entries]
-        return entries
+        return entries, generation
 
     def snapshot(self) -> Snapshot:
         with self._changed:

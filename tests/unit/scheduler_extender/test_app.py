@@ -207,7 +207,7 @@ def test_unexpected_failure_is_a_500_json_without_traceback(services: Services, 
     def explode(args: object) -> object:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(services.decisions, "filter", explode)
+    monkeypatch.setattr(services.decisions, "filter_body", explode)
     app = create_app(services)  # not TESTING: errors are handled as in production
     with app.test_client() as client, caplog.at_level(logging.ERROR):
         answer = client.post("/filter", json=extender_args("node-a"))
