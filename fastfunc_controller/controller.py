@@ -425,8 +425,9 @@ class Controller:
 
     def _fit(self, spec: FunctionSpec, scaler: _Scaler, new: State) -> State:
         """``new`` with the pods a scale-up adds made to fit the cluster's free GPU space (a
-        configuration that fits nowhere is replaced by the next most efficient ones that do); as it
-        is when there is no reader of the free space or the cluster cannot be read."""
+        configuration that fits nowhere is replaced by the next most efficient ones that do); a
+        re-plan whose new pods do not all fit as planned is not made (what runs stays); as it is
+        when there is no reader of the free space or the cluster cannot be read."""
         old = scaler.state
         if (self._free_space is None or not isinstance(new, ScalerState) or not isinstance(old, ScalerState)
                 or raise_of(scaler.usable, old, new) is not None):
@@ -442,6 +443,9 @@ class Controller:
             return new
         by_key = scaler.usable.by_key()
         fitted = fit_additions(additions, scaler.usable.options, space, lambda option: by_key[option.point.key].share)
+        if new.keep and not old.keep and (fitted.unplaced or fitted.additions != additions):
+            log.info("fastfunc=%s no re-plan: its new pods %s do not fit the free GPU space", spec.key, additions)
+            return attrs.evolve(old, last_rebalance_s=new.last_rebalance_s)  # try again after the interval
         if fitted.additions == additions:
             return new
         pods = dict(old.pods)

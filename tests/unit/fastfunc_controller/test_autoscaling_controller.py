@@ -222,16 +222,31 @@ def test_hpa_runs_whole_gpus_with_the_hpa_rules() -> None:
     assert run.at(316) == {"resnet-q100-s100": 1}
 
 
+def whole_gpu_child(replicas: int) -> dict[str, Any]:
+    return {"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+            "metadata": {"name": "resnet-q100-s100", "namespace": "fn", "uid": "old",
+                         "labels": {keys.FUNCTION_LABEL: "resnet", keys.FUNCTION_CONFIG_LABEL: "q100-s100"},
+                         "annotations": {keys.GPU_QUOTA_REQUEST: "1", keys.GPU_QUOTA_LIMIT: "1",
+                                         keys.GPU_SM_PARTITION: "100", keys.GPU_MEM: "2Gi"},
+                         "ownerReferences": [{"apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND,
+                                              "name": "resnet", "uid": "u1", "controller": True}]},
+            "spec": {"replicas": replicas}, "status": {"replicas": replicas, "readyReplicas": replicas}}
+
+
+def test_a_re_plan_whose_new_pods_do_not_fit_is_not_made() -> None:
+    full = ShareSpec(request_permille=1000, limit_permille=1000, sm_percent=100, memory_bytes=2**30)
+    run = Harness(fastfunc(intervalSeconds=2, scaleDownDelaySeconds=60), free_space=lambda: gpu(mps=False,
+                                                                                                  taken=full))
+    run.made.fastpods.upsert(whole_gpu_child(2))
+    assert run.at(0, Rates(long=60, short=60)) == {"resnet-q100-s100": 2}
+    assert run.at(62) == {"resnet-q100-s100": 2}  # three q40-s24 pods would be cheaper, but fit no GPU
+    assert run.at(64) == {"resnet-q100-s100": 2}  # and it is not tried again every tick
+    assert not [e for e in run.kube.events if "re-plan" in e["message"]]
+
+
 def test_a_costly_plan_is_re_planned_make_before_break() -> None:
     run = Harness(fastfunc(intervalSeconds=2, scaleDownDelaySeconds=60))
-    whole = {"apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
-             "metadata": {"name": "resnet-q100-s100", "namespace": "fn", "uid": "old",
-                          "labels": {keys.FUNCTION_LABEL: "resnet", keys.FUNCTION_CONFIG_LABEL: "q100-s100"},
-                          "annotations": {keys.GPU_QUOTA_REQUEST: "1", keys.GPU_QUOTA_LIMIT: "1",
-                                          keys.GPU_SM_PARTITION: "100", keys.GPU_MEM: "2Gi"},
-                          "ownerReferences": [{"apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND,
-                                               "name": "resnet", "uid": "u1", "controller": True}]},
-             "spec": {"replicas": 2}, "status": {"replicas": 2, "readyReplicas": 2}}
+    whole = whole_gpu_child(2)
     run.made.fastpods.upsert(whole)  # two whole GPUs run (e.g. from policy fixed): 134 req/s for 2 GPUs
     assert run.at(0, Rates(long=60, short=60)) == {"resnet-q100-s100": 2}
     assert run.at(58) == {"resnet-q100-s100": 2}  # not within the delay of the start
