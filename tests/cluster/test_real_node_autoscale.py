@@ -39,12 +39,15 @@ MiB = 1 << 20
 DELAY_S = 20
 
 
+def point(quota: float, sm: int, max_rps: float, p95_ms: float = 120) -> ProfilePoint:
+    """A profile point of the fake-fn (128 MiB, quota request = limit) serving ``max_rps`` within the SLO."""
+    return ProfilePoint(quota_request=quota, quota_limit=quota, sm_partition=sm, memory_bytes=128 * MiB,
+                        max_rps=max_rps, slo_rps=max_rps, p50_ms=p95_ms / 2, p95_ms=p95_ms, p99_ms=p95_ms * 1.2)
+
+
 def profile() -> Profile:
     """Two configurations of the fake-fn at 5 ms per request, measured conservatively on this
     machine's simulated GPU (one request at a time per pod)."""
-    def point(quota: float, sm: int, max_rps: float, p95_ms: float) -> ProfilePoint:
-        return ProfilePoint(quota_request=quota, quota_limit=quota, sm_partition=sm, memory_bytes=128 * MiB,
-                            max_rps=max_rps, slo_rps=max_rps, p50_ms=p95_ms / 2, p95_ms=p95_ms, p99_ms=p95_ms * 1.2)
     return Profile(function=FUNCTION, slo=Slo(percentile=95, latency_ms=SLO_MS),
                    points=(point(0.2, 20, 25, 150), point(0.4, 40, 50, 120)))
 
@@ -202,11 +205,8 @@ VERTICAL = "raise"
 def ladder_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
     """A function whose profile has two quotas of one SM slice: a higher rate is served by raising
     the running pod's time quota (cost 0.1 -> 0.2 of a GPU for +20 req/s) rather than a new pod."""
-    def point(quota: float, max_rps: float) -> ProfilePoint:
-        return ProfilePoint(quota_request=quota, quota_limit=quota, sm_partition=50, memory_bytes=128 * MiB,
-                            max_rps=max_rps, slo_rps=max_rps, p50_ms=60, p95_ms=120, p99_ms=150)
     ladder = Profile(function=VERTICAL, slo=Slo(percentile=95, latency_ms=SLO_MS),
-                     points=(point(0.2, 25), point(0.4, 45)))
+                     points=(point(0.2, 50, 25), point(0.4, 50, 45)))
     with autoscaled_function(real_cluster, core, VERTICAL, ladder, {
             "minReplicas": 1, "maxReplicas": 4, "scaleDownDelaySeconds": 120}) as name:
         yield name
@@ -269,9 +269,7 @@ IDLE = "idle"
 @pytest.fixture
 def idle_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
     """A function of policy rpr with minReplicas 0 and a short scale-down delay."""
-    one = Profile(function=IDLE, slo=Slo(percentile=95, latency_ms=SLO_MS), points=(ProfilePoint(
-        quota_request=0.2, quota_limit=0.2, sm_partition=20, memory_bytes=128 * MiB, max_rps=25, slo_rps=25,
-        p50_ms=60, p95_ms=120, p99_ms=150),))
+    one = Profile(function=IDLE, slo=Slo(percentile=95, latency_ms=SLO_MS), points=(point(0.2, 20, 25),))
     with autoscaled_function(real_cluster, core, IDLE, one, {
             "minReplicas": 0, "maxReplicas": 2, "scaleDownDelaySeconds": 10}) as name:
         yield name

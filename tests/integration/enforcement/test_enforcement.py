@@ -7,21 +7,12 @@ reports the exact errors.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from fastgshare_cli.sandbox import HookBuild, SandboxError, TenantSpec, build_hook, measure_shares, sandbox
+from fastgshare_cli.sandbox import HookBuild, TenantSpec, measure_shares, sandbox
 
 TOLERANCE = 0.03
-
-
-@pytest.fixture(scope="module")
-def hook_build() -> Iterator[HookBuild]:
-    try:
-        yield build_hook()
-    except SandboxError as error:
-        pytest.fail(str(error))
 
 
 def test_a_tenant_alone_gets_its_limit_not_the_whole_gpu(hook_build: HookBuild) -> None:

@@ -7,21 +7,12 @@ defects they catch are several times larger than the noise of a loaded 2-core ma
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from fastgshare_cli.sandbox import HookBuild, Sandbox, SandboxError, TenantSpec, build_hook, sandbox
+from fastgshare_cli.sandbox import HookBuild, Sandbox, TenantSpec, sandbox
 
 MS = 1_000_000
-
-
-@pytest.fixture(scope="module")
-def hook_build() -> Iterator[HookBuild]:
-    try:
-        yield build_hook()
-    except SandboxError as error:
-        pytest.fail(str(error))
 
 
 @pytest.mark.parametrize("quota", [0.25, 0.5])
