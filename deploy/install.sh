@@ -20,6 +20,10 @@
 # Secret (the extender reloads the files on its next connection; no restart).
 #
 # Environment:
+#   FASTGSHARE_IMAGE            our image, for every component (default: the one deploy/ names,
+#                               ghcr.io/fastgshare/fastgshare:0.1.0). An upgrade is a re-run with
+#                               the new tag: the node agent's DaemonSet rolls one node at a time,
+#                               and running GPU pods keep their shares (their hooks reconnect).
 #   FASTGSHARE_SCHEDULER_IMAGE  the kube-scheduler image (default: registry.k8s.io/kube-scheduler
 #                               at the cluster's own version, e.g. v1.20.2)
 #   FASTGSHARE_WAIT_TIMEOUT     how long to wait for each component (default: 180s)
@@ -31,6 +35,7 @@ NAMESPACE=fastgshare-system
 CONFIG_DIR=/etc/fastgshare
 SHIPPED_CONFIG=kube-scheduler-config.yaml
 SHIPPED_IMAGE_PATTERN='image: registry.k8s.io/kube-scheduler:.*'
+SHIPPED_PROJECT_IMAGE=ghcr.io/fastgshare/fastgshare:0.1.0
 
 WEBHOOK_SECRET=fastgshare-webhook-tls
 WEBHOOK_SERVICE=fastgshare-webhook
@@ -76,12 +81,14 @@ scheduler_config_for() {
     fi
 }
 
-# render CONFIG IMAGE [CA_BUNDLE]: the kustomize output on stdin with the scheduler's --config and
-# image set, and the webhook's caBundle (base64) if given.
+# render CONFIG IMAGE [CA_BUNDLE [PROJECT_IMAGE]]: the kustomize output on stdin with the
+# scheduler's --config and image set, the webhook's caBundle (base64) if given, and our image
+# replaced by PROJECT_IMAGE if given.
 render() {
     sed -e "s#--config=$CONFIG_DIR/$SHIPPED_CONFIG#--config=$CONFIG_DIR/$1#" \
         -e "s#$SHIPPED_IMAGE_PATTERN#image: $2#" \
-        -e "s#caBundle: \"\"#caBundle: \"${3:-}\"#"
+        -e "s#caBundle: \"\"#caBundle: \"${3:-}\"#" \
+        -e "s#image: $SHIPPED_PROJECT_IMAGE\$#image: ${4:-$SHIPPED_PROJECT_IMAGE}#"
 }
 
 # webhook_cert_valid CERT_BASE64: whether the PEM certificate is valid for 30 more days.
@@ -167,7 +174,8 @@ main() {
     echo "Kubernetes $version: kube-scheduler $image with scheduler/$config"
     kubectl apply -f "$here/namespace.yaml"
     ca_bundle=$(webhook_ca_bundle "$rotate")
-    kubectl kustomize "$here" | render "$config" "$image" "$ca_bundle" | kubectl apply -f -
+    [ -z "${FASTGSHARE_IMAGE:-}" ] || echo "fastgshare image: $FASTGSHARE_IMAGE"
+    kubectl kustomize "$here" | render "$config" "$image" "$ca_bundle" "${FASTGSHARE_IMAGE:-}" | kubectl apply -f -
     kubectl wait --for=condition=Established crd/fastpods.fastgshare.caps.in.tum --timeout=60s
     wait_ready deployment/fastgshare-controller
     wait_ready deployment/fastgshare-scheduler

@@ -41,6 +41,18 @@ CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = (5.0, 30.0)
 
 
+def node_label(api: ApiClient, node_name: str, key: str) -> str | None:
+    """The value of label ``key`` on node ``node_name``; None if the node or the label is not there
+    (or the API cannot answer now)."""
+    try:
+        node = rest.call(rest.core_v1(api).read_node, node_name, timeout_s=REQUEST_TIMEOUT)
+    except ApiError as error:
+        log.warning("cannot read node=%s (%s)", node_name, error)
+        return None
+    labels: dict[str, str] = (node.get("metadata") or {}).get("labels") or {}
+    return labels.get(key)
+
+
 def missing_node(api: ApiClient, node_name: str, wait_s: float, *,
                  sleep: Callable[[float], None] = time.sleep) -> str | None:
     """Why ``node_name`` cannot be this agent's node (it is not in the cluster, even after waiting

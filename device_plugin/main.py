@@ -42,7 +42,7 @@ from device_plugin.hook_install import HookInstallError, install_hook, install_l
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from fastgshare import __version__, keys
 from fastgshare.errors import InvalidInventory
-from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, parse_gpu_spec
+from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, gpu_spec_from_label, parse_gpu_spec
 
 if TYPE_CHECKING:  # imported where used: they load kubernetes, grpc and prometheus (seconds)
     from device_plugin.agent import NodeAgent
@@ -108,9 +108,36 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_backend(args: argparse.Namespace) -> GpuBackend:
+    """The GPUs: simulated with --fake-gpus; else NVML's; else, on a node without GPUs that
+    carries the simulated-GPUs label, simulated as the label says (``args.fake_gpus`` is set)."""
     if args.fake_gpus:
         return SimulatedGpus(parse_gpu_spec(args.fake_gpus), args.node_name)
-    return NvmlGpus(args.mps_pipe_dir)
+    try:
+        return NvmlGpus(args.mps_pipe_dir)
+    except NvmlUnavailable:
+        spec = simulated_gpus_of_node(args)
+        if spec is None:
+            raise
+    log.warning("no NVIDIA GPUs here; simulating %s as node label %s says", spec, keys.SIMULATED_GPUS_LABEL)
+    args.fake_gpus = spec
+    return SimulatedGpus(parse_gpu_spec(spec), args.node_name)
+
+
+def simulated_gpus_of_node(args: argparse.Namespace) -> str | None:
+    """The GPU spec of this node's simulated-GPUs label, or None without one."""
+    from device_plugin.kube import KubeConfigError, load_api_client, node_label  # noqa: PLC0415 - heavy
+
+    try:
+        api = load_api_client(args.kubeconfig)
+    except KubeConfigError:
+        return None
+    value = node_label(api, args.node_name, keys.SIMULATED_GPUS_LABEL)
+    if value is None:
+        return None
+    try:
+        return gpu_spec_from_label(value)
+    except InvalidInventory as error:
+        raise StartupError(f"node label {keys.SIMULATED_GPUS_LABEL}: {error}", 2) from None
 
 
 def simulated_driver(args: argparse.Namespace, gpus: tuple[GpuDevice, ...]) -> SimulatedDriver | None:
@@ -208,7 +235,8 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
         raise StartupError(f"--fake-gpus: {error}", 2) from None
     except NvmlUnavailable as error:
         raise StartupError(f"no GPUs: {error}; on a machine without NVIDIA GPUs pass --fake-gpus SPEC "
-                           "(e.g. 2x80GiB:132sm)") from None
+                           f"(e.g. 2x80GiB:132sm) or label the node {keys.SIMULATED_GPUS_LABEL}=SPEC "
+                           "(e.g. 2x16GiB_80sm)") from None
     run_dir = args.state_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     shares = DeferredShares()

@@ -143,3 +143,19 @@ def parse_gpu_spec(text: str) -> GpuSpec:
     model = match["model"] or f"simulated-{match['memory']}"
     return GpuSpec(count=count, model=model, memory_bytes=memory, sm_count=sm,
                    mps_enabled=match["mps"] != "nomps")
+
+
+GPU_LABEL_HELP = 'COUNTxMEMORY_SMsm[_mps|_nomps] (a GPU spec with "_" for ":"), e.g. "2x16GiB_80sm"'
+
+
+def gpu_spec_from_label(value: str) -> str:
+    """The GPU spec a node label carries (label values cannot hold ":" or "="); raises
+    :class:`InvalidInventory` naming the label's form if it is not one."""
+    if not value or ":" in value or "=" in value:
+        raise InvalidInventory(f'"{value}" is not a GPU spec label value; allowed: {GPU_LABEL_HELP}')
+    spec = value.replace("_", ":")
+    try:
+        parse_gpu_spec(spec)
+    except InvalidInventory:
+        raise InvalidInventory(f'"{value}" is not a GPU spec label value; allowed: {GPU_LABEL_HELP}') from None
+    return spec

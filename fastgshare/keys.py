@@ -73,6 +73,11 @@ FUNCTION_CONFIG_LABEL: Final = f"{API_GROUP}/config"
 OPENFAAS_SCALE_MIN_LABEL: Final = "com.openfaas.scale.min"
 OPENFAAS_SCALE_MAX_LABEL: Final = "com.openfaas.scale.max"
 DEFAULT_FUNCTION_NAMESPACE: Final = "fast-gshare-fn"
+# Node label that makes a node without NVIDIA GPUs run the node agent on simulated GPUs (to try
+# fastgshare, and in our real-node tests); its value is a GPU spec written label-safe, with "_"
+# for ":" (e.g. "2x16GiB_80sm"). The node agent's DaemonSet runs on nodes with this label, the MPS
+# DaemonSet does not (simulated GPUs model MPS themselves). Ignored where NVML finds GPUs.
+SIMULATED_GPUS_LABEL: Final = f"{API_GROUP}/simulated-gpus"
 FUNCTION_PORT: Final = 8080  # what a function's container serves (the of-watchdog contract)
 DEFAULT_GATEWAY_PORT: Final = 8080
 

@@ -43,6 +43,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument("--gateway-listen", default=cluster.DEFAULT_GATEWAY_LISTEN, metavar="HOST:PORT",
                     help="where the function gateway listens (default: %(default)s)")
     up.add_argument("--no-install", action="store_true", help="do not apt-get install missing packages")
+    up.add_argument("--from-manifests", action="store_true",
+                    help="run our components as pods, installed with deploy/install.sh from the image built from "
+                         "the Dockerfile (offline, with buildah), instead of as processes on the host; the node "
+                         "gets the simulated-GPUs label deploy/ documents")
     down = actions.add_parser("down", help="stop everything up started and leave the host as it was")
     down.add_argument("--keep-logs", action="store_true", help="keep <state-dir>/logs")
     actions.add_parser("status", help="list the components, their state and log file")
@@ -101,15 +105,24 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
     if args.slots_per_gpu < 1:
         errors.print(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}")
         return 2
+    if args.from_manifests and (args.slots_per_gpu != 16 or "=" in args.gpus):
+        errors.print(f"--from-manifests: the node agent runs as deploy/ ships it (--slots-per-gpu 16, got "
+                     f"{args.slots_per_gpu}) and the node label holds no model name (--gpus {args.gpus!r})",
+                     markup=False, highlight=False)
+        return 2
     running = cluster.up(Options(state_dir=args.state_dir, gpus=args.gpus, slots_per_gpu=args.slots_per_gpu,
                                  hook_build=args.hook_build, install_packages=not args.no_install,
-                                 gateway_listen=args.gateway_listen,
+                                 gateway_listen=args.gateway_listen, from_manifests=args.from_manifests,
                                  say=lambda text: console.print(text, markup=False, highlight=False)))
     console.print(f"cluster up: node {running.node_name} with {spec.count} simulated GPU(s) ({args.gpus}), "
                   f"{args.slots_per_gpu} pods per GPU", markup=False)
     console.print(f"kubeconfig: {running.kubeconfig}", markup=False, highlight=False)
-    console.print(f"function gateway: {running.gateway_url} (fastgshare fn --gateway {running.gateway_url} ...)",
-                  markup=False, highlight=False)
+    if running.gateway_url:
+        console.print(f"function gateway: {running.gateway_url} (fastgshare fn --gateway {running.gateway_url} ...)",
+                      markup=False, highlight=False)
+    else:
+        console.print("components: pods in namespace fastgshare-system, installed with deploy/install.sh",
+                      markup=False, highlight=False)
     console.print(f"export KUBECONFIG={running.kubeconfig}", markup=False, highlight=False)
     return 0
 

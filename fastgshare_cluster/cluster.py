@@ -31,8 +31,9 @@ import yaml
 
 from fastgshare import keys
 from fastgshare.inventory import parse_gpu_spec
-from fastgshare_cluster import images, node
+from fastgshare_cluster import images, manifests, node
 from fastgshare_cluster.controlplane import (
+    WORKLOAD_CONTROLLERS,
     Binaries,
     ClusterUnavailable,
     ControlPlane,
@@ -42,6 +43,7 @@ from fastgshare_cluster.controlplane import (
     start_controller_manager,
     wait_for_apiserver,
 )
+from fastgshare_cluster.image_build import ImageBuildError
 from fastgshare_cluster.pki import KubeletPki, apiserver_kubelet_flags, make_kubelet_pki
 from fastgshare_cluster.processes import (
     LOOPBACK,
@@ -95,6 +97,9 @@ class Options:
     install_packages: bool = True
     gateway_listen: str = DEFAULT_GATEWAY_LISTEN  # the function gateway (OpenFaaS API and /function/...)
     die_with_parent: bool = False  # the test tier: components die with the test process
+    # Our components as pods, installed from deploy/ with deploy/install.sh (manifests.py), instead
+    # of host processes.
+    from_manifests: bool = False
     say: Say = field(default=print)
 
 
@@ -314,18 +319,28 @@ class _Startup:
 
         def build_images() -> None:
             try:
-                built["archives"] = [images.build_pause(self.dir / "images"),
-                                     images.build_tenant(self.dir / "images", options.hook_build),
-                                     images.build_fake_fn(self.dir / "images", options.hook_build)]
+                archives = [images.build_pause(self.dir / "images"),
+                            images.build_tenant(self.dir / "images", options.hook_build),
+                            images.build_fake_fn(self.dir / "images", options.hook_build)]
+                if options.from_manifests:
+                    ours = manifests.build_images(self.dir / "images", binaries.kube_scheduler, options.say)
+                    self.state["image"] = {"tag": ours.image.tag, "size_bytes": ours.image.size_bytes,
+                                           "build_seconds": ours.image.build_seconds,
+                                           "base_seconds": ours.image.base_seconds}
+                    archives += ours.archives
+                built["archives"] = archives
             except BaseException as error:  # re-raised in the main thread
                 built["archives"] = error
 
         builder = threading.Thread(target=build_images, name="images")
         builder.start()
         pki = make_kubelet_pki(self.dir / "pki")
+        if options.from_manifests:  # the API server listens on the node's address, for pods
+            node.create_bridge(network)
         plane = start_control_plane(binaries, self.dir / "control-plane", self.processes,
                                     extra_apiserver_flags=apiserver_kubelet_flags(pki), wait=False,
-                                    log_dir=self.logs)
+                                    log_dir=self.logs, address=network.node_ip if options.from_manifests else LOOPBACK,
+                                    serve_pods=options.from_manifests)
         for name in ("etcd", "kube-apiserver"):
             process = self.processes.get(name)
             assert process is not None
@@ -334,7 +349,8 @@ class _Startup:
         kubeconfig = self.dir / "kubeconfig"
         self.step("etcd healthy, kube-apiserver starting")
 
-        node.create_bridge(network)
+        if not options.from_manifests:
+            node.create_bridge(network)
         containerd, containerd_socket = node.start_containerd(
             shutil.which("containerd") or "containerd", self.dir / "containerd", self.processes,
             pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / "containerd.log")
@@ -348,17 +364,74 @@ class _Startup:
 
         wait_for_apiserver(plane, self.processes.get("kube-apiserver"))
         self.step("kube-apiserver ready")
+        if options.from_manifests:
+            self.state["service_route"] = True
+            _write_state(self.dir, self.state)
+            node.route_kubernetes_service(network.node_ip, int(plane.host.rsplit(":", 1)[1]))
+            return self._install_from_manifests(binaries, plane, pki, kubeconfig, containerd_socket, network=network)
         return self._start_node_and_services(binaries, plane, pki, kubeconfig, containerd_socket, network=network)
+
+    def _start_node(self, binaries: Binaries, plane: ControlPlane, pki: KubeletPki, containerd_socket: Path,
+                    network: node.NodeNetwork) -> node.Kubelet:
+        """The kubelet and kube-controller-manager (with the workload controllers for
+        --from-manifests, where the kubelet keeps its state where deploy/ expects it)."""
+        from_manifests = self.options.from_manifests
+        kubelet = node.start_kubelet(binaries, plane, pki, containerd_socket=containerd_socket, network=network,
+                                     workdir=self.dir / "kubelet", processes=self.processes,
+                                     log_path=self.logs / "kubelet.log", wait=False,
+                                     root_dir=node.KUBELET_ROOT_DIR if from_manifests else None)
+        self.record(kubelet.process)
+        self.record(start_controller_manager(
+            binaries, plane, self.dir / "controller-manager", self.processes, wait=False, log_dir=self.logs,
+            **({"controllers": WORKLOAD_CONTROLLERS} if from_manifests else {})))
+        return kubelet
+
+    def _start_default_scheduler(self, binaries: Binaries, kubeconfig: Path) -> None:
+        """The cluster's own kube-scheduler (the default profile only), which places our components'
+        pods as any cluster's does; ours runs as a pod beside it."""
+        secure_port, health_port = free_ports(2)
+        config = self.dir / "kube-scheduler.yaml"
+        config.write_text(yaml.safe_dump(scheduler_config({"profiles": [{"schedulerName": "default-scheduler"}]},
+                                                          kubeconfig, health_port)))
+        scheduler = self.start("kube-scheduler", [
+            str(binaries.kube_scheduler), f"--config={config}", f"--bind-address={LOOPBACK}",
+            f"--secure-port={secure_port}", f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}", f"--cert-dir={self.dir / 'kube-scheduler-certs'}"])
+        wait_until(lambda: http_ok(f"http://{LOOPBACK}:{health_port}/healthz"), what="kube-scheduler /healthz",
+                   timeout_s=60, watched=scheduler)
+
+    def _install_from_manifests(self, binaries: Binaries, plane: ControlPlane, pki: KubeletPki, kubeconfig: Path,
+                                containerd_socket: Path, *, network: node.NodeNetwork) -> Cluster:
+        options = self.options
+        kubelet = self._start_node(binaries, plane, pki, containerd_socket, network)
+        self._start_default_scheduler(binaries, kubeconfig)
+        with plane.api_client() as api:
+            core = rest.core_v1(api)
+            wait_until(lambda: _node_ready(core, node.NODE_NAME), what=f"node {node.NODE_NAME} Ready",
+                       timeout_s=90, watched=kubelet.process)
+            _untaint(core, node.NODE_NAME)
+            self.step(f"node {node.NODE_NAME} Ready")
+            manifests.label_node(kubeconfig, node.NODE_NAME, options.gpus)
+            install_seconds = manifests.run_script("install.sh", kubeconfig, say=options.say,
+                                                   log_path=self.logs / "install.log")
+            self.step("deploy/install.sh: every component Ready")
+            gpu_count = parse_gpu_spec(options.gpus).count
+            wait_until(lambda: _vgpus(core, node.NODE_NAME) >= gpu_count * options.slots_per_gpu,
+                       what=f"{VGPU_RESOURCE} on node {node.NODE_NAME} (from the node agent's DaemonSet)",
+                       timeout_s=60)
+        self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME, "from_manifests": True,
+                           "containerd_socket": str(containerd_socket),
+                           "node_agent_state_dir": manifests.NODE_AGENT_STATE_DIR, "extender_url": "",
+                           "gpus": options.gpus, "install_seconds": round(install_seconds, 1),
+                           "up_seconds": round(time.monotonic() - self.started, 1)})
+        _write_state(self.dir, self.state)
+        self.processes.release()
+        return _cluster_of(self.dir, self.state)
 
     def _start_node_and_services(self, binaries: Binaries, plane: ControlPlane, pki: KubeletPki, kubeconfig: Path,
                                  containerd_socket: Path, *, network: node.NodeNetwork) -> Cluster:
         options = self.options
-        kubelet = node.start_kubelet(binaries, plane, pki, containerd_socket=containerd_socket, network=network,
-                                     workdir=self.dir / "kubelet", processes=self.processes,
-                                     log_path=self.logs / "kubelet.log", wait=False)
-        self.record(kubelet.process)
-        self.record(start_controller_manager(binaries, plane, self.dir / "controller-manager", self.processes,
-                                             wait=False, log_dir=self.logs))
+        kubelet = self._start_node(binaries, plane, pki, containerd_socket, network)
         extender_port, scheduler_port, scheduler_health, controller_health, agent_metrics, function_health = \
             free_ports(6)
         extender_url = f"http://{LOOPBACK}:{extender_port}"
@@ -449,8 +522,8 @@ def up(options: Options) -> Cluster:
         startup.processes.release()
         logs = startup.logs
         down(options.state_dir, say=lambda _text: None, keep_logs=True)
-        if isinstance(error, (ProcessFailed, TimeoutError, RuntimeError, images.ImageError,
-                              subprocess.CalledProcessError)):
+        if isinstance(error, (ProcessFailed, TimeoutError, RuntimeError, images.ImageError, manifests.InstallError,
+                              ImageBuildError, subprocess.CalledProcessError)):
             raise ClusterError(f"cluster up failed: {error}\n(logs kept in {logs})") from None
         raise
 
@@ -477,6 +550,8 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, say: Say = print, keep_logs: bool 
     node.kill_pods()
     node.kill_leftovers(state_dir)
     node.unmount_below(state_dir)
+    if state.get("service_route"):
+        node.remove_service_route()
     network = state.get("network")
     problems = node.restore_host_state(state.get("host", {}), node.NodeNetwork(**network) if network else None)
     if keep_logs:

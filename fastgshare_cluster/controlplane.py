@@ -27,6 +27,12 @@ from fastgshare_kube.client import ApiClient, token_api_client
 
 BUILD_SCRIPT = "tests/cluster/build-control-plane.sh"
 K8S_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+SERVICE_RANGE = "10.96.0.0/24"
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first of SERVICE_RANGE: the API server's own Service
+# The controllers that pods made by workloads need: service account tokens, DaemonSets and
+# Deployments, and the endpoints of Services (webhooks are reached through them).
+WORKLOAD_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token", "daemonset",
+                        "deployment", "replicaset", "endpoint")
 
 
 class ClusterUnavailable(Exception):
@@ -107,9 +113,16 @@ def _etcd_call(etcd_url: str, method: str, body: Mapping[str, object]) -> dict[s
 
 def start_control_plane(binaries: Binaries, workdir: Path, processes: ProcessSet,
                         extra_apiserver_flags: Sequence[str] = (), *, wait: bool = True,
-                        log_dir: Path | None = None) -> ControlPlane:
+                        log_dir: Path | None = None, address: str = LOOPBACK, serve_pods: bool = False
+                        ) -> ControlPlane:
     """Start etcd and kube-apiserver in ``workdir``; with ``wait``, return once ``/readyz`` answers
-    (else call :func:`wait_for_apiserver`). Logs go to ``log_dir`` (default ``workdir``)."""
+    (else call :func:`wait_for_apiserver`). Logs go to ``log_dir`` (default ``workdir``).
+
+    The API server listens on ``address``. With ``serve_pods`` it serves pods as a cluster's does:
+    service account tokens are admitted, the ``kubernetes`` Service's endpoints are kept (the
+    address and port; something must route :data:`KUBERNETES_SERVICE_IP` there, as kube-proxy
+    does), and it reaches webhooks through their Service's endpoints, not its cluster IP (no
+    kube-proxy on the host)."""
     workdir.mkdir(parents=True, exist_ok=True)
     log_dir = log_dir or workdir
     client_port, peer_port, api_port = free_ports(3)
@@ -131,14 +144,16 @@ def start_control_plane(binaries: Binaries, workdir: Path, processes: ProcessSet
     cert_dir = workdir / "apiserver-certs"
     apiserver = processes.start("kube-apiserver", [
         str(binaries.kube_apiserver), f"--etcd-servers={client_url}",
-        f"--bind-address={LOOPBACK}", f"--advertise-address={LOOPBACK}", f"--secure-port={api_port}",
+        f"--bind-address={address}", f"--advertise-address={address}", f"--secure-port={api_port}",
         f"--cert-dir={cert_dir}", f"--token-auth-file={tokens}", "--authorization-mode=RBAC",
         "--service-account-issuer=https://kubernetes.default.svc",
         f"--service-account-key-file={sa_key}", f"--service-account-signing-key-file={sa_key}",
-        "--service-cluster-ip-range=10.96.0.0/24", "--disable-admission-plugins=ServiceAccount",
-        "--endpoint-reconciler-type=none", *extra_apiserver_flags,
+        f"--service-cluster-ip-range={SERVICE_RANGE}",
+        *(["--enable-aggregator-routing=true"] if serve_pods else
+          ["--disable-admission-plugins=ServiceAccount", "--endpoint-reconciler-type=none"]),
+        *extra_apiserver_flags,
     ], log_dir / "kube-apiserver.log")
-    host = f"https://{LOOPBACK}:{api_port}"
+    host = f"https://{address}:{api_port}"
     ca_cert = cert_dir / "apiserver.crt"  # the self-signed serving cert followed by its CA
     kubeconfig = workdir / "kubeconfig"
     write_kubeconfig(kubeconfig, host=host, token=token, ca_cert=ca_cert)
@@ -181,11 +196,12 @@ def _authenticated_https_flags(plane: ControlPlane, workdir: Path, secure_port: 
 
 
 def start_controller_manager(binaries: Binaries, plane: ControlPlane, workdir: Path,
-                             processes: ProcessSet, *, wait: bool = True, log_dir: Path | None = None
-                             ) -> ManagedProcess:
-    """kube-controller-manager with only the garbage collector and the namespace controller
-    (no node lifecycle controller: it would mark kubelet-less test nodes Unknown and evict their
-    pods). With ``wait``, returns once ``/healthz`` answers."""
+                             processes: ProcessSet, *, wait: bool = True, log_dir: Path | None = None,
+                             controllers: Sequence[str] = ("garbagecollector", "namespace")) -> ManagedProcess:
+    """kube-controller-manager with only ``controllers`` (by default the garbage collector and
+    the namespace controller; never the node lifecycle controller: it would mark kubelet-less test
+    nodes Unknown and evict their pods). Service account token secrets carry the API server's CA.
+    With ``wait``, returns once ``/healthz`` answers."""
     workdir.mkdir(parents=True, exist_ok=True)
     (port,) = free_ports(1)
     process = processes.start("kube-controller-manager", [
@@ -193,9 +209,10 @@ def start_controller_manager(binaries: Binaries, plane: ControlPlane, workdir: P
         f"--kubeconfig={plane.kubeconfig}",
         "--port=0",  # no insecure HTTP port (v1.20 would otherwise bind 0.0.0.0:10252)
         "--leader-elect=false",
-        "--controllers=garbagecollector,namespace",
+        f"--controllers={','.join(controllers)}",
         "--use-service-account-credentials=false",
         f"--service-account-private-key-file={plane.service_account_key}",
+        f"--root-ca-file={plane.ca_cert}",
     ], (log_dir or workdir) / "kube-controller-manager.log")
     if not wait:
         return process

@@ -9,6 +9,8 @@
   ``vgpu_hook/build`` (``vgpu_hook/fake_fn/fake_fn.c``), an HTTP server on port 8080 (OpenFaaS
   of-watchdog contract, ``GET /_/health``) whose every request runs ``FAKE_FN_GPU_MS`` (default 5)
   of kernels through the hook. The driver is mounted the same way as for the tenant.
+- ``registry.k8s.io/kube-scheduler:v<version>`` (``cluster up --from-manifests``): the control
+  plane's own kube-scheduler binary, under the name ``deploy/install.sh`` runs.
 """
 
 from __future__ import annotations
@@ -106,6 +108,21 @@ def build_fake_fn(workdir: Path, hook_build: Path) -> Path:
     )
     archive = workdir / "fake-fn.tar"
     write_archive(spec, archive)
+    return archive
+
+
+def kube_scheduler_image(version: str) -> str:
+    """The name deploy/install.sh gives the scheduler's image on a cluster of ``version`` (e.g. 1.20.2)."""
+    return f"registry.k8s.io/kube-scheduler:v{version}"
+
+
+def build_kube_scheduler(workdir: Path, kube_scheduler: Path, version: str) -> Path:
+    """The kube-scheduler image made from the (static) binary the local control plane runs, under
+    the name install.sh asks for, since no registry is reachable; returns the archive."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    archive = workdir / "kube-scheduler.tar"
+    write_archive(ImageSpec(name=kube_scheduler_image(version), files={"/usr/local/bin/kube-scheduler": kube_scheduler},
+                            entrypoint=["/usr/local/bin/kube-scheduler"]), archive)
     return archive
 
 

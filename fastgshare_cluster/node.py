@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastgshare_cluster.controlplane import Binaries, ControlPlane
+from fastgshare_cluster.controlplane import KUBERNETES_SERVICE_IP, SERVICE_RANGE, Binaries, ControlPlane
 from fastgshare_cluster.pki import KubeletPki
 from fastgshare_cluster.processes import LOOPBACK, ManagedProcess, ProcessSet, free_ports, http_ok, wait_until
 
@@ -38,7 +38,12 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
            "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
-HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd", "/opt/containerd")
+HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd", "/opt/containerd",
+              # what deploy/ mounts from the node (hostPath DirectoryOrCreate): the node agent's state,
+              # the MPS pipe and log directories
+              "/var/lib/fastgshare", "/tmp/nvidia-mps", "/var/log/nvidia-mps")
+KUBELET_ROOT_DIR = Path("/var/lib/kubelet")  # where deploy/ expects it (the PodResources socket)
+SERVICE_CHAIN = "FASTGSHARE-SERVICES"
 
 
 @dataclass(frozen=True)
@@ -233,14 +238,17 @@ def restore_host_state(saved: dict[str, object], network: NodeNetwork | None) ->
 # --- containerd -------------------------------------------------------------------------------
 
 def write_cni_config(conf_dir: Path, ipam_dir: Path, network: NodeNetwork) -> None:
-    """A bridge without gateway, masquerade or iptables rule: pods reach each other and nothing else."""
+    """A bridge without gateway, masquerade or iptables rule: pods reach each other, the node's
+    address, and the Service range through the node (where :func:`route_kubernetes_service`
+    may answer for the API server's Service), and nothing else."""
     conf_dir.mkdir(parents=True, exist_ok=True)
     (conf_dir / "10-fastgshare.conflist").write_text(json.dumps({
         "cniVersion": "0.4.0", "name": "fastgshare-local",
         "plugins": [
             {"type": "bridge", "bridge": network.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": False,
              "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
-                      "ranges": [[{"subnet": network.subnet, "gateway": network.node_ip}]]}},
+                      "ranges": [[{"subnet": network.subnet, "gateway": network.node_ip}]],
+                      "routes": [{"dst": SERVICE_RANGE}]}},
             {"type": "loopback"},
         ],
     }, indent=2))
@@ -299,6 +307,40 @@ def start_containerd(containerd: str, workdir: Path, processes: ProcessSet, *, p
     return process, sock
 
 
+# --- the API server's Service -------------------------------------------------------------------
+
+def _iptables(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["iptables", "-w", "5", "-t", "nat", *args], capture_output=True, text=True, check=False)
+
+
+def route_kubernetes_service(api_address: str, api_port: int) -> None:
+    """What kube-proxy does for the ``kubernetes`` Service, and only that: pods' connections to
+    ``KUBERNETES_SERVICE_IP:443`` (their in-cluster configuration) go to the API server. One
+    chain of ours in the nat table, jumped to from PREROUTING; :func:`remove_service_route`
+    takes both away."""
+    remove_service_route()
+    for args in (("-N", SERVICE_CHAIN),
+                 ("-A", SERVICE_CHAIN, "-d", f"{KUBERNETES_SERVICE_IP}/32", "-p", "tcp", "--dport", "443",
+                  "-j", "DNAT", "--to-destination", f"{api_address}:{api_port}"),
+                 ("-I", "PREROUTING", "-j", SERVICE_CHAIN)):
+        result = _iptables(*args)
+        if result.returncode != 0:
+            remove_service_route()
+            raise RuntimeError(f"iptables -t nat {' '.join(args)}: {result.stderr.strip()}")
+
+
+def remove_service_route() -> None:
+    """Remove :func:`route_kubernetes_service`'s rule and chain, if there."""
+    while _iptables("-D", "PREROUTING", "-j", SERVICE_CHAIN).returncode == 0:
+        pass
+    _iptables("-F", SERVICE_CHAIN)
+    _iptables("-X", SERVICE_CHAIN)
+
+
+def service_route_present() -> bool:
+    return _iptables("-S", SERVICE_CHAIN).returncode == 0
+
+
 # --- kubelet ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -310,9 +352,10 @@ class Kubelet:
 
 def start_kubelet(binaries: Binaries, plane: ControlPlane, pki: KubeletPki, *, containerd_socket: Path,
                   network: NodeNetwork, workdir: Path, processes: ProcessSet, log_path: Path,
-                  wait: bool = True) -> Kubelet:
-    """The kubelet registering :data:`NODE_NAME`; with ``wait``, returns once ``/healthz`` answers."""
-    root_dir = workdir / "root"
+                  wait: bool = True, root_dir: Path | None = None) -> Kubelet:
+    """The kubelet registering :data:`NODE_NAME`, its state in ``root_dir`` (default: private, in
+    ``workdir``); with ``wait``, returns once ``/healthz`` answers."""
+    root_dir = root_dir or workdir / "root"
     root_dir.mkdir(parents=True, exist_ok=True)
     port, healthz_port = free_ports(2)
     process = processes.start("kubelet", [

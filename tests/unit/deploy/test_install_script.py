@@ -219,6 +219,25 @@ def test_render_sets_the_webhooks_ca_bundle() -> None:
     assert 'caBundle: ""' not in result.stdout
 
 
+def test_render_sets_our_image_on_every_component_when_asked_and_leaves_it_otherwise() -> None:
+    """FASTGSHARE_IMAGE (an upgrade: install.sh again with the new tag) reaches every container of
+    ours, the node agent's DaemonSet included, and nothing else."""
+    rendered = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy")], capture_output=True, text=True,
+                              timeout=60, check=True).stdout
+    shipped_count = rendered.count("image: ghcr.io/fastgshare/fastgshare:0.1.0")
+    assert shipped_count == 5  # controller, function controller, gateway, extender, node agent
+
+    def render(*args: str) -> str:
+        return subprocess.run(["bash", "-c", f'source "{INSTALL}" && render "$@"', "install.sh", *args],
+                              input=rendered, capture_output=True, text=True, timeout=30, check=True).stdout
+
+    upgraded = render("c.yaml", "s:1", "", "registry.example/fastgshare:0.2.0")
+    assert upgraded.count("image: registry.example/fastgshare:0.2.0") == shipped_count
+    assert "ghcr.io/fastgshare/fastgshare:0.1.0" not in upgraded
+    assert "image: s:1" in upgraded  # the scheduler's own image is its own setting
+    assert render("c.yaml", "s:1").count("image: ghcr.io/fastgshare/fastgshare:0.1.0") == shipped_count
+
+
 def test_an_unknown_argument_is_refused(tmp_path: Path) -> None:
     result = subprocess.run(["bash", str(INSTALL), "--rotate"], capture_output=True, text=True, timeout=30,
                             check=False)
