@@ -35,11 +35,11 @@ from fastpod_crd_controller import names
 from fastpod_crd_controller.builder import PodConfig, make_pod
 from fastpod_crd_controller.cache import FaSTPodStore, PodStore
 from fastpod_crd_controller.errors import INVALID, ApiError, InvalidFaSTPod
-from fastpod_crd_controller.events import NORMAL, WARNING, EventRecorder, rfc3339
+from fastpod_crd_controller.events import NORMAL, WARNING, rfc3339
 from fastpod_crd_controller.expectations import Expectations
 from fastpod_crd_controller.plan import Plan, in_place_updates, plan
 from fastpod_crd_controller.pods import PodInfo
-from fastpod_crd_controller.ports import KubePort, NoObserver, ReconcileObserver
+from fastpod_crd_controller.ports import EventPort, KubePort, NoObserver, ReconcileObserver
 from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod, time_quota_of
 from fastpod_crd_controller.status import Outcome, compute_status
 from fastpod_crd_controller.workqueue import WorkQueue
@@ -67,7 +67,7 @@ class Settings:
 class Controller:
     """Keeps every FaSTPod's pods and status converged; see the module docstring."""
 
-    def __init__(self, kube: KubePort, pod_config: PodConfig, recorder: EventRecorder, *,
+    def __init__(self, kube: KubePort, pod_config: PodConfig, recorder: EventPort, *,
                  settings: Settings | None = None, queue: WorkQueue | None = None,
                  expectations: Expectations | None = None, now: Callable[[], str] | None = None,
                  observer: ReconcileObserver | None = None) -> None:

@@ -26,7 +26,7 @@ from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
 from fastpod_crd_controller.errors import ConfigError
-from fastpod_crd_controller.events import EventRecorder
+from fastpod_crd_controller.events import BackgroundEvents, EventRecorder
 from fastpod_crd_controller.metrics import ControllerMetrics
 
 log = logging.getLogger("fastpod_crd_controller")
@@ -97,8 +97,8 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                                 renew_deadline_s=args.renew_deadline_seconds,
                                 retry_period_s=args.retry_period_seconds)
     metrics = ControllerMetrics()
-    controller = Controller(client, PodConfig(scheduler_name=args.scheduler_name, host_ipc=args.host_ipc),
-                            EventRecorder(client, instance=identity),
+    recorder = BackgroundEvents(EventRecorder(client, instance=identity))
+    controller = Controller(client, PodConfig(scheduler_name=args.scheduler_name, host_ipc=args.host_ipc), recorder,
                             settings=Settings(workers=args.workers, resync_s=args.resync_seconds), observer=metrics)
     metrics.follow(depth=lambda: len(controller.queue), leader=lambda: elector is None or elector.is_leader,
                    fastpods=controller.fastpods.statuses)
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
     try:
         return _lead(args, controller, elector, stopping, api)
     finally:
+        recorder.stop()
         if health is not None:
             health.stop()
 

@@ -37,6 +37,14 @@ class KubePort(Protocol):
     def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None: ...
 
 
+class EventPort(Protocol):
+    """Where the controller records events on FaSTPods (:mod:`.events`)."""
+
+    def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        """Record a ``kind`` (Normal, Warning) event on ``obj``; never raises for a failed write."""
+        ...
+
+
 class ReconcileObserver(Protocol):
     """Hears what the workers do, for the metrics (:class:`~fastpod_crd_controller.metrics.ControllerMetrics`)."""
 
