@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Remove fastgshare from the cluster: every FaSTPod (its pods go with it), everything deploy/
 # created (with the function namespace fast-gshare-fn and the functions in it), and the
-# fastgshare/gpu_info annotation the node agent wrote on each GPU node.
+# fastgshare/gpu_info and fastgshare/metrics_port annotations the node agent wrote on each GPU node.
 #
 #   deploy/uninstall.sh          says what it will delete and asks
 #   deploy/uninstall.sh --yes    deletes without asking (scripts)
@@ -15,7 +15,8 @@
 set -euo pipefail
 
 CRD=fastpods.fastgshare.caps.in.tum
-NODE_ANNOTATION=fastgshare/gpu_info
+NODE_ANNOTATION=fastgshare/gpu_info        # the inventory
+METRICS_PORT_ANNOTATION=fastgshare/metrics_port  # where the agent serves /metrics
 NAMESPACE=fastgshare-system
 
 die() {
@@ -30,14 +31,14 @@ fastpods() {
         -o custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name
 }
 
-# annotated_nodes: the names of the nodes that carry the fastgshare/gpu_info annotation.
+# annotated_nodes: the names of the nodes that carry either annotation of the node agent.
 annotated_nodes() {
-    kubectl get nodes -o go-template="{{range .items}}{{\$name := .metadata.name}}{{with .metadata.annotations}}{{if index . \"$NODE_ANNOTATION\"}}{{\$name}}{{\"\\n\"}}{{end}}{{end}}{{end}}"
+    kubectl get nodes -o go-template="{{range .items}}{{\$name := .metadata.name}}{{with .metadata.annotations}}{{if or (index . \"$NODE_ANNOTATION\") (index . \"$METRICS_PORT_ANNOTATION\")}}{{\$name}}{{\"\\n\"}}{{end}}{{end}}{{end}}"
 }
 
-# remove_node_annotation NODE: drop the node agent's annotation, nothing else of the node.
+# remove_node_annotation NODE: drop the node agent's annotations, nothing else of the node.
 remove_node_annotation() {
-    kubectl annotate node "$1" "$NODE_ANNOTATION-"
+    kubectl annotate node "$1" "$NODE_ANNOTATION-" "$METRICS_PORT_ANNOTATION-"
 }
 
 # confirmed YES: true if --yes was given or the user answers yes on the terminal.
@@ -72,7 +73,7 @@ main() {
     echo "    the FaSTPod CRD $CRD and the FaSTFunc CRD, and fastgshare's cluster roles and bindings"
     echo "    (deploy/functions.sh uninstall removes only the function components)"
     for node in $nodes; do
-        echo "  - the $NODE_ANNOTATION annotation of node $node"
+        echo "  - the $NODE_ANNOTATION and $METRICS_PORT_ANNOTATION annotations of node $node"
     done
     if ! confirmed "$yes"; then
         die "not confirmed, nothing deleted; run deploy/uninstall.sh --yes to delete the above"

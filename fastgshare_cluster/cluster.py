@@ -77,6 +77,7 @@ STOP_ORDER = ("fastgshare-gateway", "fastgshare-function-controller", "node-agen
               "kube-scheduler", "fastgshare-extender", "kubelet", "containerd", "kube-controller-manager",
               "kube-apiserver", "etcd")
 DEFAULT_GATEWAY_LISTEN = f"127.0.0.1:{keys.DEFAULT_GATEWAY_PORT}"
+INSTALL_READY_S = 120  # --from-manifests: how long install.sh waits for each component to be Ready
 
 
 class ClusterError(Exception):
@@ -413,7 +414,8 @@ class _Startup:
             self.step(f"node {node.NODE_NAME} Ready")
             manifests.label_node(kubeconfig, node.NODE_NAME, options.gpus)
             install_seconds = manifests.run_script("install.sh", kubeconfig, say=options.say,
-                                                   log_path=self.logs / "install.log")
+                                                   log_path=self.logs / "install.log",
+                                                   env={"FASTGSHARE_WAIT_TIMEOUT": f"{INSTALL_READY_S}s"})
             self.step("deploy/install.sh: every component Ready")
             gpu_count = parse_gpu_spec(options.gpus).count
             wait_until(lambda: _vgpus(core, node.NODE_NAME) >= gpu_count * options.slots_per_gpu,

@@ -60,12 +60,12 @@ def simulated_gpus_label(gpus: str) -> str:
     return gpus.replace(":", "_")
 
 
-def _kubectl_env(kubeconfig: Path) -> dict[str, str]:
+def kubectl_env(kubeconfig: Path) -> dict[str, str]:
     return {**os.environ, "KUBECONFIG": str(kubeconfig)}
 
 
 def kubectl(kubeconfig: Path, *args: str, timeout_s: float = 120) -> str:
-    result = subprocess.run(["kubectl", *args], env=_kubectl_env(kubeconfig), capture_output=True, text=True,
+    result = subprocess.run(["kubectl", *args], env=kubectl_env(kubeconfig), capture_output=True, text=True,
                             timeout=timeout_s, check=False)
     if result.returncode != 0:
         raise InstallError(f"kubectl {' '.join(args)}: {result.stderr.strip() or result.stdout.strip()}")
@@ -86,10 +86,10 @@ def run_script(script: str, kubeconfig: Path, *args: str, say: Say, log_path: Pa
     started = time.monotonic()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a") as log:
-        log.write(f"$ deploy/{script} {' '.join(args)}\n")
+        log.write(f"$ {' '.join(['deploy/' + script, *args])}\n")
         log.flush()
         try:
-            result = subprocess.run(["bash", str(DEPLOY / script), *args], env={**_kubectl_env(kubeconfig),
+            result = subprocess.run(["bash", str(DEPLOY / script), *args], env={**kubectl_env(kubeconfig),
                                                                                  **(env or {})},
                                     stdout=log, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired:
@@ -99,5 +99,5 @@ def run_script(script: str, kubeconfig: Path, *args: str, say: Say, log_path: Pa
     if result.returncode != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-40:])
         raise InstallError(f"deploy/{script} failed (exit {result.returncode}) after {seconds:.0f} s:\n{tail}")
-    say(f"deploy/{script} {' '.join(args)}: done in {seconds:.1f}s")
+    say(f"{' '.join(['deploy/' + script, *args])}: done in {seconds:.1f}s")
     return seconds

@@ -22,7 +22,10 @@
 #define FGS_ENV_HOOK_LOG "FASTGSHARE_HOOK_LOG"
 #define FGS_DEFAULT_REPLY_TIMEOUT_MS 30000
 #define FGS_ENV_RECONNECT_S "FASTGSHARE_HOOK_RECONNECT_S"
-#define FGS_DEFAULT_RECONNECT_S 30
+/* Long enough for a DaemonSet rolling update of the node agent: up to Kubernetes 1.21 (no maxSurge
+ * for DaemonSets) the new pod starts about a minute after the old one terminates
+ * (kubernetes#94270; 73 s measured on our real node). */
+#define FGS_DEFAULT_RECONNECT_S 120
 
 struct fgs_config {
     char socket_path[108]; /* "" when unset; sized like sockaddr_un.sun_path */

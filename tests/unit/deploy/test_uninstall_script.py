@@ -1,7 +1,7 @@
 """deploy/uninstall.sh against a fake kubectl (tests/unit/deploy/fake_kubectl.sh).
 
 Issue 15, defect 5: it deleted every FaSTPod in every namespace without asking and left the
-``fastgshare/gpu_info`` node annotations behind. It must say what it will delete, ask (or take
+``fastgshare/gpu_info`` node annotations behind (and, found by the install tier, ``fastgshare/metrics_port``). It must say what it will delete, ask (or take
 ``--yes``), and remove what fastgshare added.
 """
 
@@ -46,7 +46,7 @@ def test_without_yes_and_no_terminal_it_says_what_it_would_delete_and_deletes_no
     assert result.returncode == 2
     assert "FaSTPod team-a/resnet (and its pods)" in result.stdout
     assert "FaSTPod team-b/bert (and its pods)" in result.stdout
-    assert "the fastgshare/gpu_info annotation of node gpu-1" in result.stdout
+    assert "the fastgshare/gpu_info and fastgshare/metrics_port annotations of node gpu-1" in result.stdout
     assert "namespace fastgshare-system" in result.stdout
     assert result.stderr.strip() == ("uninstall.sh: not confirmed, nothing deleted; "
                                      "run deploy/uninstall.sh --yes to delete the above")
@@ -60,8 +60,8 @@ def test_with_yes_it_deletes_the_fastpods_then_the_components_then_the_annotatio
     assert done[0] == "kubectl -n team-a delete fastpod resnet --wait=true"
     assert done[1] == "kubectl -n team-b delete fastpod bert --wait=true"
     assert done[2].startswith("kubectl delete -k ")  # the node agent goes before its annotations
-    assert done[3:] == ["kubectl annotate node gpu-1 fastgshare/gpu_info-",
-                        "kubectl annotate node gpu-2 fastgshare/gpu_info-"]
+    assert done[3:] == ["kubectl annotate node gpu-1 fastgshare/gpu_info- fastgshare/metrics_port-",
+                        "kubectl annotate node gpu-2 fastgshare/gpu_info- fastgshare/metrics_port-"]
     assert "fastgshare is uninstalled" in result.stdout
 
 
