@@ -200,13 +200,14 @@ class Controller:
 
     def _create(self, spec: FaSTPodSpec, count: int) -> tuple[list[str], ApiError | None]:
         """Create ``count`` pods in slow-start batches (1, 2, 4, ...), each batch in parallel; stop
-        after the first batch with a failure."""
+        after the first batch with a failure. Every pod has the same body: once the first is
+        created, the others skip the client's own check of it."""
         created: list[str] = []
         body = make_pod(spec, self._pod_config)
         batch = 1
         while len(created) < count:
             size = min(batch, count - len(created))
-            results = list(self._creators.map(lambda _: self._create_one(spec.namespace, body), range(size)))
+            results = self._create_batch(spec.namespace, body, size, checked=bool(created))
             created += [result for result in results if isinstance(result, str)]
             failures = [result for result in results if isinstance(result, ApiError)]
             if failures:
@@ -215,9 +216,16 @@ class Controller:
             batch *= 2
         return sorted(created), None
 
-    def _create_one(self, namespace: str, body: Mapping[str, Any]) -> str | ApiError:
+    def _create_batch(self, namespace: str, body: Mapping[str, Any], size: int, *,
+                      checked: bool) -> list[str | ApiError]:
+        """Create ``size`` pods at once: a single one in this thread, more through the creators."""
+        if size == 1:
+            return [self._create_one(namespace, body, checked)]
+        return list(self._creators.map(lambda _: self._create_one(namespace, body, checked), range(size)))
+
+    def _create_one(self, namespace: str, body: Mapping[str, Any], checked: bool) -> str | ApiError:
         try:
-            return str(self._kube.create_pod(namespace, body)["metadata"]["name"])
+            return str(self._kube.create_pod(namespace, body, checked=checked)["metadata"]["name"])
         except ApiError as error:
             return error
 

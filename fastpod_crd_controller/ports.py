@@ -16,8 +16,10 @@ from fastgshare_kube.leader import LeasePort  # noqa: F401 - the Lease calls, re
 class KubePort(Protocol):
     """Pod, FaSTPod-status and event writes."""
 
-    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a pod; returns the created object (with the generated name)."""
+    def create_pod(self, namespace: str, body: Mapping[str, Any], *, checked: bool = False) -> dict[str, Any]:
+        """Create a pod; returns the created object (with the generated name). ``checked``: the same
+        body was created before, so the client may skip its own check of the body (the API server
+        still validates it)."""
         ...
 
     def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:

@@ -21,6 +21,7 @@ class FakeKube:
     def __init__(self) -> None:
         self.actions: list[Action] = []
         self.created: list[dict[str, Any]] = []
+        self.checked: list[bool] = []  # create_pod's ``checked``, in call order
         self.statuses: list[dict[str, Any]] = []
         self.pod_patches: list[tuple[str, dict[str, Any]]] = []
         self.events: list[dict[str, Any]] = []
@@ -44,7 +45,8 @@ class FakeKube:
             raise error
 
     # --- KubePort -------------------------------------------------------------------------------
-    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create_pod(self, namespace: str, body: Mapping[str, Any], *, checked: bool = False) -> dict[str, Any]:
+        self.checked.append(checked)
         self._record("create", "pods", namespace, body["metadata"]["generateName"])
         pod = copy.deepcopy(dict(body))
         number = next(self._names)

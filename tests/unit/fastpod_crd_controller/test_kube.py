@@ -38,3 +38,12 @@ def test_the_api_servers_causes_are_kept() -> None:
     translated = api_error(error)
     assert (translated.status, translated.message) == (422, 'Pod "x" is invalid')
     assert translated.causes == (("spec.containers[0].image", "Required value"),)
+
+
+def test_a_checked_body_skips_the_clients_check_and_goes_to_the_server() -> None:
+    """The controller passes ``checked`` for the 2nd, 3rd, ... pod of a body the first create got through."""
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "x-"},
+            "spec": {"containers": [{"name": "a", "image": "b", "bogus": 1}]}}
+    with pytest.raises(ApiError) as failed:
+        KubeClient(unreachable_client()).create_pod("team-a", body, checked=True)
+    assert failed.value.status == 0  # sent (and nobody answered), not refused by the client

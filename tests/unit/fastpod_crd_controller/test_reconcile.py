@@ -194,6 +194,7 @@ def test_pods_are_created_in_slow_start_batches_that_stop_at_the_first_failure(f
         f.controller.reconcile(KEY)
     assert [a[0] for a in f.kube.actions if a[1] == "pods"] == ["create"] * 3
     assert len(f.kube.created) == 2
+    assert f.kube.checked == [False, True, True]  # the first create vouches for the body of the others
     assert f.kube.events[0]["message"] == "Created pods: web-00001, web-00002"
     f.observe_created()
     assert [a[0] for a in f.sync()] == ["create"] * 5 + ["patch"]  # the 5 missing, in batches of 1, 2, 2
@@ -208,9 +209,9 @@ class BatchObservingKube(FakeKube):
         self.batches = [one, two, two, four, four, four, four]  # the barrier of each create, in call order
         self._calls = itertools.count()
 
-    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def create_pod(self, namespace: str, body: Mapping[str, Any], *, checked: bool = False) -> dict[str, Any]:
         self.batches[next(self._calls)].wait()
-        return super().create_pod(namespace, body)
+        return super().create_pod(namespace, body, checked=checked)
 
 
 def test_each_slow_start_batch_is_created_in_parallel() -> None:
@@ -220,6 +221,21 @@ def test_each_slow_start_batch_is_created_in_parallel() -> None:
     controller.fastpods.upsert(fastpod(replicas=7))
     controller.reconcile(KEY)  # a serial create would leave a batch's barrier waiting and break it
     assert len(kube.created) == 7
+
+
+def test_a_batch_of_one_is_created_in_the_workers_own_thread(f: Fixture) -> None:
+    threads: list[threading.Thread] = []
+    create = f.kube.create_pod
+
+    def noting_thread(namespace: str, body: Mapping[str, Any], *, checked: bool = False) -> dict[str, Any]:
+        threads.append(threading.current_thread())
+        return create(namespace, body, checked=checked)
+
+    f.kube.create_pod = noting_thread  # type: ignore[method-assign]
+    f.given(fastpod(replicas=3))
+    f.sync()
+    assert threads[0] is threading.current_thread()  # no hand-off to a creator for a single create
+    assert len(threads) == 3
 
 
 def test_a_failed_delete_releases_all_its_expectations(f: Fixture) -> None:
