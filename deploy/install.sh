@@ -149,13 +149,45 @@ report_not_ready() {
     } >&2
 }
 
-# wait_ready TARGET: kubectl rollout status, or the report and exit 1.
+# seconds_of DURATION: 90, 90s or 3m in seconds.
+seconds_of() {
+    case "$1" in
+        *m) echo $((${1%m} * 60)) ;;
+        *s) echo "${1%s}" ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# daemonset_current NAME: whether every node the DaemonSet wants runs a Ready pod of its current
+# template (pod-template-generation = the DaemonSet's generation). kubectl rollout status alone
+# can report a rollout done while the replaced pod is not created yet (seen on 1.20).
+daemonset_current() {
+    local generation desired ready
+    generation=$(kubectl -n "$NAMESPACE" get daemonset "$1" -o 'jsonpath={.metadata.generation}') || return 1
+    desired=$(kubectl -n "$NAMESPACE" get daemonset "$1" -o 'jsonpath={.status.desiredNumberScheduled}') || return 1
+    ready=$(kubectl -n "$NAMESPACE" get pods -l "app.kubernetes.io/name=$1,pod-template-generation=$generation" \
+        -o 'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$' || true)
+    [ -n "$desired" ] && [ "$ready" -ge "$desired" ]
+}
+
+# wait_ready TARGET: kubectl rollout status (for a DaemonSet, until daemonset_current too), or
+# the report and exit 1.
 wait_ready() {
-    local timeout=${FASTGSHARE_WAIT_TIMEOUT:-180s}
+    local timeout=${FASTGSHARE_WAIT_TIMEOUT:-180s} deadline
+    deadline=$((SECONDS + $(seconds_of "$timeout")))
     kubectl -n "$NAMESPACE" rollout status "$1" --timeout="$timeout" || {
         report_not_ready "$1" "$timeout"
         exit 1
     }
+    if [[ "$1" == daemonset/* ]]; then
+        until daemonset_current "${1#daemonset/}"; do
+            if ((SECONDS >= deadline)); then
+                report_not_ready "$1" "$timeout"
+                exit 1
+            fi
+            sleep 2
+        done
+    fi
 }
 
 main() {

@@ -7,6 +7,7 @@
 #   FAKE_FASTFUNCS     lines "NAMESPACE NAME" of the FaSTFuncs that exist (the FaSTFunc CRD is there if set)
 #   FAKE_ANNOTATED     node names carrying the fastgshare/gpu_info annotation
 #   FAKE_SECRET_CERT, FAKE_SECRET_CA  the webhook Secret's tls.crt and ca.crt (base64), if any
+#   FAKE_DS_STALE      1: the DaemonSet's pod of its current template is not there (yet)
 # kubectl apply -f - stores what it was given in $FAKE_LOG.applied.
 set -u
 echo "kubectl $*" >>"$FAKE_LOG"
@@ -34,6 +35,10 @@ YAML
   "apply -f -") cat >"$FAKE_LOG.applied" ;;
   *"rollout status ${FAKE_STUCK:-none}"*)
     echo "error: timed out waiting for the condition" >&2; exit 1 ;;
+  *"get daemonset"*"metadata.generation"*) printf 3 ;;
+  *"get daemonset"*"desiredNumberScheduled"*) printf 1 ;;
+  *"get pods -l"*"pod-template-generation=3"*)
+    [ "${FAKE_DS_STALE:-}" = 1 ] || printf 'True\n' ;;
   *"get pods"*"-o wide"*)
     echo "NAME                                   READY   STATUS             RESTARTS   AGE"
     echo "fastgshare-scheduler-7d9c8b6f5-abcde   1/2     CrashLoopBackOff   5          3m" ;;

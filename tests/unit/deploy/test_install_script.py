@@ -66,7 +66,7 @@ def test_the_server_version_is_read_from_its_version_document(body: str, version
 def install(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], str, str]:
     """Run install.sh with the fake kubectl; returns the result, the kubectl calls, what was applied."""
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
     (bin_dir / "kubectl").symlink_to(FAKE_KUBECTL)
     log = tmp_path / "kubectl.log"
     result = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=60, check=False,
@@ -236,6 +236,18 @@ def test_render_sets_our_image_on_every_component_when_asked_and_leaves_it_other
     assert "ghcr.io/fastgshare/fastgshare:0.1.0" not in upgraded
     assert "image: s:1" in upgraded  # the scheduler's own image is its own setting
     assert render("c.yaml", "s:1").count("image: ghcr.io/fastgshare/fastgshare:0.1.0") == shipped_count
+
+
+def test_a_daemonset_rollout_is_done_only_when_its_pods_run_the_current_template(tmp_path: Path) -> None:
+    """kubectl rollout status can call a DaemonSet's rollout done before the replaced pod exists
+    (seen on 1.20 in the install tier: install.sh returned 30 s before the new node agent ran)."""
+    stale, calls, _applied = install(tmp_path / "stale", FAKE_VERSION="v1.20.2", FAKE_DS_STALE="1",
+                                     FASTGSHARE_WAIT_TIMEOUT="3s")
+    assert stale.returncode == 1
+    assert "daemonset/fastgshare-node-agent is not ready after 3s" in stale.stderr
+    assert "pod-template-generation=3" in calls
+    current, _calls, _applied = install(tmp_path / "current", FAKE_VERSION="v1.20.2", FASTGSHARE_WAIT_TIMEOUT="3s")
+    assert current.returncode == 0, current.stderr
 
 
 def test_an_unknown_argument_is_refused(tmp_path: Path) -> None:

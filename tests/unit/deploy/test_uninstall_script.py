@@ -1,7 +1,8 @@
 """deploy/uninstall.sh against a fake kubectl (tests/unit/deploy/fake_kubectl.sh).
 
 Issue 15, defect 5: it deleted every FaSTPod in every namespace without asking and left the
-``fastgshare/gpu_info`` node annotations behind (and, found by the install tier, ``fastgshare/metrics_port``). It must say what it will delete, ask (or take
+``fastgshare/gpu_info`` node annotations behind (and, found by the install tier,
+``fastgshare/metrics_port``). It must say what it will delete, ask (or take
 ``--yes``), and remove what fastgshare added.
 """
 
