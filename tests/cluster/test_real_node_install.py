@@ -166,7 +166,7 @@ def test_an_upgrade_rolls_the_node_agent_while_tenants_run_without_an_error_and_
     assert new_agent.spec.containers[0].image == UPGRADE_IMAGE
     assert ready(new_agent)
     assert {c.image for group in component_pods(core).values() for p in group for c in p.spec.containers
-            if "fastgshare/fastgshare" in c.image} == {UPGRADE_IMAGE}
+            if "fastgshare/fastgshare" in c.image and p.metadata.deletion_timestamp is None} == {UPGRADE_IMAGE}
 
     def all_launching() -> bool:
         now = {uid: ns for gpu in gpus for uid, ns in busy_by_pod(real_cluster, gpu).items()}
