@@ -27,7 +27,7 @@ import http.client
 import json
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, encode_assignment, encode_node_inventory
@@ -175,7 +175,7 @@ class _NoApi:
     def patch_pod_annotation(self, pod: PodRecord, key: str, value: str | None) -> PodRecord:
         raise NotImplementedError
 
-    def create_binding(self, pod: PodRecord, node: str) -> None:
+    def create_binding(self, pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
         raise NotImplementedError
 
 

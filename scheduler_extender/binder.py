@@ -1,12 +1,14 @@
-"""Bind: pick the pod's GPU, write the assignment, then create the Binding.
+"""Bind: pick the pod's GPU, then create a Binding that carries the assignment: one API write a pod.
 
 The steps, and why in this order:
 
-1. Read the pod from the API server (its share and resourceVersion now, not as the scheduler
-   saw it). A pod already bound to this node with our assignment is a retried bind: success.
-   A pod may be bound only to a node that our filter passed for it (``passes``): the scheduler
-   placed it there through this extender, after its own filters (selectors, taints). Anything
-   else is refused before any write (issue 15, defect 10).
+1. Take the pod as the extender's watch last showed it (:meth:`ClusterState.pending_pod
+   <scheduler_extender.state.ClusterState.pending_pod>`): not bound, with the uid the scheduler
+   named, and not bound by a bind of ours the watch has not shown yet. Only when the cache does not
+   have it so is it read from the API server (a GET). A pod already bound to this node with our
+   assignment is a retried bind: success. A pod may be bound only to a node that our filter
+   passed for it (``passes``): the scheduler placed it there through this extender, after its own
+   filters (selectors, taints). Anything else is refused before any write (issue 15, defect 10).
 2. Reserve a GPU in the cache (policy choice against the ledgers including binds in flight).
    Reserving happens before any waiting or writing, so the pods the scheduler places next see
    the share as taken; the cache's lock makes choice and reservation one step, so concurrent
@@ -14,16 +16,21 @@ The steps, and why in this order:
 3. Wait for the node's turn: binds to one node write one at a time, each after the node
    agent has marked the previous pod allocated (bounded by ``bind_wait_s``; then it proceeds
    and says so in the log). This is how the agent's Allocate knows which pod it serves.
-4. Patch the assignment onto the pod, guarded by the resourceVersion read in step 1. On 409
-   re-read: a pod that was replaced, bound meanwhile or whose share changed is refused.
-5. Create the Binding. It names the pod's uid, which API servers check from 1.23 on (kubernetes
-   PR 105913); older ones, like the v1.20 test tier, ignore it, so step 4's guard is what keeps
-   a pod that was replaced meanwhile from being bound to a GPU chosen for another.
+4. Create the Binding with the assignment in its ``metadata.annotations``: the API server sets
+   the pod's node and copies the annotations onto the pod in one write, so a pod is never bound
+   without its assignment nor assigned without being bound. The Binding names the pod's uid and
+   the resourceVersion it was read at, which API servers check from 1.23 on (kubernetes PR
+   105913): a pod replaced, or changed (its share, say), since it was read is answered 409, and
+   on 409 the pod is re-read: one that was replaced, bound meanwhile or whose share changed is
+   refused, else the Binding is sent again at the new resourceVersion. Older API servers, like
+   the v1.20 test tier, check only that the pod is not bound yet: a share edited in the
+   milliseconds between read and bind is then taken up after the bind as a live share change
+   (:mod:`scheduler_extender.share_changes`).
 
-Any failure releases the reservation; if the assignment was written but the binding failed,
-the annotation is removed again (or, if that fails too, kept and still counted). A binding
-answered with an error is checked first: one that took effect anyway (a timeout after the
-write) counts as done, so a bound pod never loses its assignment.
+Any failure releases the reservation: a Binding that failed wrote nothing. One answered with an
+error other than 404 is checked first: one that took effect anyway (a timeout after the write)
+counts as done if the pod is bound to the node with exactly the assignment this bind wrote, so
+a bound pod never loses its share on the ledger.
 """
 
 from __future__ import annotations
@@ -88,6 +95,10 @@ class Binder:
 
     def _pod_to_bind(self, args: BindingArgs) -> PodRecord | None:
         """The pod to bind, or None if it is already bound there by us."""
+        if args.pod_uid:
+            cached = self._state.pending_pod(args.pod_key, args.pod_uid)
+            if cached is not None:
+                return cached
         try:
             pod = self._kube.read_pod(args.pod_namespace, args.pod_name)
         except ApiFailure as error:
@@ -121,18 +132,12 @@ class Binder:
             raise BindRefused("no-room", f"node {node}: {error}") from None
 
     def _write(self, reservation: Reservation, pod: PodRecord) -> None:
-        """Take the node's turn, write the assignment, bind; always end the reservation."""
+        """Take the node's turn, bind with the assignment; always end the reservation."""
         outcome = BindOutcome.RELEASED
         try:
             self._take_turn(reservation)
-            pod = self._write_assignment(reservation, pod)
-            outcome = BindOutcome.ASSIGNED
-            self._create_binding(pod, reservation.node)
+            self._bind_with_assignment(reservation, pod)
             outcome = BindOutcome.BOUND
-        except BindRefused:
-            if outcome is BindOutcome.ASSIGNED:
-                outcome = self._remove_assignment(pod)
-            raise
         finally:
             self._state.finish_bind(reservation.uid, reservation.node, outcome)
         log.info("bound pod=%s node=%s gpu=%s index=%d share=%s", reservation.pod_key, reservation.node,
@@ -146,25 +151,36 @@ class Binder:
                         reservation.node, self._bind_wait_s)
         self._metrics.bind_turn_wait.observe(time.monotonic() - started)
 
-    def _write_assignment(self, reservation: Reservation, pod: PodRecord) -> PodRecord:
+    def _bind_with_assignment(self, reservation: Reservation, pod: PodRecord) -> None:
+        """One Binding that sets the node and the assignment; re-read and retry on conflicts."""
         assigned_at_ms = self._state.now_ms()  # the cache's clock: turns compare against it
         self._state.stamp(reservation.uid, assigned_at_ms)
         payload = encode_assignment(PodAssignment(
             node_name=reservation.node, gpu_uuid=reservation.gpu_uuid, gpu_index=reservation.gpu_index,
             share=reservation.share, assigned_at_ms=assigned_at_ms))
+        node = reservation.node
         for _ in range(CONFLICT_RETRIES):
             try:
-                return self._kube.patch_pod_annotation(pod, keys.POD_ASSIGNMENT_ANNOTATION, payload)
+                self._kube.create_binding(pod, node, {keys.POD_ASSIGNMENT_ANNOTATION: payload})
+                return
             except ApiConflict:
-                pod = self._reread(pod, reservation)
+                current = self._reread(pod, reservation, payload)
+                if current is None:
+                    log.info("pod=%s binding to node=%s reported a conflict but took effect", pod.key, node)
+                    return
+                pod = current
             except PodNotFound:
                 raise BindRefused("pod-gone", f"pod {pod.key} was deleted during the bind") from None
             except ApiFailure as error:
-                raise BindRefused("api-error", f"writing the assignment of pod {pod.key} failed: {error}") from None
+                if self._binding_landed(pod, node, payload):
+                    log.info("pod=%s binding to node=%s reported %s but took effect", pod.key, node, error)
+                    return
+                raise BindRefused("api-error", f"binding pod {pod.key} to node {node} failed: {error}") from None
         raise BindRefused("conflict", f"pod {pod.key} kept changing; gave up after {CONFLICT_RETRIES} conflicts")
 
-    def _reread(self, pod: PodRecord, reservation: Reservation) -> PodRecord:
-        """The pod again after a conflict, if it is still the one we reserved for."""
+    def _reread(self, pod: PodRecord, reservation: Reservation, payload: str) -> PodRecord | None:
+        """The pod again after a conflict, if it is still the one we reserved for and not bound;
+        None if it is bound to the node with this bind's assignment (the Binding took effect)."""
         try:
             current = self._kube.read_pod(pod.namespace, pod.name)
         except ApiFailure as error:
@@ -172,6 +188,8 @@ class Binder:
         if current is None or current.uid != pod.uid:
             raise BindRefused("pod-gone", f"pod {pod.key} was deleted or replaced during the bind")
         if current.node_name:
+            if _carries(current, reservation.node, payload):
+                return None
             raise BindRefused("already-bound", f"pod {pod.key} was bound to node {current.node_name} meanwhile")
         try:
             share = pod_request(current, self._default_policy).share
@@ -179,37 +197,21 @@ class Binder:
             raise BindRefused("invalid-request", str(error)) from None
         if share != reservation.share:
             raise BindRefused("conflict", f"the share of pod {pod.key} changed during the bind")
-        log.info("pod=%s conflict writing the assignment, retrying", pod.key)
+        log.info("pod=%s conflict binding, retrying", pod.key)
         return current
 
-    def _create_binding(self, pod: PodRecord, node: str) -> None:
-        try:
-            self._kube.create_binding(pod, node)
-        except (ApiConflict, PodNotFound, ApiFailure) as error:
-            if self._binding_landed(pod, node):
-                log.info("pod=%s binding to node=%s reported %s but took effect", pod.key, node, error)
-                return
-            raise BindRefused("api-error", f"binding pod {pod.key} to node {node} failed: {error}") from None
-
-    def _binding_landed(self, pod: PodRecord, node: str) -> bool:
+    def _binding_landed(self, pod: PodRecord, node: str, payload: str) -> bool:
         """Whether a binding whose answer was an error (a timeout, say) was carried out anyway."""
         try:
             current = self._kube.read_pod(pod.namespace, pod.name)
         except ApiFailure:
             return False
-        return current is not None and current.uid == pod.uid and current.node_name == node
+        return current is not None and current.uid == pod.uid and _carries(current, node, payload)
 
-    def _remove_assignment(self, pod: PodRecord) -> BindOutcome:
-        """Undo the assignment of a pod whose binding failed; ASSIGNED if it stays."""
-        try:
-            self._kube.patch_pod_annotation(pod, keys.POD_ASSIGNMENT_ANNOTATION, None)
-        except PodNotFound:
-            return BindOutcome.RELEASED
-        except (ApiConflict, ApiFailure) as error:
-            log.warning("pod=%s could not remove the assignment after a failed binding (%s); it stays counted "
-                        "until the pod is bound again or deleted", pod.key, error)
-            return BindOutcome.ASSIGNED
-        return BindOutcome.RELEASED
+
+def _carries(pod: PodRecord, node: str, payload: str) -> bool:
+    """The pod is bound to ``node`` with exactly the assignment ``payload`` (this bind's write)."""
+    return pod.node_name == node and pod.assignment_text == payload
 
 
 def _assigned_node(pod: PodRecord) -> str | None:

@@ -7,7 +7,8 @@ that reaches the API.
   :class:`~scheduler_extender.state.ClusterState`, turning the API's dicts into the extender's
   records. Objects are read as raw JSON, not as client models: a watch of every pod in a cluster
   must be cheap. A watch that expires (410 Gone) or fails is followed by a fresh list;
-- :class:`KubeApi`: the reads and writes of bind (:class:`~scheduler_extender.ports.KubePort`),
+- :class:`KubeApi`: the reads and writes of bind (:class:`~scheduler_extender.ports.KubePort`:
+  one Binding that also carries the assignment annotation),
   the layer's :class:`~fastgshare_kube.errors.ApiError` mapped onto the port's outcomes, and
   the events on pods.
 """
@@ -153,9 +154,13 @@ class KubeApi(rest.Events):
         body = {"metadata": {"resourceVersion": pod.resource_version, "annotations": {key: value}}}
         return pod_from_json(self._call(self._core.patch_namespaced_pod, pod.name, pod.namespace, body))
 
-    def create_binding(self, pod: PodRecord, node: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Binding",
-                "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+    def create_binding(self, pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        metadata: dict[str, Any] = {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid}
+        if pod.resource_version:
+            metadata["resourceVersion"] = pod.resource_version  # a precondition from 1.23 on, ignored before
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         self._call(self._core.create_namespaced_binding, pod.namespace, body)
 

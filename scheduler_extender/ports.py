@@ -7,6 +7,7 @@ port's failures are the Kubernetes layer's one API error type, sorted into what 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from fastgshare_kube.errors import CONFLICT, NOT_FOUND, ApiError
@@ -54,6 +55,8 @@ class KubePort(Protocol):
         ``pod.resource_version``; returns the updated pod."""
         ...
 
-    def create_binding(self, pod: PodRecord, node: str) -> None:
-        """Bind the pod to ``node`` (newer API servers also check ``pod.uid``)."""
+    def create_binding(self, pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        """Bind the pod to ``node`` and set ``annotations`` on it, in one write (the API server copies a
+        Binding's annotations onto the pod). API servers from 1.23 on also check that the pod is still
+        ``pod.uid`` at ``pod.resource_version`` (409 if not); older ones check only that it is not bound."""
         ...

@@ -14,6 +14,8 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
 - A live share change (:mod:`scheduler_extender.resharing`) of a bound pod is judged and
   taken on the ledger in one step (:meth:`ClusterState.begin_share_change`), before it is
   written; until the API shows the new share, events showing the old one change nothing.
+- The pods that are not bound yet are kept as the watch last showed them
+  (:meth:`ClusterState.pending_pod`), so a bind need not read its pod from the API server.
 - Binds to one node take turns in arrival order: one writes at a time, and the next waits
   until the node agent has marked the previously bound pod allocated, for at most
   ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
@@ -108,6 +110,7 @@ class ClusterState:
         self._nodes: dict[str, NodeEntry] = {}
         self._placements: dict[str, Placement] = {}  # by pod uid
         self._on_node: defaultdict[str, set[str]] = defaultdict(set)  # node -> uids placed there
+        self._pending: dict[str, PodRecord] = {}  # "namespace/name" -> the pod, while not bound and not finished
         self._queues: defaultdict[str, deque[str]] = defaultdict(deque)  # node -> uids waiting to write
         self._writing: defaultdict[str, set[str]] = defaultdict(set)  # node -> uids writing now
         self._nodes_synced = False
@@ -194,7 +197,10 @@ class ClusterState:
         """A fresh list of all pods; keeps binds the list cannot know about yet."""
         with self._changed:
             fresh: dict[str, Placement] = {}
+            self._pending = {}
             for record in records:
+                if _pending(record):
+                    self._pending[record.key] = record
                 placement = placement_from_api(record)
                 if placement is not None:
                     fresh[record.uid] = placement
@@ -226,6 +232,10 @@ class ClusterState:
     def upsert_pod(self, record: PodRecord) -> None:
         """A pod was added or changed."""
         with self._changed:
+            if _pending(record):
+                self._pending[record.key] = record
+            else:
+                self._forget_pending(record)
             old = self._placements.get(record.uid)
             if record.finished:
                 if old is not None:
@@ -301,9 +311,28 @@ class ClusterState:
 
     def delete_pod(self, record: PodRecord) -> None:
         with self._changed:
+            self._forget_pending(record)
             old = self._placements.get(record.uid)
             if old is not None:
                 self._drop(old)
+
+    def _forget_pending(self, record: PodRecord) -> None:
+        held = self._pending.get(record.key)
+        if held is not None and held.uid == record.uid:
+            del self._pending[record.key]
+
+    def pending_pod(self, key: str, uid: str) -> PodRecord | None:
+        """Pod ``key`` (namespace/name) as the watch last showed it, if that is pod ``uid``, not bound,
+        not finished, and no bind of ours is binding or has bound it (the watch may not show that yet);
+        else None: ask the API server."""
+        with self._changed:
+            pod = self._pending.get(key)
+            if pod is None or pod.uid != uid:
+                return None
+            placement = self._placements.get(uid)
+            if placement is not None and (placement.in_flight or placement.bound):
+                return None
+            return pod
 
     def _refresh(self, placement: Placement, record: PodRecord) -> None:
         placement.seen = True
@@ -483,6 +512,11 @@ class ClusterState:
                 else:
                     placement.seen = True
             self._changed.notify_all()
+
+
+def _pending(record: PodRecord) -> bool:
+    """Whether a pod may still be bound: not bound, not finished, not being deleted."""
+    return not record.node_name and not record.finished and not record.deleting
 
 
 @attrs.frozen

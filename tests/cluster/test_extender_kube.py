@@ -42,10 +42,16 @@ def test_bind_calls(api_client: kubernetes.client.ApiClient, core: kubernetes.cl
     removed = kube.patch_pod_annotation(patched, keys.POD_ASSIGNMENT_ANNOTATION, None)
     assert keys.POD_ASSIGNMENT_ANNOTATION not in removed.annotations
 
-    kube.create_binding(removed, node)
-    assert core.read_namespaced_pod("p", namespace).spec.node_name == node
+    # One write binds and annotates (issue 18); the Binding names the pod's uid and resourceVersion
+    # (preconditions from 1.23 on, accepted and ignored before).
+    kube.create_binding(removed, node, {keys.POD_ASSIGNMENT_ANNOTATION: "z"})
+    bound = core.read_namespaced_pod("p", namespace)
+    assert bound.spec.node_name == node
+    assert bound.metadata.annotations[keys.POD_ASSIGNMENT_ANNOTATION] == "z"
+    assert bound.metadata.annotations[keys.GPU_QUOTA_REQUEST] == "0.4"  # merged into the pod's, not replacing them
     with pytest.raises(ApiConflict):  # bound already
-        kube.create_binding(removed, node)
+        kube.create_binding(removed, node, {keys.POD_ASSIGNMENT_ANNOTATION: "other"})
+    assert core.read_namespaced_pod("p", namespace).metadata.annotations[keys.POD_ASSIGNMENT_ANNOTATION] == "z"
 
 
 @pytest.fixture

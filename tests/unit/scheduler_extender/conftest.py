@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 import flask
@@ -70,15 +70,16 @@ def pod_json(pod: PodRecord) -> dict[str, object]:
 class FakeKube:
     """An in-memory API server for bind: pods by key, every call recorded in ``actions``.
 
+    Bindings behave as from Kubernetes 1.23 on: the pod's uid and resourceVersion named in the
+    Binding are preconditions (409), and its annotations are copied onto the pod in the same write.
     ``watch`` (if set) receives every written pod, as the cache's watch would.
     """
 
     def __init__(self) -> None:
         self.pods: dict[str, PodRecord] = {}
         self.actions: list[tuple[str, ...]] = []
-        self.conflicts_before_patch = 0
+        self.conflicts_before_write = 0  # the pod changes (a new resourceVersion) just before this many writes
         self.binding_error: Exception | None = None
-        self.unpatch_error: Exception | None = None
         self.watch: Callable[[PodRecord], None] | None = None
         self._versions = itertools.count(1000)
         self._lock = threading.Lock()
@@ -87,10 +88,21 @@ class FakeKube:
         self.pods[pod.key] = pod
         return pod
 
+    def writes(self) -> list[tuple[str, ...]]:
+        """The actions that wrote (or tried to write): everything but reads."""
+        return [action for action in self.actions if action[0] != "get"]
+
     def read_pod(self, namespace: str, name: str) -> PodRecord | None:
         with self._lock:
             self.actions.append(("get", f"{namespace}/{name}"))
             return self.pods.get(f"{namespace}/{name}")
+
+    def _changed_meanwhile(self, current: PodRecord) -> PodRecord:
+        if self.conflicts_before_write:
+            self.conflicts_before_write -= 1
+            current = attrs.evolve(current, resource_version=str(next(self._versions)))
+            self.pods[current.key] = current
+        return current
 
     def patch_pod_annotation(self, pod: PodRecord, key: str, value: str | None) -> PodRecord:
         with self._lock:
@@ -98,12 +110,7 @@ class FakeKube:
             current = self.pods.get(pod.key)
             if current is None or current.uid != pod.uid:
                 raise PodNotFound(f"pods {pod.name} not found")
-            if value is None and self.unpatch_error is not None:
-                raise self.unpatch_error
-            if self.conflicts_before_patch:
-                self.conflicts_before_patch -= 1
-                current = attrs.evolve(current, resource_version=str(next(self._versions)))
-                self.pods[pod.key] = current
+            current = self._changed_meanwhile(current)
             if current.resource_version != pod.resource_version:
                 raise ApiConflict("the object has been modified")
             annotations = {k: v for k, v in current.annotations.items() if k != key}
@@ -114,17 +121,24 @@ class FakeKube:
         self._notify(updated)
         return updated
 
-    def create_binding(self, pod: PodRecord, node: str) -> None:
+    def create_binding(self, pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
         with self._lock:
-            self.actions.append(("bind", pod.key, node))
+            self.actions.append(("bind", pod.key, node, *sorted(annotations or {})))
             if self.binding_error is not None:
                 raise self.binding_error
             current = self.pods.get(pod.key)
-            if current is None or current.uid != pod.uid:
+            if current is None:
                 raise PodNotFound(f"pods {pod.name} not found")
+            current = self._changed_meanwhile(current)
+            if current.uid != pod.uid:
+                raise ApiConflict(f"Precondition failed: UID in precondition: {pod.uid}, UID in object meta: "
+                                  f"{current.uid}")
             if current.node_name:
                 raise ApiConflict(f"pod {pod.name} is already assigned to node {current.node_name}")
-            updated = attrs.evolve(current, node_name=node, resource_version=str(next(self._versions)))
+            if pod.resource_version and current.resource_version != pod.resource_version:
+                raise ApiConflict("the object has been modified")
+            updated = attrs.evolve(current, node_name=node, annotations={**current.annotations, **(annotations or {})},
+                                   resource_version=str(next(self._versions)))
             self.pods[pod.key] = updated
         self._notify(updated)
 

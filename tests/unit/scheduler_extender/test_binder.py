@@ -1,8 +1,10 @@
-"""Bind against an in-memory API: the order of writes, conflicts, undo on failure, no over-commit."""
+"""Bind against an in-memory API: one write a pod, reads only when the cache lacks the pod, conflicts, failures,
+no over-commit."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import attrs
@@ -15,7 +17,7 @@ from fastgshare.placement import Policy
 from scheduler_extender.binder import Binder
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.passes import FilterPasses
-from scheduler_extender.ports import ApiConflict, ApiFailure
+from scheduler_extender.ports import ApiFailure
 from scheduler_extender.records import PodRecord
 from scheduler_extender.state import ClusterState
 from scheduler_extender.wire import BindingArgs
@@ -55,6 +57,7 @@ def test_bind_refuses_a_node_the_filter_did_not_pass_before_any_write(kube: Fake
     assert kube.actions == [("get", "team-a/p")]
     assert state.snapshot().placements == []
     assert extender.bind(bind_args(kube, "p", "node-a")) == ""
+    assert kube.writes() == [("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION)]
     assert len(passes) == 0  # spent by the bind
 
 
@@ -76,12 +79,13 @@ def test_filter_passes_expire_and_stay_bounded() -> None:
     assert len(passes) == 1  # the expired went
 
 
-def test_bind_writes_the_assignment_then_the_binding(kube: FakeKube) -> None:
+def test_bind_is_one_binding_that_carries_the_assignment(kube: FakeKube) -> None:
+    """Issue 18: the assignment rides in the Binding's annotations (the API server copies them onto
+    the pod in the same write); no separate patch."""
     state = synced_state(node_record("node-a", 2), now_ms=lambda: 1_700_000_000_000)
     kube.add(pod_record("p", uid="u1"))
     assert binder(state, kube).bind(bind_args(kube, "p")) == ""
-    assert kube.actions == [("get", "team-a/p"), ("patch", "team-a/p", keys.POD_ASSIGNMENT_ANNOTATION, "set"),
-                            ("bind", "team-a/p", "node-a")]
+    assert kube.actions == [("get", "team-a/p"), ("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION)]
     pod = kube.pods["team-a/p"]
     written = decode_assignment(pod.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
     assert (pod.node_name, written.node_name, written.gpu_uuid, written.gpu_index) == (
@@ -89,6 +93,54 @@ def test_bind_writes_the_assignment_then_the_binding(kube: FakeKube) -> None:
     assert written.assigned_at_ms == 1_700_000_000_000
     assert (written.share.request_permille, written.share.limit_permille, written.share.sm_percent) == (400, 800, 50)
     assert [p.status for p in state.snapshot().placements] == ["bound"]
+
+
+def test_bind_of_a_pod_the_watch_has_shown_makes_one_api_call(kube: FakeKube) -> None:
+    """No GET when the cache has the pod, unbound, with the uid the scheduler named."""
+    state = synced_state(node_record("node-a", 2))
+    pod = kube.add(pod_record("p", uid="u1"))
+    state.upsert_pod(pod)
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert kube.actions == [("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION)]
+    assert kube.pods["team-a/p"].node_name == "node-a"
+    assert [p.status for p in state.snapshot().placements] == ["bound"]
+
+
+def test_a_cached_pod_of_another_uid_is_read_from_the_api(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 2))
+    state.upsert_pod(pod_record("p", uid="old"))
+    kube.add(pod_record("p", uid="u1"))
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert [a[0] for a in kube.actions] == ["get", "bind"]
+
+
+def test_a_cached_pod_that_was_deleted_meanwhile_is_refused(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 2))
+    state.upsert_pod(pod_record("p", uid="u1"))
+    error = binder(state, kube).bind(BindingArgs(pod_name="p", pod_namespace="team-a", pod_uid="u1", node="node-a"))
+    assert error == "fastgshare: pod team-a/p was deleted during the bind"
+    assert state.sizes() == (1, 0)
+
+
+def test_a_cached_pod_replaced_meanwhile_is_refused(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 2))
+    state.upsert_pod(pod_record("p", uid="u1"))
+    kube.add(pod_record("p", uid="u2"))
+    error = binder(state, kube).bind(BindingArgs(pod_name="p", pod_namespace="team-a", pod_uid="u1", node="node-a"))
+    assert error == "fastgshare: pod team-a/p was deleted or replaced during the bind"
+    assert keys.POD_ASSIGNMENT_ANNOTATION not in kube.pods["team-a/p"].annotations
+    assert state.sizes() == (1, 0)
+
+
+def test_a_cached_pod_bound_elsewhere_meanwhile_is_refused(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a", 2))
+    state.upsert_pod(kube.add(pod_record("p", uid="u1")))
+    kube.pods["team-a/p"] = attrs.evolve(kube.pods["team-a/p"], node_name="node-b", resource_version="11")
+    error = binder(state, kube).bind(bind_args(kube, "p"))
+    assert error == "fastgshare: pod team-a/p was bound to node node-b meanwhile"
+    assert [a[0] for a in kube.actions] == ["bind", "get"]
+    assert keys.POD_ASSIGNMENT_ANNOTATION not in kube.pods["team-a/p"].annotations
+    assert state.sizes() == (1, 0)
 
 
 def test_binpack_fills_the_busier_gpu_spread_the_emptier(kube: FakeKube) -> None:
@@ -104,9 +156,19 @@ def test_binpack_fills_the_busier_gpu_spread_the_emptier(kube: FakeKube) -> None
 def test_conflict_rereads_and_retries(kube: FakeKube) -> None:
     state = synced_state(node_record("node-a"))
     kube.add(pod_record("p", uid="u1"))
-    kube.conflicts_before_patch = 2
+    kube.conflicts_before_write = 2
     assert binder(state, kube).bind(bind_args(kube, "p")) == ""
-    assert [a[0] for a in kube.actions] == ["get", "patch", "get", "patch", "get", "patch", "bind"]
+    assert [a[0] for a in kube.actions] == ["get", "bind", "get", "bind", "get", "bind"]
+    assert kube.pods["team-a/p"].node_name == "node-a"
+
+
+def test_a_stale_cached_pod_is_read_again_after_the_conflict(kube: FakeKube) -> None:
+    state = synced_state(node_record("node-a"))
+    state.upsert_pod(pod_record("p", uid="u1", resource_version="10"))
+    kube.add(pod_record("p", uid="u1", resource_version="12"))
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert [a[0] for a in kube.actions] == ["bind", "get", "bind"]
+    assert keys.POD_ASSIGNMENT_ANNOTATION in kube.pods["team-a/p"].annotations
 
 
 def test_share_changed_during_the_bind_is_refused_and_released(kube: FakeKube) -> None:
@@ -122,13 +184,14 @@ def test_share_changed_during_the_bind_is_refused_and_released(kube: FakeKube) -
     assert state.sizes() == (1, 0)
 
 
-def test_failed_binding_removes_the_assignment_and_frees_the_gpu(kube: FakeKube) -> None:
+def test_failed_binding_writes_nothing_and_frees_the_gpu(kube: FakeKube) -> None:
     state = synced_state(node_record("node-a"))
-    kube.add(pod_record("p", uid="u1"))
+    state.upsert_pod(kube.add(pod_record("p", uid="u1")))
     kube.binding_error = ApiFailure("HTTP 500: etcd timeout")
     error = binder(state, kube).bind(bind_args(kube, "p"))
     assert error == "fastgshare: binding pod team-a/p to node node-a failed: HTTP 500: etcd timeout"
-    assert kube.actions[-1] == ("patch", "team-a/p", keys.POD_ASSIGNMENT_ANNOTATION, "remove")
+    assert kube.actions == [("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION),
+                            ("get", "team-a/p")]  # did it land anyway? no
     assert keys.POD_ASSIGNMENT_ANNOTATION not in kube.pods["team-a/p"].annotations
     assert state.sizes() == (1, 0)
 
@@ -138,8 +201,8 @@ def test_binding_that_failed_in_transit_but_took_effect_counts_as_bound(kube: Fa
     kube.add(pod_record("p", uid="u1"))
     real_bind = kube.create_binding
 
-    def bind_then_time_out(pod: PodRecord, node: str) -> None:
-        real_bind(pod, node)
+    def bind_then_time_out(pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        real_bind(pod, node, annotations)
         raise ApiFailure("API server unreachable: read timed out")
 
     kube.create_binding = bind_then_time_out  # type: ignore[method-assign]
@@ -148,13 +211,36 @@ def test_binding_that_failed_in_transit_but_took_effect_counts_as_bound(kube: Fa
     assert [p.status for p in state.snapshot().placements] == ["bound"]
 
 
-def test_assignment_that_cannot_be_removed_stays_counted(kube: FakeKube) -> None:
+def test_a_binding_that_landed_counts_only_with_this_binds_assignment(kube: FakeKube) -> None:
+    """Bound to the node meanwhile by someone else (no assignment of this bind): not ours."""
     state = synced_state(node_record("node-a"))
     kube.add(pod_record("p", uid="u1"))
-    kube.binding_error = ApiFailure("HTTP 500: etcd timeout")
-    kube.unpatch_error = ApiConflict("modified")
-    assert binder(state, kube).bind(bind_args(kube, "p"))
-    assert [p.status for p in state.snapshot().placements] == ["assigned"]
+    real_bind = kube.create_binding
+
+    def others_bind_then_time_out(pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        real_bind(pod, node, {keys.POD_ASSIGNMENT_ANNOTATION: "someone else's"})
+        raise ApiFailure("API server unreachable: read timed out")
+
+    kube.create_binding = others_bind_then_time_out  # type: ignore[method-assign]
+    error = binder(state, kube).bind(bind_args(kube, "p"))
+    assert error == ("fastgshare: binding pod team-a/p to node node-a failed: API server unreachable: read timed "
+                     "out")
+    assert state.sizes() == (1, 0)
+
+
+def test_a_conflict_from_a_binding_that_landed_counts_as_bound(kube: FakeKube) -> None:
+    """A retry (by the client or the network) of a Binding that took effect: 409, bound with our assignment."""
+    state = synced_state(node_record("node-a"))
+    kube.add(pod_record("p", uid="u1"))
+    real_bind = kube.create_binding
+
+    def bind_twice(pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
+        real_bind(pod, node, annotations)
+        real_bind(pod, node, annotations)
+
+    kube.create_binding = bind_twice  # type: ignore[method-assign]
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    assert [p.status for p in state.snapshot().placements] == ["bound"]
 
 
 def test_rebind_after_a_failed_attempt_replaces_the_stale_assignment(kube: FakeKube) -> None:
@@ -199,6 +285,20 @@ def test_retried_bind_of_a_pod_we_already_bound_succeeds_without_writes(kube: Fa
     assert kube.actions == [("get", "team-a/p")]
 
 
+def test_retried_bind_the_watch_has_not_shown_bound_yet_reads_the_pod(kube: FakeKube) -> None:
+    """The cache still shows the pod pending, but a bind of ours bound it: the API is asked, not the cache."""
+    state = synced_state(node_record("node-a"))
+    subject = binder(state, kube)
+    kube.watch = None  # the watch lags
+    pending = kube.add(pod_record("p", uid="u1"))
+    state.upsert_pod(pending)
+    assert subject.bind(bind_args(kube, "p")) == ""
+    assert state.pending_pod("team-a/p", "u1") is None
+    kube.actions.clear()
+    assert subject.bind(bind_args(kube, "p")) == ""
+    assert kube.actions == [("get", "team-a/p")]
+
+
 def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeKube) -> None:
     state = synced_state(node_record("node-a"), bind_wait_s=30)
     subject = binder(state, kube, bind_wait_s=30)
@@ -215,14 +315,17 @@ def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeK
     assert kube.pods["team-a/second"].node_name == "node-a"
 
 
-def test_concurrent_binds_never_over_commit_a_gpu(kube: FakeKube) -> None:
+@pytest.mark.parametrize("watched", [False, True], ids=["read", "cached"])
+def test_concurrent_binds_never_over_commit_a_gpu(kube: FakeKube, watched: bool) -> None:
     """60 binds of 0.3 x 40 % pods race for 4 GPUs (room for 3 x 2 each by area and SM)."""
     gpus = [make_gpu(i, uuid=f"GPU-node-a-{i}") for i in range(2)]
     state = synced_state(node_record("node-a", gpus), node_record("node-b", 2))
     subject = binder(state, kube)
     names = [f"p{i}" for i in range(60)]
     for name in names:
-        kube.add(pod_record(name, annotations=share_annotations(request="0.3", limit="0.3", sm="40", mem="1Gi")))
+        pod = kube.add(pod_record(name, annotations=share_annotations(request="0.3", limit="0.3", sm="40", mem="1Gi")))
+        if watched:
+            state.upsert_pod(pod)
     with ThreadPoolExecutor(max_workers=12) as pool:
         errors = list(pool.map(lambda n: subject.bind(bind_args(kube, n, "node-a" if int(n[1:]) % 2 else "node-b")),
                                names))

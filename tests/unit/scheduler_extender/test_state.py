@@ -251,3 +251,44 @@ def test_turns_on_different_nodes_do_not_wait_for_each_other() -> None:
     reserve(state, "u2", "node-b")
     assert state.wait_turn("u1", "node-a", 1)
     assert state.wait_turn("u2", "node-b", 0.01)
+
+
+def test_pending_pods_are_kept_as_the_watch_last_showed_them_until_bound_finished_or_gone() -> None:
+    """What bind reads instead of a GET (issue 18): unbound pods, by key and uid."""
+    waiting, finished = pod_record("w", uid="u1"), pod_record("f", uid="u2", phase="Failed")
+    bound = pod_record("b", uid="u3", node_name="node-a")
+    state = synced_state(node_record("node-a"), pods=(waiting, finished, bound))
+    assert state.pending_pod("team-a/w", "u1") == waiting
+    assert state.pending_pod("team-a/w", "other") is None  # replaced: ask the API
+    assert state.pending_pod("team-a/f", "u2") is None
+    assert state.pending_pod("team-a/b", "u3") is None
+    newer = attrs.evolve(waiting, resource_version="11", annotations={})
+    state.upsert_pod(newer)
+    assert state.pending_pod("team-a/w", "u1") == newer
+    state.upsert_pod(attrs.evolve(newer, node_name="node-a"))
+    assert state.pending_pod("team-a/w", "u1") is None
+    second = pod_record("s", uid="u4")
+    state.upsert_pod(second)
+    state.delete_pod(pod_record("s", uid="u-earlier"))  # a late delete of an earlier pod of that name
+    assert state.pending_pod("team-a/s", "u4") == second
+    state.upsert_pod(attrs.evolve(second, deleting=True))
+    assert state.pending_pod("team-a/s", "u4") is None
+    state.upsert_pod(second)
+    state.delete_pod(second)
+    assert state.pending_pod("team-a/s", "u4") is None
+    state.replace_pods([second], state.begin_relist())
+    assert state.pending_pod("team-a/s", "u4") == second
+    assert state.pending_pod("team-a/w", "u1") is None
+
+
+def test_a_pending_pod_in_a_bind_of_ours_or_bound_by_one_is_not_served_from_the_cache() -> None:
+    """The watch may not show our Binding yet: bind then asks the API server."""
+    state = synced_state(node_record("node-a"), pods=(pod_record("u1", uid="u1"),))
+    reserve(state, "u1")
+    assert state.pending_pod("team-a/u1", "u1") is None  # binding now
+    state.finish_bind("u1", "node-a", BindOutcome.BOUND)
+    assert state.pending_pod("team-a/u1", "u1") is None  # bound, the watch not there yet
+    reserve(state, "u2")
+    state.upsert_pod(pod_record("u2", uid="u2"))
+    state.finish_bind("u2", "node-a", BindOutcome.RELEASED)
+    assert state.pending_pod("team-a/u2", "u2") is not None  # that bind failed: nothing written
