@@ -107,11 +107,12 @@ def test_fuzzed_gpu_specs_raise_only_the_domain_error(text: str) -> None:
     assert spec.count >= 1
 
 
-@pytest.mark.parametrize(("label", "spec"), [("2x16GiB_80sm", "2x16GiB:80sm"), ("1x80Gi_132sm_nomps", "1x80Gi:132sm:nomps"),
+@pytest.mark.parametrize(("label", "spec"), [("2x16GiB_80sm", "2x16GiB:80sm"),
+                                             ("1x80Gi_132sm_nomps", "1x80Gi:132sm:nomps"),
                                              ("4x1.5GiB_10sm_mps", "4x1.5GiB:10sm:mps")])
 def test_a_simulated_gpus_label_value_is_a_spec_with_underscores(label: str, spec: str) -> None:
     assert gpu_spec_from_label(label) == spec
-    assert parse_gpu_spec(gpu_spec_from_label(label)).count == int(label.split("x")[0])
+    assert parse_gpu_spec(gpu_spec_from_label(label)).count == int(label.split("x", 1)[0])
 
 
 @pytest.mark.parametrize("label", ["", "2x16GiB:80sm", "V100=1x16Gi_80sm", "2x16GiB", "two_GPUs", "2x16GiB_80"])
