@@ -247,3 +247,12 @@ def log_lines(cluster: Cluster, namespace: str, pod: str) -> list[dict[str, Any]
         if line.startswith("{"):
             lines.append(json.loads(line))
     return lines
+
+
+def assert_tenants_never_failed(cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    """No container of the namespace restarted, and each tenant's last report counts no refused launch."""
+    for pod in core.list_namespaced_pod(namespace).items:
+        assert all(status.restart_count == 0 for status in pod.status.container_statuses), pod.metadata.name
+        reports = [line for line in log_lines(cluster, namespace, pod.metadata.name) if line.get("event") == "report"]
+        assert reports, pod.metadata.name
+        assert reports[-1]["errors"] == 0, (pod.metadata.name, reports[-1])  # no launch ever refused

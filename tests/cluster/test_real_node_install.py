@@ -32,10 +32,10 @@ from fastgshare_cluster.processes import wait_until
 from tests.cluster import controlplane
 from tests.cluster.real_node import (  # noqa: F401 - fixtures
     apply,
+    assert_tenants_never_failed,
     assignment_of,
     busy_by_pod,
     fastpod,
-    log_lines,
     measure_shares,
     real_node_core,
     real_node_test_namespace,
@@ -182,12 +182,7 @@ def test_an_upgrade_rolls_the_node_agent_while_tenants_run_without_an_error_and_
     for uid, share in achieved.items():
         request, limit, _sm, _memory = SHARES[by_uid[uid].metadata.labels["app"]]
         assert request - TOLERANCE <= share <= limit + TOLERANCE, report
-    for pod in core.list_namespaced_pod(namespace).items:
-        assert all(status.restart_count == 0 for status in pod.status.container_statuses), pod.metadata.name
-        reports = [line for line in log_lines(real_cluster, namespace, pod.metadata.name)
-                   if line.get("event") == "report"]
-        assert reports, pod.metadata.name
-        assert reports[-1]["errors"] == 0, (pod.metadata.name, reports[-1])  # no launch ever refused
+    assert_tenants_never_failed(real_cluster, core, namespace)
 
 
 # What uninstall.sh must take away: objects of these kinds, and the nodes' labels and annotations.

@@ -20,6 +20,7 @@ from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from tests.cluster.real_node import (  # noqa: F401 - fixtures
     ADMISSION_REJECTED,
     apply,
+    assert_tenants_never_failed,
     assignment_of,
     busy_by_pod,
     fastpod,
@@ -81,12 +82,7 @@ def test_restarting_the_node_agent_five_times_keeps_tenants_running(
               for pod in pods}
     print(f"every tenant launching again {', '.join(f'{s:.2f}s' for s in resumed)} after the new agent was "
           f"started; shares over {elapsed:.0f}s with 5 restarts: {shares}")
-    for pod in core.list_namespaced_pod(namespace).items:
-        assert all(status.restart_count == 0 for status in pod.status.container_statuses), pod.metadata.name
-        reports = [line for line in log_lines(real_cluster, namespace, pod.metadata.name)
-                   if line.get("event") == "report"]
-        assert reports, pod.metadata.name
-        assert reports[-1]["errors"] == 0, (pod.metadata.name, reports[-1])  # no launch ever refused
+    assert_tenants_never_failed(real_cluster, core, namespace)
     for pod in pods:
         request, limit = SHARES[pod.metadata.name.rsplit("-", 1)[0]]
         assert request - 0.03 <= shares[pod.metadata.name] <= limit + 0.03, shares
