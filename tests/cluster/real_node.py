@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -256,3 +258,14 @@ def assert_tenants_never_failed(cluster: Cluster, core: kubernetes.client.CoreV1
         reports = [line for line in log_lines(cluster, namespace, pod.metadata.name) if line.get("event") == "report"]
         assert reports, pod.metadata.name
         assert reports[-1]["errors"] == 0, (pod.metadata.name, reports[-1])  # no launch ever refused
+
+
+def http(url: str, *, method: str = "GET", body: bytes | None = None,
+         timeout_s: float = 30) -> tuple[int, bytes]:
+    """One JSON request; the status and the body, also for an HTTP error."""
+    request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()

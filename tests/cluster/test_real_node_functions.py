@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +21,7 @@ from fastgshare import keys
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import wait_until
-from tests.cluster.real_node import apply, real_node_core, share_annotations  # noqa: F401 - the fixture core
+from tests.cluster.real_node import apply, http, real_node_core, share_annotations  # noqa: F401 - the fixture core
 
 pytestmark = pytest.mark.realnode
 
@@ -48,16 +46,6 @@ def function_namespace(core: kubernetes.client.CoreV1Api, custom: kubernetes.cli
     core.delete_collection_namespaced_pod(NAMESPACE)
     wait_until(lambda: not core.list_namespaced_pod(NAMESPACE).items, what=f"no pods left in {NAMESPACE}",
                timeout_s=90)
-
-
-def http(url: str, *, method: str = "GET", body: bytes | None = None,
-         timeout_s: float = 30) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
 
 
 def running(core: kubernetes.client.CoreV1Api, selector: str, count: int, timeout_s: float = 180) -> None:

@@ -27,7 +27,7 @@ from fastgshare_cluster import manifests
 from fastgshare_cluster.cluster import Cluster, ClusterError, Options
 from fastgshare_cluster.controlplane import Binaries
 from fastgshare_cluster.image_build import IMAGE
-from fastgshare_cluster.images import kube_scheduler_image
+from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT, kube_scheduler_image
 from fastgshare_cluster.processes import wait_until
 from tests.cluster import controlplane
 from tests.cluster.real_node import (  # noqa: F401 - fixtures
@@ -36,6 +36,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     assignment_of,
     busy_by_pod,
     fastpod,
+    http,
     measure_shares,
     real_node_core,
     real_node_test_namespace,
@@ -142,6 +143,38 @@ def test_fastpods_applied_with_kubectl_get_their_shares_through_the_deployed_com
     for uid, share in achieved.items():
         request, limit, _sm, _memory = SHARES[by_uid[uid].metadata.labels["app"]]
         assert request - TOLERANCE <= share <= limit + TOLERANCE, report
+
+
+def test_a_function_deployed_through_the_deployed_gateway_answers_and_is_deleted(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> None:
+    """The gateway pod's OpenFaaS provider API, as faas-cli uses it: the function controller and the
+    FaSTPod controller of the install make its pod, the deployed scheduler places it, and the
+    gateway routes to it."""
+    gateway_pod = next(pod for pod in component_pods(core)["fastgshare-gateway"] if ready(pod))
+    gateway = f"http://{gateway_pod.status.pod_ip}:8080"
+    namespace = keys.DEFAULT_FUNCTION_NAMESPACE
+    deployment = {"service": "echo", "image": FAKE_FN_IMAGE_SHORT, "namespace": namespace,
+                  "envVars": {"FAKE_FN_GPU_MS": "2"},
+                  "annotations": {keys.GPU_QUOTA_REQUEST: "0.2", keys.GPU_QUOTA_LIMIT: "0.4",
+                                  keys.GPU_SM_PARTITION: "30", keys.GPU_MEM: "256Mi"}}
+    status, body = http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode())
+    assert status == 202, body
+    answers: list[tuple[int, bytes]] = []
+
+    def answered() -> bool:
+        answers.append(http(f"{gateway}/function/echo/infer", method="POST", body=b"through the install"))
+        return answers[-1][0] == 200
+
+    wait_until(answered, what="a 200 from the function through the deployed gateway", timeout_s=180, interval_s=1)
+    assert json.loads(answers[-1][1])["echo"] == "through the install"
+    [pod] = core.list_namespaced_pod(namespace, label_selector=f"{keys.FUNCTION_LABEL}=echo").items
+    assert pod.spec.scheduler_name == "fastgshare-scheduler"
+    assert assignment_of(pod).share.limit_permille == 400
+    status, body = http(f"{gateway}/system/functions", method="DELETE",
+                        body=json.dumps({"functionName": "echo", "namespace": namespace}).encode())
+    assert status == 202, body
+    wait_until(lambda: not core.list_namespaced_pod(namespace).items, what=f"no pods left in {namespace}",
+               timeout_s=120)
 
 
 def test_an_upgrade_rolls_the_node_agent_while_tenants_run_without_an_error_and_shares_hold(
