@@ -9,6 +9,10 @@ namespace ``fast-gshare-fn`` and imports the pause, tenant and fake-fn images. E
 to ``<state-dir>/logs`` and is recorded with its PID and start time in ``<state-dir>/cluster.json``,
 together with the host state found before ``up``, so that ``down`` (another process, later) stops
 exactly those and puts the host back.
+
+``up`` with ``Options.from_manifests`` (``--from-manifests``) runs none of our components as host
+processes: the cluster's default kube-scheduler and the workload controllers run instead, and
+:mod:`fastgshare_cluster.manifests` installs our components as pods with ``deploy/install.sh``.
 """
 
 from __future__ import annotations
