@@ -359,13 +359,15 @@ def test_rpr_scales_the_child_fastpods_with_the_gateways_rate(control_plane: Con
 
             gateway.set_rate(60)
             started = time.monotonic()
-            status = functions.wait_for_status("scaled", lambda s: capacity(s) >= 60 * 1.5,
-                                               "the capacity for 60 req/s with headroom", timeout_s=30)
+            # A plan made while the windows still hold part of the step (seen at 47.7 req/s on a loaded
+            # machine) may already cover 60 * 1.5 by pod granularity: wait for the plan for the full rate.
+            status = functions.wait_for_status(
+                "scaled", lambda s: capacity(s) >= 60 * 1.5 and s.get("plannedRps", 0) >= 60,
+                "the capacity for 60 req/s with headroom, planned for 60 req/s", timeout_s=30)
             up_seen = time.monotonic()
             assert up_seen - started < 15, "the scale-up took longer than the windows and an interval"
             up = replicas()
             assert sum(up.values()) > 1
-            assert status["plannedRps"] >= 60
             wait_until(lambda: any("planned for" in e.message for e in functions.events("scaled", "Scaled")),
                        what="the Scaled event", timeout_s=30)
 
