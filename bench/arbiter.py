@@ -21,6 +21,11 @@ connections with epoll, so on its own core it is not the bottleneck. Two ways:
 Each result also gives the arbiter's CPU time per grant (``arbiter_cpu_us_per_grant``): the
 machine is shared and small, so the rates move with what else runs; the CPU cost does less.
 
+The same two loads (64 clients) then run against ``bench/null_arbiter.c``, a C server that
+answers every TOKEN at once with no policy and no accounting (``null_arbiter``): the protocol's
+floor on this machine, what unix sockets, wake-ups and the load generator cost, as
+``bench.null_extender`` is for the extender.
+
 Run: ``python -m bench.arbiter``.
 """
 
@@ -41,17 +46,25 @@ from fastgshare import keys
 GPU = "GPU-bench-0"
 ROOT = Path(__file__).resolve().parent.parent
 LOAD_SOURCE = ROOT / "bench" / "arbiter_load.c"
+NULL_SOURCE = ROOT / "bench" / "null_arbiter.c"
 HOOK_SOURCE = ROOT / "vgpu_hook" / "src"
 WARNINGS = ["-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wformat=2", "-Wstrict-prototypes", "-Wmissing-prototypes"]
 
 
 def build_load(directory: Path) -> Path:
     """Compile the C load generator with the hook's client code; returns the binary."""
+    return _compile(directory / "arbiter_load", LOAD_SOURCE, HOOK_SOURCE / "arbiter_client.c")
+
+
+def build_null_arbiter(directory: Path) -> Path:
+    """Compile the policy-free C server (the floor); returns the binary."""
+    return _compile(directory / "null_arbiter", NULL_SOURCE)
+
+
+def _compile(binary: Path, *sources: Path) -> Path:
     compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or "cc"
-    binary = directory / "arbiter_load"
     subprocess.run([compiler, "-std=gnu11", "-O2", *WARNINGS, f"-I{ROOT / 'vgpu_hook' / 'include'}",
-                    f"-I{HOOK_SOURCE}", str(LOAD_SOURCE), str(HOOK_SOURCE / "arbiter_client.c"), "-o", str(binary)],
-                   check=True)
+                    f"-I{HOOK_SOURCE}", *map(str, sources), "-o", str(binary)], check=True)
     return binary
 
 
@@ -62,18 +75,20 @@ def _shares_file(path: Path, clients: int) -> None:
     path.write_text(json.dumps({"gpus": [{"uuid": GPU, "mps": True}], "pods": pods}))
 
 
-def measure(load: Path, clients: int, seconds: float, interval_s: float | None = None) -> dict[str, object]:
+def measure(load: Path, clients: int, seconds: float, interval_s: float | None = None,
+            null_arbiter: Path | None = None) -> dict[str, object]:
+    """One load against fastgshare-arbiter, or against ``null_arbiter`` when given."""
     with tempfile.TemporaryDirectory(prefix="fgs-bench-") as directory:
         socket_path, shares = Path(directory) / "arbiter.sock", Path(directory) / "shares.json"
         _shares_file(shares, clients)
-        arbiter = subprocess.Popen(
-            [sys.executable, "-m", "device_plugin.arbiter.standalone", "--socket", str(socket_path),
-             "--shares", str(shares), "--trusted-env", "--min-token-ms", "0.02", "--log-level", "warning"],
-            stdout=subprocess.PIPE, text=True)
+        command = [str(null_arbiter), str(socket_path)] if null_arbiter is not None else [
+            sys.executable, "-m", "device_plugin.arbiter.standalone", "--socket", str(socket_path),
+            "--shares", str(shares), "--trusted-env", "--min-token-ms", "0.02", "--log-level", "warning"]
+        arbiter = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         try:
             ready = arbiter.stdout.readline() if arbiter.stdout else ""
             if "arbiter ready" not in ready:
-                raise RuntimeError(f"fastgshare-arbiter did not start (said {ready!r})")
+                raise RuntimeError(f"{command[0]} did not start (said {ready!r})")
             interval_us = 0.0 if interval_s is None else interval_s * 1e6
             cpu_before = _cpu_s(arbiter.pid)
             out = subprocess.run([str(load), str(socket_path), "bench/c", GPU, str(clients), str(seconds),
@@ -108,14 +123,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--interval-ms", type=float, default=10.0, help="open loop: each client's renewal period")
     args = parser.parse_args(argv)
+    interval_s = args.interval_ms / 1000
     with tempfile.TemporaryDirectory(prefix="fgs-bench-load-") as build:
-        load = build_load(Path(build))
+        load, null = build_load(Path(build)), build_null_arbiter(Path(build))
         closed = [measure(load, clients, args.seconds) for clients in (1, 8, 64)]
-        open_loop = measure(load, 64, args.seconds, interval_s=args.interval_ms / 1000)
+        open_loop = measure(load, 64, args.seconds, interval_s=interval_s)
+        floor = [measure(load, 64, args.seconds, null_arbiter=null),
+                 measure(load, 64, args.seconds, interval_s=interval_s, null_arbiter=null)]
     print(json.dumps({"benchmark": "arbiter", "cpus": os.cpu_count(), "client": "c (bench/arbiter_load.c)",
                       "peak_grants_per_s": max(int(str(result["grants_per_s"])) for result in closed),
                       "round_trip_us_p99": open_loop["round_trip_us_p99"],
-                      "results": [*closed, open_loop]}, indent=2))
+                      "null_arbiter_peak_grants_per_s": floor[0]["grants_per_s"],
+                      "null_arbiter_round_trip_us_p99": floor[1]["round_trip_us_p99"],
+                      "results": [*closed, open_loop], "null_arbiter": floor}, indent=2))
 
 
 if __name__ == "__main__":
