@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 
 import attrs
 import pytest
@@ -292,3 +294,29 @@ def test_a_pending_pod_in_a_bind_of_ours_or_bound_by_one_is_not_served_from_the_
     state.upsert_pod(pod_record("u2", uid="u2"))
     state.finish_bind("u2", "node-a", BindOutcome.RELEASED)
     assert state.pending_pod("team-a/u2", "u2") is not None  # that bind failed: nothing written
+
+
+def test_a_large_relist_freezes_its_cache_and_the_next_one_frees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collections skip a large cluster's cache; a later relist still frees the old one, cycles too."""
+    monkeypatch.setattr("scheduler_extender.state.COLLECT_AFTER_RELIST_NODES", 2)
+    state = ClusterState(bind_wait_s=0)
+    state.replace_nodes([node_record("node-a"), node_record("node-b")])
+
+    class Cycle:
+        """Stands in for a part of the old cache that only the cycle collector can free."""
+
+    cycle = Cycle()
+    cycle.self = cycle  # type: ignore[attr-defined]
+    gone = weakref.ref(cycle)
+    try:
+        state.replace_pods([], state.begin_relist())
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        del cycle  # garbage from here on, but frozen: an ordinary collection keeps it
+        gc.collect()
+        assert gone() is not None
+        state.replace_pods([], state.begin_relist())
+        assert gone() is None
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
