@@ -7,6 +7,12 @@ Against the cluster tier's real etcd + kube-apiserver v1.20, in one run:
    rate limit (``--kube-api-qps=20 --kube-api-burst=30``, what clusters run), and N ReplicaSets × R;
 3. the same with the rate limit lifted (``--kube-api-qps=1000``), the controllers' own speed.
 
+Phases 1 and 3 run ``--rounds`` times (default 3), alternating, each in fresh namespaces: on two
+shared cores one pair's ratio moved between 1.3 and 1.7 from run to run. The ratio reported
+against the unthrottled controller is the median of the rounds' ratios, and
+``fastpod_controller`` and ``replicaset_controller_unthrottled`` are that median round's phases;
+every round is listed under ``rounds``.
+
 Each phase has its own namespace and starts once the controller's caches are synced; the clock
 runs from the first create of a parent object until a watch has seen all N × R pods. No scheduler
 runs, so pods stay Pending: the figure is the controller's work alone. Also reported: the CPU
@@ -50,6 +56,7 @@ class Settings:
     workers: int
     unthrottled: bool
     timeout_s: float
+    rounds: int = 1
 
 
 class PodCounter:
@@ -180,43 +187,77 @@ def run(settings: Settings) -> dict[str, Any]:
 
 def _phases(api: kubernetes.client.ApiClient, plane: ControlPlane, binaries: Binaries, *, workdir: Path,
             processes: ProcessSet, settings: Settings) -> dict[str, Any]:
-    core, custom = kubernetes.client.CoreV1Api(api), kubernetes.client.CustomObjectsApi(api)
-    apps: Any = kubernetes.client.AppsV1Api(api)  # takes plain dicts as bodies
     kubernetes.client.ApiextensionsV1Api(api).create_custom_resource_definition(yaml.safe_load(CRD_FILE.read_text()))
     time.sleep(2)  # Established
-    for namespace in ("bench-fastpods", "bench-rs", "bench-rs-fast"):
-        core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=namespace)))
     result: dict[str, Any] = {"parents": settings.parents, "replicas": settings.replicas,
                               "pods": settings.parents * settings.replicas}
-
-    def create_fastpod(index: int) -> object:
-        return custom.create_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, "bench-fastpods",
-                                                      keys.FASTPOD_PLURAL, fastpod(f"f{index}", settings.replicas))
-
     server = processes.get("kube-apiserver")
-    ours = start_fastpod_controller(plane, "bench-fastpods", settings.workers, workdir, processes)
-    result["fastpod_controller"] = {"workers": settings.workers, **timed_phase(
-        api, "bench-fastpods", settings, create=create_fastpod, process=ours, server=server)}
-    ours.stop()
-
-    phases: list[tuple[str, str, int | None]] = [("replicaset_controller", "bench-rs", None)]
-    if settings.unthrottled:
-        phases.append(("replicaset_controller_unthrottled", "bench-rs-fast", 1000))
-    for label, namespace, qps in phases:
-        manager = start_replicaset_controller(binaries, plane, qps, workdir / label, processes)
-
-        def create_replica_set(index: int, namespace: str = namespace) -> object:
-            return apps.create_namespaced_replica_set(namespace, replica_set(f"r{index}", settings.replicas))
-
-        result[label] = {"kube_api_qps": qps or 20, "kube_api_burst": qps or 30, **timed_phase(
-            api, namespace, settings, create=create_replica_set, process=manager, server=server)}
-        manager.stop()
+    rounds: list[dict[str, Any]] = []
+    for number in range(settings.rounds):
+        ours = _fastpod_phase(api, plane, workdir=workdir / f"round-{number}", namespace=f"bench-fastpods-{number}",
+                              processes=processes, settings=settings, server=server)
+        if number == 0:  # the default client limit bounds it far below the others: once is enough
+            result["replicaset_controller"] = _replicaset_phase(
+                api, plane, binaries, workdir=workdir / "replicaset", namespace="bench-rs", qps=None,
+                processes=processes, settings=settings, server=server)
+        if not settings.unthrottled:
+            rounds.append({"fastpod_controller": ours})
+            break
+        theirs = _replicaset_phase(api, plane, binaries, workdir=workdir / f"round-{number}",
+                                   namespace=f"bench-rs-fast-{number}", qps=1000, processes=processes,
+                                   settings=settings, server=server)
+        rounds.append({"fastpod_controller": ours, "replicaset_controller_unthrottled": theirs,
+                       "ratio": round(ours["seconds_to_all_pods"] / theirs["seconds_to_all_pods"], 3)})
+    median = sorted(rounds, key=lambda entry: entry.get("ratio", 0))[(len(rounds) - 1) // 2]
+    result.update({key: value for key, value in median.items() if key != "ratio"})
     ours_s = result["fastpod_controller"]["seconds_to_all_pods"]
     result["ratio_fastpod_to_replicaset"] = round(ours_s / result["replicaset_controller"]["seconds_to_all_pods"], 3)
     if settings.unthrottled:
-        result["ratio_fastpod_to_replicaset_unthrottled"] = round(
-            ours_s / result["replicaset_controller_unthrottled"]["seconds_to_all_pods"], 3)
+        result["ratio_fastpod_to_replicaset_unthrottled"] = median["ratio"]
+        result["rounds"] = [{"fastpod_s": entry["fastpod_controller"]["seconds_to_all_pods"],
+                             "replicaset_unthrottled_s": entry["replicaset_controller_unthrottled"][
+                                 "seconds_to_all_pods"], "ratio": entry["ratio"]} for entry in rounds]
     return result
+
+
+def _fastpod_phase(api: kubernetes.client.ApiClient, plane: ControlPlane, *, workdir: Path, processes: ProcessSet,
+                   settings: Settings, server: ManagedProcess | None, namespace: str) -> dict[str, Any]:
+    custom = kubernetes.client.CustomObjectsApi(api)
+    _create_namespace(api, namespace)
+
+    def create_fastpod(index: int) -> object:
+        return custom.create_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, namespace,
+                                                      keys.FASTPOD_PLURAL, fastpod(f"f{index}", settings.replicas))
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    ours = start_fastpod_controller(plane, namespace, settings.workers, workdir, processes)
+    try:
+        return {"workers": settings.workers, **timed_phase(api, namespace, settings, create=create_fastpod,
+                                                           process=ours, server=server)}
+    finally:
+        ours.stop()
+
+
+def _replicaset_phase(api: kubernetes.client.ApiClient, plane: ControlPlane, binaries: Binaries, *, workdir: Path,
+                      processes: ProcessSet, settings: Settings, server: ManagedProcess | None, namespace: str,
+                      qps: int | None) -> dict[str, Any]:
+    apps: Any = kubernetes.client.AppsV1Api(api)  # takes plain dicts as bodies
+    _create_namespace(api, namespace)
+    manager = start_replicaset_controller(binaries, plane, qps, workdir / namespace, processes)
+
+    def create_replica_set(index: int) -> object:
+        return apps.create_namespaced_replica_set(namespace, replica_set(f"r{index}", settings.replicas))
+
+    try:
+        return {"kube_api_qps": qps or 20, "kube_api_burst": qps or 30, **timed_phase(
+            api, namespace, settings, create=create_replica_set, process=manager, server=server)}
+    finally:
+        manager.stop()
+
+
+def _create_namespace(api: kubernetes.client.ApiClient, name: str) -> None:
+    kubernetes.client.CoreV1Api(api).create_namespace(
+        kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,13 +266,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=5, help="pods of each (default: %(default)s)")
     parser.add_argument("--workers", type=int, default=4, help="the FaSTPod controller's --workers "
                                                                "(default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the FaSTPod and the unthrottled "
+                        "ReplicaSet phase; the median ratio is reported (default: %(default)s)")
     parser.add_argument("--no-unthrottled", action="store_true",
                         help="skip the ReplicaSet phase with the client rate limit lifted")
     parser.add_argument("--timeout-seconds", type=float, default=300.0)
     args = parser.parse_args(argv)
     try:
         result = run(Settings(parents=args.parents, replicas=args.replicas, workers=args.workers,
-                              unthrottled=not args.no_unthrottled, timeout_s=args.timeout_seconds))
+                              unthrottled=not args.no_unthrottled, timeout_s=args.timeout_seconds,
+                              rounds=args.rounds))
     except controlplane.ClusterUnavailable as error:
         print(json.dumps({"error": f"cluster tier unavailable: {error}"}))
         return 2
