@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.cpu import process_cpu_seconds
 from fastgshare import keys
 
 GPU = "GPU-bench-0"
@@ -90,10 +91,10 @@ def measure(load: Path, clients: int, seconds: float, interval_s: float | None =
             if "arbiter ready" not in ready:
                 raise RuntimeError(f"{command[0]} did not start (said {ready!r})")
             interval_us = 0.0 if interval_s is None else interval_s * 1e6
-            cpu_before = _cpu_s(arbiter.pid)
+            cpu_before = process_cpu_seconds(arbiter.pid)
             out = subprocess.run([str(load), str(socket_path), "bench/c", GPU, str(clients), str(seconds),
                                   str(interval_us)], check=True, capture_output=True, text=True, timeout=seconds + 60)
-            cpu_s = _cpu_s(arbiter.pid) - cpu_before
+            cpu_s = process_cpu_seconds(arbiter.pid) - cpu_before
             result = json.loads(out.stdout)
         finally:
             arbiter.terminate()
@@ -110,12 +111,6 @@ def measure(load: Path, clients: int, seconds: float, interval_s: float | None =
         # the hot path costs, less sensitive than the rates to what else runs on the machine.
         "arbiter_cpu_us_per_grant": round(cpu_s * 1e6 / max(1, int(result["grants_total"])), 1),
     }
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

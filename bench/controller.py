@@ -38,6 +38,7 @@ import kubernetes.client
 import yaml
 from kubernetes.watch.watch import iter_resp_lines
 
+from bench.cpu import process_cpu_seconds
 from fastgshare import keys
 from tests.cluster import controlplane
 from tests.cluster.controlplane import Binaries, ControlPlane, ManagedProcess, ProcessSet, wait_until
@@ -46,7 +47,6 @@ CRD_FILE = Path(__file__).resolve().parents[1] / "deploy" / "crd" / "fastpods.ya
 SHARE = {keys.GPU_QUOTA_REQUEST: "0.2", keys.GPU_QUOTA_LIMIT: "0.5", keys.GPU_SM_PARTITION: "20",
          keys.GPU_MEM: "1Gi"}
 CONTAINER = {"name": "server", "image": "registry.invalid/bench:1"}
-CLOCK_TICKS = 100  # USER_HZ on Linux
 
 
 @attrs.frozen(kw_only=True)
@@ -101,8 +101,7 @@ class PodCounter:
 
 
 def cpu_seconds(process: ManagedProcess) -> float:
-    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    return process_cpu_seconds(process.pid)
 
 
 def fastpod(name: str, replicas: int) -> dict[str, Any]:

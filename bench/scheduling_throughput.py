@@ -16,7 +16,10 @@ is bound:
   configuration (client limits lifted) with :mod:`bench.null_extender` instead of ours: the
   protocol's floor, when the scheduler binds and when the extender binds with one API call a pod.
 
-Throughput is (pods - 1) / (last bind - first bind), so start-up is not counted. No kubelet
+Throughput is (pods - 1) / (last bind - first bind), so start-up is not counted. Each phase also
+reports ``cpu_seconds`` until its last bind: of the API server, etcd, the extender (ours or the
+null one), the scheduler (from its start) and the whole ``machine``: on two shared cores, where the
+CPU goes is what bounds the rates. No kubelet
 runs: a stand-in marks bound pods allocated as the node agents would, so the extender's
 per-node turns are not held up (on real nodes they last until kubelet admits the pod).
 
@@ -42,6 +45,7 @@ from typing import Any
 import kubernetes.client
 from kubernetes.watch.watch import iter_resp_lines
 
+from bench.cpu import machine_busy_seconds, process_cpu_seconds
 from fastgshare import keys
 from fastgshare.codec import encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
@@ -160,20 +164,29 @@ class BindTimes:
 
 
 def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
-              config: dict[str, Any], *, pods: int,
-              extender: bool, namespace: str, timeout_s: float) -> dict[str, object]:
-    """Create the pods, start a scheduler, and time the binds."""
+              config: dict[str, Any], *, pods: int, extender: bool, namespace: str, timeout_s: float,
+              watched: dict[str, int]) -> dict[str, object]:
+    """Create the pods, start a scheduler, and time the binds; with the CPU seconds each process
+    of ``watched`` (name: pid), the scheduler and the whole machine spent until the last bind."""
     core = raw_core_api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda i: core.create_namespaced_pod(namespace, pod(f"p{i:04d}", extender=extender, serial=i)),
                       range(pods)))
     times = BindTimes(api, namespace)
+    before = {name: process_cpu_seconds(pid) for name, pid in watched.items()}
+    machine_before = machine_busy_seconds()
     started = time.monotonic()
     scheduler = start(config)
     deadline = started + timeout_s
     while len(times.bound) < pods and time.monotonic() < deadline:
         time.sleep(0.5)
+    cpu = {name: process_cpu_seconds(pid) - before[name] for name, pid in watched.items()}
+    kube_scheduler = scheduler.get("kube-scheduler")
+    if kube_scheduler is not None:
+        cpu["kube-scheduler"] = process_cpu_seconds(kube_scheduler.pid)
+    cpu["machine"] = machine_busy_seconds() - machine_before
+    cpu_seconds = {name: round(value, 1) for name, value in cpu.items()}
     times.stop()
     scheduler.stop_all()  # before the next phase's pods exist
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)  # free the nodes for the next phase
@@ -182,7 +195,8 @@ def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]]
     return {"bound": len(stamps), "pods": pods, "watch_relists": times.relists,
             "seconds_first_to_last_bind": round(span, 2),
             "seconds_from_scheduler_start": round(stamps[-1] - started, 2) if stamps else None,
-            "pods_per_s": round((len(stamps) - 1) / span, 1) if len(stamps) > 1 else 0.0}
+            "pods_per_s": round((len(stamps) - 1) / span, 1) if len(stamps) > 1 else 0.0,
+            "cpu_seconds": cpu_seconds}
 
 
 def server_side_means(url: str) -> dict[str, float]:
@@ -220,23 +234,26 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
                                              started[-1])
                 return started[-1]
 
+            plane_pids = {name: process.pid for name in ("kube-apiserver", "etcd")
+                          if (process := processes.get(name)) is not None}
             plain = run_phase(api, start, {"profiles": [{"schedulerName": "default-scheduler"}]}, pods=pods,
-                              extender=False, namespace="plain", timeout_s=timeout_s)
+                              extender=False, namespace="plain", timeout_s=timeout_s, watched=plane_pids)
             unthrottled = run_phase(api, start, {"profiles": [{"schedulerName": "default-scheduler"}],
                                                  "clientConnection": UNTHROTTLED}, pods=pods, extender=False,
-                                    namespace="plain-unthrottled", timeout_s=timeout_s)
+                                    namespace="plain-unthrottled", timeout_s=timeout_s, watched=plane_pids)
             (port,) = controlplane.free_ports(1)
             extender_process = ExtenderProcess(plane.kubeconfig, port, workdir / "extender.log", bind_wait_s=2.0,
                                                policy=policy)
             extender_process.start()
             with AllocationMarker(api, "extender") as marker:
                 ours = run_phase(api, start, scheduler_config(extender_process.url), pods=pods, extender=True,
-                                 namespace="extender", timeout_s=timeout_s)
+                                 namespace="extender", timeout_s=timeout_s,
+                                 watched={**plane_pids, "extender": extender_process.pid})
                 ours["allocations_simulated"] = marker.marked
             ours["extender_mean_ms"] = server_side_means(extender_process.url)
             extender_process.stop()
             floors = {name: null_phase(api, start, plane.kubeconfig, workdir, binding=binding, pods=pods,
-                                       timeout_s=timeout_s)
+                                       timeout_s=timeout_s, watched=plane_pids)
                       for name, binding in (("null_extender", False), ("null_extender_binding", True))}
             for scheduler in started:
                 scheduler.stop_all()
@@ -254,13 +271,14 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
 
 
 def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
-               kubeconfig: Path, workdir: Path, *, binding: bool, pods: int, timeout_s: float) -> dict[str, object]:
+               kubeconfig: Path, workdir: Path, *, binding: bool, pods: int, timeout_s: float,
+               watched: dict[str, int]) -> dict[str, object]:
     """The extender phase with :mod:`bench.null_extender`: binding itself, or leaving it to the scheduler."""
     (port,) = controlplane.free_ports(1)
     url = f"http://127.0.0.1:{port}"
     processes = controlplane.ProcessSet()
     try:
-        processes.start("null-extender", [sys.executable, "-m", "bench.null_extender", "--listen",
+        null = processes.start("null-extender", [sys.executable, "-m", "bench.null_extender", "--listen",
                                           f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig),
                                           *(["--bind"] if binding else [])], workdir / f"null-extender-{port}.log")
         controlplane.wait_until(lambda: controlplane.http_ok(f"{url}/healthz"), what="the null extender",
@@ -269,7 +287,8 @@ def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]
         config["clientConnection"] = UNTHROTTLED
         return {"binds": "extender" if binding else "scheduler",
                 **run_phase(api, start, config, pods=pods, extender=True,
-                            namespace=f"null-{'binding' if binding else 'scheduler'}", timeout_s=timeout_s)}
+                            namespace=f"null-{'binding' if binding else 'scheduler'}", timeout_s=timeout_s,
+                            watched={**watched, "null-extender": null.pid})}
     finally:
         processes.stop_all()
 

@@ -100,6 +100,13 @@ class ExtenderProcess:
                 raise RuntimeError(f"extender did not become ready; log {self.log_path}:\n{self.log_tail()}")
             time.sleep(0.1)
 
+    @property
+    def pid(self) -> int:
+        """The running extender's process id."""
+        if self._process is None:
+            raise RuntimeError("the extender is not running")
+        return self._process.pid
+
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """Send ``sig`` (SIGKILL for a crash) and wait; the exit status."""
         process, self._process = self._process, None
