@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include "arbiter_client.h"
 #include "fastgshare_protocol.h"
+#include "little_endian.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,20 +56,6 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
 }
 
 static void fail(const char *what)

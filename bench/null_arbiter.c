@@ -14,6 +14,7 @@
  */
 #define _GNU_SOURCE
 #include "fastgshare_protocol.h"
+#include "little_endian.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -33,20 +34,6 @@ struct conn {
     uint8_t in[BUFFER];
     size_t have;
 };
-
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static void fail(const char *what)
 {
