@@ -20,6 +20,7 @@ server would.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import threading
@@ -107,6 +108,15 @@ def translated() -> Iterator[None]:
 def raw(body: Mapping[str, Any]) -> Any:
     """A request body as a plain dict; the client serializes dicts as they are, no model needed."""
     return dict(body)
+
+
+def unchecked(api: Any, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` of the generated ``api`` without the client's argument check (pydantic's
+    ``validate_call`` keeps the plain function as ``raw_function``); ``method`` itself where the
+    client has no such check. For bodies the caller builds itself or has sent before: the check
+    costs about as much CPU as the rest of a call's client side, and the API server validates anyway."""
+    plain = getattr(method, "raw_function", None)
+    return functools.partial(plain, api) if plain is not None else method
 
 
 def call(method: Callable[..., Any], *args: Any, timeout_s: float | tuple[float, float] = REQUEST_TIMEOUT_S,

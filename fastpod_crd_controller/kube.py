@@ -13,8 +13,7 @@ Every failure leaves as :class:`~fastgshare_kube.errors.ApiError` (see :mod:`fas
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from fastgshare import keys
@@ -52,14 +51,6 @@ def pod_source(api: ApiClient, namespace: str | None) -> RawListWatch:
     return RawListWatch(core.list_pod_for_all_namespaces, label_selector=keys.FASTPOD_NAME_LABEL)
 
 
-def _unchecked(api: Any, method: Callable[..., Any]) -> Callable[..., Any]:
-    """``method`` of the generated ``api`` without the client's argument check (pydantic's
-    ``validate_call`` keeps the plain function as ``raw_function``); ``method`` itself where the
-    client has no such check."""
-    raw = getattr(method, "raw_function", None)
-    return functools.partial(raw, api) if raw is not None else method
-
-
 class KubeClient(rest.Leases, rest.Events):
     """The controller's writes, its event writes and its Lease calls."""
 
@@ -74,7 +65,7 @@ class KubeClient(rest.Leases, rest.Events):
         as much CPU as the rest of the call's client side)."""
         create = self._core.create_namespaced_pod
         if checked:
-            create = _unchecked(self._core, create)
+            create = rest.unchecked(self._core, create)
         return rest.call(create, namespace, rest.raw(body))
 
     def patch_pod(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
