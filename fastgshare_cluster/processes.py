@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import re
 import shutil
 import signal
@@ -31,13 +32,27 @@ class ProcessFailed(Exception):
     """A process exited or never became healthy; the message carries its log tail."""
 
 
+# Listening ports are picked below Linux's ephemeral range (32768-60999 by default): a port the
+# kernel hands out (bind to 0) is one it may also give any outgoing connection as its source port
+# before our server binds it ("Address already in use" in a CI run).
+PORT_RANGE = (20_000, 32_000)
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago."""
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, outside the ephemeral range."""
+    chosen: list[int] = []
     with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind((LOOPBACK, 0))
-        return [sock.getsockname()[1] for sock in sockets]
+        while len(chosen) < count:
+            port = random.randrange(*PORT_RANGE)
+            if port in chosen:
+                continue
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            chosen.append(port)
+    return chosen
 
 
 def _die_with_parent(args: list[str]) -> list[str]:
