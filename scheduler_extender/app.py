@@ -20,6 +20,7 @@ from scheduler_extender.metrics import Metrics
 from scheduler_extender.passes import FilterPasses
 from scheduler_extender.ports import KubePort
 from scheduler_extender.state import ClusterState
+from scheduler_extender.verbs import VerbLane
 
 EXTENSION = "fastgshare_extender"
 
@@ -50,7 +51,8 @@ def build_services(config: ExtenderConfig, state: ClusterState, kube: KubePort) 
 
 
 def create_app(services: Services, settings: Mapping[str, object] | None = None) -> Flask:
-    """A new app serving the extender endpoints; ``settings`` override Flask config (tests)."""
+    """A new app serving the extender endpoints; ``settings`` override Flask config (tests). The
+    scheduler's verbs are answered in front of Flask by :class:`~scheduler_extender.verbs.VerbLane`."""
     app = Flask(__name__)
     app.config.update(MAX_CONTENT_LENGTH=services.config.max_body_bytes)
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -58,6 +60,7 @@ def create_app(services: Services, settings: Mapping[str, object] | None = None)
     app.extensions[EXTENSION] = services
     app.register_blueprint(routes.blueprint)
     app.register_blueprint(routes.status)
+    app.wsgi_app = VerbLane(services, app.wsgi_app)  # type: ignore[method-assign]
     return app
 
 

@@ -123,7 +123,7 @@ def _http_error(error: HTTPException) -> tuple[Response, int]:
 def _unexpected(error: Exception) -> tuple[Response, int]:
     log.exception("internal error method=%s path=%s", request.method, request.path)
     _services().metrics.fail(_verb(), {"internal-error": 1})
-    return jsonify({"Error": f"fastgshare extender internal error ({type(error).__name__}); see its log"}), 500
+    return jsonify({"Error": wire.internal_error_text(error)}), 500
 
 
 def _rejected(status: int, message: str) -> tuple[Response, int]:

@@ -116,6 +116,11 @@ def scheduler_text(text: str) -> str:
     return text.replace("%", FORMAT_SAFE_PERCENT)
 
 
+def internal_error_text(error: BaseException) -> str:
+    """The answer to a request that failed inside the extender: the error's kind, never its traceback."""
+    return f"fastgshare extender internal error ({type(error).__name__}); see its log"
+
+
 def _safe_reasons(reasons: Mapping[str, str]) -> dict[str, str]:
     return {node: scheduler_text(reason) for node, reason in reasons.items()}
 
