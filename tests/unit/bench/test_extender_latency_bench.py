@@ -7,6 +7,8 @@ import json
 import pytest
 
 from bench import extender_latency
+from fastgshare import keys
+from fastgshare.codec import decode_assignment
 
 
 def test_a_small_run_reports_every_kind_and_counts_its_requests(capsys: pytest.CaptureFixture[str]) -> None:
@@ -25,3 +27,12 @@ def test_a_request_count_below_one_is_refused_in_one_line(capsys: pytest.Capture
     with pytest.raises(SystemExit):
         extender_latency.main(["--requests", "0"])
     assert "--requests must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_steady_phase_adds_pods_to_every_gpu_in_turn_so_none_overflows() -> None:
+    nodes = 3
+    gpus = nodes * extender_latency.GPUS_PER_NODE
+    placed = [decode_assignment(extender_latency.extra_pod(nodes, serial).annotations[keys.POD_ASSIGNMENT_ANNOTATION])
+              for serial in range(2 * gpus)]
+    assert len({pod.gpu_uuid for pod in placed[:gpus]}) == gpus  # every GPU once before any twice
+    assert [pod.gpu_uuid for pod in placed[gpus:]] == [pod.gpu_uuid for pod in placed[:gpus]]
