@@ -203,7 +203,12 @@ class ExtenderProcess:
         if not self._pipe.poll(COMMAND_TIMEOUT_S):
             raise RuntimeError(f"the extender's process did not answer {command or 'ready'} within "
                                f"{COMMAND_TIMEOUT_S:.0f}s")
-        return self._pipe.recv()
+        try:
+            return self._pipe.recv()
+        except EOFError:
+            self._process.join(timeout=5)
+            raise RuntimeError(f"the extender's process exited (code {self._process.exitcode}) before it answered "
+                               f"{command or 'ready'}; its error is above") from None
 
 
 def _serve(nodes: int, pipe: Connection) -> None:
