@@ -38,13 +38,22 @@ class ProcessFailed(Exception):
 PORT_RANGE = (20_000, 32_000)
 
 
+# Ports this process handed out, oldest first (a dict keeps insertion order). A process started
+# without waiting binds its port a moment later; until then the port still looks free, so without
+# this memory the next call could hand it out again (a CI run's kube-controller-manager lost its
+# port to the extender started right after it). The oldest are forgotten past REMEMBERED_PORTS.
+REMEMBERED_PORTS = 2_000
+_handed_out: dict[int, None] = {}
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, outside the ephemeral range."""
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, outside the ephemeral
+    range, and not handed out by an earlier call in this process."""
     chosen: list[int] = []
     with contextlib.ExitStack() as stack:
         while len(chosen) < count:
             port = random.randrange(*PORT_RANGE)
-            if port in chosen:
+            if port in chosen or port in _handed_out:
                 continue
             sock = stack.enter_context(socket.socket())
             try:
@@ -52,6 +61,10 @@ def free_ports(count: int) -> list[int]:
             except OSError:
                 continue
             chosen.append(port)
+    for port in chosen:
+        _handed_out[port] = None
+    while len(_handed_out) > REMEMBERED_PORTS:
+        del _handed_out[next(iter(_handed_out))]
     return chosen
 
 
