@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import json
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastgshare_cluster.processes import http_ok, wait_until
+from fastgshare_cluster.processes import free_ports, http_ok, wait_until
 from scheduler_extender.app import build_services, create_app
 from scheduler_extender.config import ExtenderConfig
 from tests.integration.scheduler_extender.harness import REPO, ExtenderProcess, get_json, serving
@@ -68,19 +67,13 @@ def test_command_help() -> None:
     assert "--listen HOST:PORT" in done.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_command_serves_unready_without_an_api_server_and_stops_on_sigterm(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{_free_port()}"}}],
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{free_ports(1)[0]}"}}],
         "users": [{"name": "u", "user": {}}], "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    process = ExtenderProcess(kubeconfig, _free_port(), tmp_path / "extender.log")
+    process = ExtenderProcess(kubeconfig, free_ports(1)[0], tmp_path / "extender.log")
     with pytest.raises(RuntimeError, match="did not become ready"):
         process.start(timeout_s=3)
     # Alive but not ready; on a loaded machine it may still be importing after those 3 s.
