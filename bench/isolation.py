@@ -7,7 +7,10 @@ does without us). The fake GPU's own accounting measures each tenant's busy time
 a. one tenant alone, limit 0.3 (HAMi-style limits fail here: nobody else to compete with);
 b. three saturating tenants, request/limit 0.2/0.3, 0.3/0.5, 0.1/1.0;
 c. a bursty tenant (100 ms on, 100 ms off) beside a saturating one;
-d. two tenants at SM 50, with MPS on (they run together) and off (they take turns).
+d. two tenants at SM 50, with MPS on (they run together) and off (they take turns);
+e. one tenant alone at 0.25 whose kernels take 10 ms: the last kernel of each token runs past its
+   end, and the arbiter's credit pays the overrun back (admitted by the window's usage alone, it
+   got ~113 % of its limit).
 
 Prints one JSON object. Per enforced tenant, ``floor`` is its request times the fraction of
 time it wants the GPU, and ``error`` is how far ``achieved`` lies outside ``[floor, limit]``
@@ -36,6 +39,7 @@ SCENARIOS: dict[str, tuple[list[TenantSpec], bool]] = {
                        TenantSpec(name="h2", request=0.5, limit=1.0, sm=50)], True),
     "d-sm50-mps-off": ([TenantSpec(name="h1", request=0.5, limit=1.0, sm=50),
                         TenantSpec(name="h2", request=0.5, limit=1.0, sm=50)], False),
+    "e-10ms-kernels-limit-0.25": ([TenantSpec(name="long", request=0.25, limit=0.25, kernel_us=10_000)], True),
 }
 
 

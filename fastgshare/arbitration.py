@@ -12,6 +12,12 @@ FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
   is never shorter than ``min_token`` (or the whole limit if that is smaller), so the window's
   usage swings within half a minimum token around the limit and averages to it; a limit of
   1 never throttles;
+- and while its *credit* is not negative: credit is earned at the limit's rate (a limit of 0.25
+  earns 0.25 ns a ns), at most one window's limit of it (a new client starts with that), and
+  every grant's real use is spent from it. The window alone cannot hold a client whose kernels run past its tokens
+  to the limit: each token is admitted up to half a minimum token under the limit and then takes
+  a whole kernel, and an overrun older than the window is forgotten (10 ms kernels at a limit of
+  0.25 got 113 % of it, a 20 ms kernel at 0.1 180 %); the credit pays every overrun back;
 - eligible clients below their request go first, most starved first (largest unmet
   fraction of the request), then the others by least usage; ties by arrival;
 - several clients hold tokens at once only while their SM partitions sum to <= 100 % and
@@ -82,15 +88,32 @@ class _Client:
     history_ns: int = 0  # the summed length of ``history``, so usage is O(1)
     waiting_since: int | None = None  # set while the client waits for a token
     holding_until: int | None = None  # end of the current token, while it runs
+    # The long-run budget (the module docstring's credit rule), in ns × TIME_UNITS so that earning
+    # limit_permille per ns is exact: earned up to ``credit_at``, spent by every grant's real use.
+    credit: int = 0
+    credit_at: int | None = None  # None until the client first asks: it starts with a full window's limit
 
     def add_grant(self, start: int, end: int) -> None:
         self.history.append((start, end))
         self.history_ns += end - start
+        self.credit -= (end - start) * keys.TIME_UNITS
 
     def set_last_grant_end(self, end: int) -> None:
         start, old_end = self.history[-1]
         self.history[-1] = (start, end)
         self.history_ns -= old_end - end
+        self.credit += (old_end - end) * keys.TIME_UNITS
+
+    def earn(self, now_ns: int, window_ns: int) -> int:
+        """Bring the credit up to ``now_ns`` (at most a window's limit) and return it."""
+        cap = self.share.limit_permille * window_ns
+        if self.credit_at is None:
+            self.credit = cap
+        elif now_ns > self.credit_at:
+            self.credit = min(cap, self.credit + (now_ns - self.credit_at) * self.share.limit_permille)
+        if self.credit_at is None or now_ns > self.credit_at:
+            self.credit_at = now_ns
+        return self.credit
 
     def forget_before(self, time_ns: int) -> None:
         """Drop grants that ended at or before ``time_ns``."""
@@ -176,6 +199,7 @@ class GpuArbiter:
         state = self._client(client)
         if state.history:
             start, _ = state.history[-1]
+            state.earn(now_ns, self.window_ns)
             state.set_last_grant_end(max(start, min(start + max(used_ns, 0), now_ns)))
         if state.holding_until is not None:
             state.holding_until = None
@@ -217,6 +241,7 @@ class GpuArbiter:
                     continue
                 token = self._token_ns(share, usage)
                 end = now_ns + token
+                state.earn(now_ns, self.window_ns)
                 state.add_grant(now_ns, end)
                 state.waiting_since = None
                 del self._waiting[client]
@@ -274,6 +299,10 @@ class GpuArbiter:
                 need = (min_token if min_token < limit else limit) // 2
                 if limit - usage < (need if need > 1 else 1):
                     wake_candidates.append(_when_usage_at_most(state.history, limit - need, now_ns, window))
+                    continue
+                credit = state.earn(now_ns, window)
+                if credit < 0:  # a kernel ran past its token: paid back before the next one
+                    wake_candidates.append(now_ns - credit // share.limit_permille)  # rounded up
                     continue
             request = share.request_permille * window // keys.TIME_UNITS
             since = state.waiting_since or 0  # set for every client in ``_waiting``

@@ -49,23 +49,20 @@ def _share_of_quota(box: Sandbox, spec: TenantSpec, *args: str, seconds: float =
 def test_a_second_threads_kernel_is_charged_to_the_token_it_passed_the_gate_under(hook_build: HookBuild) -> None:
     """A kernel that passed the gate in one thread while another thread's kernel ran (the fake GPU
     runs a process's kernels one at a time, like a real stream queue) still belongs to that token:
-    the token is returned only after it. Two launching threads got ~185 % of the quota before, ~137 %
-    after (what is left is the overrun of the kernel in flight at the token's end: see
-    test_kernels_that_overrun_their_token_are_paid_back)."""
+    the token is returned only after it. Two launching threads got ~185 % of the quota when the
+    token was returned before it, ~137 % when tokens were admitted by the window's usage alone,
+    ~100 % since the arbiter's credit pays every overrun back."""
     spec = TenantSpec(name="threads", request=0.25, limit=0.25)
     with sandbox(hook_build, [spec]) as box:
         share = _share_of_quota(box, spec, "--threads", "2", "--duration-us", "10000")
-    assert share < 1.6, share
+    assert 0.9 < share < 1.1, share
 
 
-@pytest.mark.xfail(reason="the arbiter's policy (fastgshare/arbitration.py, GpuArbiter) admits a new token while the "
-                          "pod's window usage is up to 1 ms under its limit, so a 10 ms kernel started in a 2 ms "
-                          "token overruns by 8 ms each time; the reported overrun is charged but the sliding-window "
-                          "rule lets the usage swing above the limit on average (~110-114 % of the quota)",
-                   strict=False)
 def test_kernels_that_overrun_their_token_are_paid_back(hook_build: HookBuild) -> None:
-    """A non-stop launcher of 10 ms kernels at quota 0.25 gets its quota, not 110 % of it."""
+    """A non-stop launcher of 10 ms kernels at quota 0.25 gets its quota (its request too), not the
+    110-114 % it got when the arbiter admitted by the window's usage alone (fastgshare/arbitration.py,
+    the credit)."""
     spec = TenantSpec(name="overrun", request=0.25, limit=0.25)
     with sandbox(hook_build, [spec]) as box:
         share = _share_of_quota(box, spec, "--duration-us", "10000")
-    assert share < 1.06, share
+    assert 0.94 < share < 1.06, share

@@ -184,3 +184,37 @@ def test_a_claimed_use_past_now_is_clipped() -> None:
     arbiter.schedule(0)
     arbiter.request("a", 10 * MS, 99 * MS)
     assert arbiter.usage_ns("a", 10 * MS) == 10 * MS
+
+
+@pytest.mark.parametrize("kernel_ms", [10, 20, 30])
+@pytest.mark.parametrize("limit", [0.1, 0.25, 0.5])
+def test_kernels_that_run_past_their_tokens_are_paid_back(kernel_ms: int, limit: float) -> None:
+    """A tenant whose last kernel of each token runs on past its end (it is charged for that) is
+    held to its limit over the long run, also when one kernel is longer than its limit's share of a
+    window. Admitting by the window's usage alone gave 113 % of the limit (10 ms kernels at 0.25)
+    and 180 % (20 ms at 0.1): a debt older than the window was forgotten."""
+    shares = simulate(GpuArbiter(), {"a": saturating(limit, limit, kernel_ms=kernel_ms)}, duration_ms=10_000)
+    assert shares["a"] == pytest.approx(limit, abs=TOLERANCE / 2)
+
+
+def test_a_debt_longer_than_the_window_delays_the_next_token_until_it_is_paid() -> None:
+    arbiter = GpuArbiter(window_ns=100 * MS, min_token_ns=2 * MS)
+    arbiter.add_client("a", TimeShare(100, 100, 100))  # 10 ms a window, earned at 0.1 ms per ms
+    arbiter.request("a", 0, 0)
+    assert arbiter.schedule(0).grants == (Grant("a", 10 * MS),)
+    arbiter.request("a", 50 * MS, 50 * MS)  # its kernel ran 40 ms past the token
+    # The window's usage is back under the limit (less half a minimum token) at 141 ms ...
+    assert arbiter.schedule(50 * MS) == Decision((), 141 * MS)
+    # ... but 40 ms of debt less 5 ms earned meanwhile and 9.1 ms earned by 141 ms is paid at 400 ms.
+    assert arbiter.schedule(141 * MS) == Decision((), 400 * MS)
+    assert arbiter.schedule(399 * MS).grants == ()
+    assert arbiter.schedule(400 * MS).grants == (Grant("a", 10 * MS),)
+
+
+def test_idle_time_banks_at_most_one_window_of_the_limit() -> None:
+    """A tenant idle for 5 s then launching kernels that overrun their tokens does not spend 5 s of
+    saved-up budget on the overruns: it is held to its limit from the start."""
+    tenant = saturating(0.25, 0.25, kernel_ms=10)
+    tenant.wants = lambda now: now >= 5_000 * MS
+    shares = simulate(GpuArbiter(), {"a": tenant}, duration_ms=10_500, warmup_ms=5_500)
+    assert shares["a"] == pytest.approx(0.25, abs=TOLERANCE / 2)
