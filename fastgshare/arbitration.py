@@ -14,10 +14,11 @@ FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
   1 never throttles;
 - and while its *credit* is not negative: credit is earned at the limit's rate (a limit of 0.25
   earns 0.25 ns a ns), at most one window's limit of it (a new client starts with that), and
-  every grant's real use is spent from it. The window alone cannot hold a client whose kernels run past its tokens
-  to the limit: each token is admitted up to half a minimum token under the limit and then takes
-  a whole kernel, and an overrun older than the window is forgotten (10 ms kernels at a limit of
-  0.25 got 113 % of it, a 20 ms kernel at 0.1 180 %); the credit pays every overrun back;
+  every grant's real use is spent from it. The window alone cannot hold a client whose kernels
+  run past its tokens to the limit: each token is admitted up to half a minimum token under the
+  limit and then takes a whole kernel, and an overrun older than the window is forgotten (10 ms
+  kernels at a limit of 0.25 got 113 % of it, a 20 ms kernel at 0.1 180 %); the credit pays
+  every overrun back;
 - eligible clients below their request go first, most starved first (largest unmet
   fraction of the request), then the others by least usage; ties by arrival;
 - several clients hold tokens at once only while their SM partitions sum to <= 100 % and

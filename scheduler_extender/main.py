@@ -27,7 +27,7 @@ from scheduler_extender.config import (
     parse_listen,
 )
 from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
-from scheduler_extender.server import HttpServer
+from scheduler_extender.server import THREADS, HttpServer
 from scheduler_extender.share_changes import ShareChanges
 from scheduler_extender.state import ClusterState
 from scheduler_extender.tls import ReloadingContext, TlsConfigError
@@ -36,6 +36,8 @@ from scheduler_extender.webhook import create_webhook_app
 log = logging.getLogger("scheduler_extender")
 
 GIL_SWITCH_INTERVAL_S = 0.0005
+# Every HTTP worker binding at once, and the two watches: no API call opens a connection of its own.
+API_CONNECTIONS = THREADS + 2
 EVENT_COMPONENT = "fastgshare-extender"  # the source of the events on pods (live share changes)
 
 
@@ -103,7 +105,7 @@ def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HttpS
 def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
         webhook: HttpServer | None = None, metrics_at: tuple[str, int] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
-    api = load_api_client(kubeconfig)
+    api = load_api_client(kubeconfig, connections=API_CONNECTIONS)
     state = ClusterState(bind_wait_s=config.bind_wait_s)
     kube = KubeApi(api)
     services = build_services(config, state, kube)

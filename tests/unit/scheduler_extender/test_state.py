@@ -320,3 +320,41 @@ def test_a_large_relist_freezes_its_cache_and_the_next_one_frees_it(monkeypatch:
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_queue_of_binds_on_one_node_wakes_only_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twenty binds queued on one node (binpack puts most binds on one node) take their turns in
+    order, each woken when the one before it finishes, without every change waking all of them
+    (one condition for all of them: 104 checks of a turn for these 20 binds; now 20)."""
+    state = synced_state(node_record("node-a", gpus=8), bind_wait_s=0)
+    uids = [f"u{n}" for n in range(20)]
+    for uid in uids:
+        reserve(state, uid)
+    checks = 0
+    gate = state._gate
+
+    def counting_gate(node: str, uid: str) -> float | None:
+        nonlocal checks
+        checks += 1
+        return gate(node, uid)
+
+    monkeypatch.setattr(state, "_gate", counting_gate)
+    order: list[str] = []
+    results: list[bool] = []
+
+    def bind(uid: str) -> None:
+        results.append(state.wait_turn(uid, "node-a", 30))
+        order.append(uid)
+        state.finish_bind(uid, "node-a", BindOutcome.BOUND)
+
+    threads = [threading.Thread(target=bind, args=(uid,)) for uid in uids[1:]]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)  # all of them wait
+    checks = 0
+    bind(uids[0])
+    for thread in threads:
+        thread.join(10)
+    assert results == [True] * 20
+    assert order == uids
+    assert checks <= 3 * len(uids), checks
