@@ -1,14 +1,17 @@
-"""Build hook: compile the kubelet APIs' .proto files (device plugin, pod resources) with grpcio-tools.
+"""Build hooks: compile the kubelet APIs' .proto files (device plugin, pod resources) with grpcio-tools,
+and the arbiter's native engine (C, ``device_plugin/arbiter/native/``).
 
 Metadata and dependencies are in setup.cfg. The generated modules land next to the .proto
-in ``device_plugin/_api/`` (not committed) for regular and editable installs alike.
+in ``device_plugin/_api/`` (not committed) for regular and editable installs alike. The engine is
+a plain shared library (no Python API: ``device_plugin.arbiter.native`` loads it with ctypes),
+built as an extension module so that every install, editable or not, compiles it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 API_DIR = Path(__file__).parent / "device_plugin" / "_api"
@@ -40,4 +43,16 @@ class BuildWithProtos(build_py):
         super().run()
 
 
-setup(cmdclass={"build_py": BuildWithProtos})
+NATIVE_DIR = Path("device_plugin") / "arbiter" / "native"
+ENGINE = Extension(
+    "device_plugin.arbiter._engine",
+    sources=[str(NATIVE_DIR / name) for name in ("engine.c", "policy.c", "meter.c")],
+    include_dirs=[str(NATIVE_DIR), "vgpu_hook/include"],
+    depends=[str(NATIVE_DIR / name) for name in ("engine.h", "policy.h", "meter.h")]
+    + ["vgpu_hook/include/fastgshare_protocol.h"],
+    extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes",
+                        "-Wmissing-prototypes"],
+    libraries=["pthread"],
+)
+
+setup(cmdclass={"build_py": BuildWithProtos}, ext_modules=[ENGINE])

@@ -1,15 +1,14 @@
 """The arbiter's unix-socket server: the hook protocol in, token decisions out.
 
-Each connection is an :class:`asyncio.BufferedProtocol` (reads go into one buffer of the
-connection's, not a fresh 256 KiB bytes object each) that handles the frames of every chunk as
-it arrives (partial reads handled by the protocol's FrameReader; a chunk that is exactly one
-TOKEN frame, the renewal every hook sends, is decoded in place); the loop is uvloop's where it
-is installed (:func:`new_event_loop`; measured in ``bench.arbiter``), else asyncio's. One
-:class:`~fastgshare.arbitration.GpuArbiter` per GPU decides. A renewal touches only its own pod
-and the scheduler's waiting clients and holders, not every pod on the node. The
-scheduler's client is the *pod*: all processes of a pod share its one share, so a pod's
-connections queue for the pod's token and receive it one at a time. Memory reservations are
-kept per pod too (:class:`~fastgshare.memory.PodMemoryLedger`), per connection inside it. A
+The connections and the token hot path are the native engine's (:mod:`.native`, C, on a thread of
+its own): it accepts, frames what hooks send, and answers the renewal every hook sends (TOKEN on
+a registered connection) itself, with one scheduler per GPU (``native/policy.c``, which follows
+:class:`~fastgshare.arbitration.GpuArbiter` decision for decision) and the usage meter. This
+module decides everything else, on the asyncio loop, from the engine's events: who a new
+connection is, HELLO, memory, PING, errors, refusals and deadlines, share changes, and the state
+file. The scheduler's client is the *pod*: all processes of a pod share its one share, so a
+pod's connections queue for the pod's token and receive it one at a time. Memory reservations
+are kept per pod too (:class:`~fastgshare.memory.PodMemoryLedger`), per connection inside it. A
 dropped connection gives its token and its memory back at once; a pod's last connection
 leaving removes it from the scheduler.
 
@@ -25,7 +24,8 @@ agent runs with the node's PIDs).
 
 Edge: at most ``max_connections_per_pod`` connections per pod (by the peer's cgroup; per
 process outside pods), a connection that has not said HELLO within ``hello_timeout_s`` is
-closed, and the log lines a client can cause are rate-limited (:mod:`.ratelimit`).
+closed, the log lines a client can cause are rate-limited (:mod:`.ratelimit`), and a connection
+whose replies pile up, or whose requests wait for Python, is not read until they drain.
 """
 
 from __future__ import annotations
@@ -34,21 +34,18 @@ import asyncio
 import logging
 import os
 import socket
-import struct
-import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import attrs
 
-from device_plugin.arbiter.identity import peer_pid, pod_uid_of_pid
+from device_plugin.arbiter.identity import pod_uid_of_pid
+from device_plugin.arbiter.native import EVENT_ACCEPTED, EVENT_CLOSED, NativeEngine
 from device_plugin.arbiter.ratelimit import RepeatLimiter
 from device_plugin.arbiter.shares import PodShare, ShareBook
 from device_plugin.arbiter.state import SavedPod, StateFile
 from fastgshare import protocol
-from fastgshare.arbitration import GpuArbiter
+from fastgshare.arbitration import ArbitrationError
 from fastgshare.memory import PodMemoryLedger
 from fastgshare.protocol import (
     ErrorCode,
@@ -61,7 +58,8 @@ from fastgshare.protocol import (
     MessageType,
     ProtocolError,
 )
-from fastgshare.usage import UsageMeter, UsageSnapshot
+from fastgshare.usage import DEFAULT_WINDOW_NS as METER_WINDOW_NS
+from fastgshare.usage import UsageSnapshot
 
 try:
     import uvloop
@@ -76,17 +74,11 @@ ORPHAN_CHECK_S = 1.0
 SAVE_DELAY_S = 0.05
 MAX_REFUSING = 16  # refused connections held open at once to tell them why
 REFUSE_WAIT_S = 0.5  # how long a refused connection may take to send the request it is told why on
-
-# One whole TOKEN frame (header and u64 payload), the hot path's request and its grant.
-_TOKEN_FRAME = struct.Struct("<IHHIQ")
-_TOKEN_LENGTH = _TOKEN_FRAME.size - 4
-_TOKEN = int(MessageType.TOKEN)
-_TOKEN_REPLY = int(MessageType.TOKEN) | protocol.REPLY_BIT
+BACKLOG = 128
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """The loop the arbiter runs on: uvloop's if it is installed (a renewal costs several times
-    less CPU than on asyncio's selector loop), else asyncio's."""
+    """The loop the arbiter's Python side runs on: uvloop's if it is installed, else asyncio's."""
     return uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
 
 
@@ -110,19 +102,17 @@ class ArbiterUsage:
 
 @attrs.define(eq=False)
 class _Connection:
-    writer: asyncio.WriteTransport
+    """A connection as the Python side knows it; its bytes go through the engine."""
+
+    engine: NativeEngine
+    id: int  # the engine's
     pid: int
     pod: str = ""
     gpu: str = ""
-    pending_request: int | None = None  # request id of an unanswered TOKEN
     memory_used: bool = False  # a memory request was made (MEM_RESTORE must come first)
 
     def send(self, message_type: int, request_id: int, payload: bytes = b"") -> None:
-        self.writer.write(protocol.encode_frame(message_type, request_id, payload))
-
-    def send_token(self, request_id: int, token_ns: int) -> None:
-        self.writer.write(_TOKEN_FRAME.pack(_TOKEN_LENGTH, protocol.PROTOCOL_VERSION, _TOKEN_REPLY, request_id,
-                                            token_ns))
+        self.engine.send(self.id, protocol.encode_frame(message_type, request_id, payload))
 
 
 @attrs.frozen
@@ -135,25 +125,23 @@ class _Orphan:
 @attrs.define(eq=False)
 class _Pod:
     memory: PodMemoryLedger
-    connections: set[_Connection] = attrs.field(factory=set)
+    connections: set[_Connection] = attrs.field(factory=set)  # registered with the engine (HELLO said)
     orphans: set[_Orphan] = attrs.field(factory=set)
-    scheduled: bool = False  # a client of the GPU's scheduler (while it has connections)
     share: PodShare | None = None  # as last known, saved for a restarted arbiter
     uid: str = ""  # the pod's UID when found by cgroup
-    queue: deque[_Connection] = attrs.field(factory=deque)  # connections waiting for the pod's token
-    holder: _Connection | None = None
-    granted_at: int = 0
-    token_ns: int = 0  # length of the token the holder was given
 
 
 class ArbiterServer:
     def __init__(self, socket_path: Path, gpus: dict[str, GpuSettings], shares: ShareBook, *,
                  trusted_env: bool = False, window_ns: int = 100_000_000, min_token_ns: int = 2_000_000,
-                 clock: Callable[[], int] = time.monotonic_ns, state: StateFile | None = None,
-                 max_connections_per_pod: int = DEFAULT_MAX_CONNECTIONS_PER_POD,
+                 state: StateFile | None = None, max_connections_per_pod: int = DEFAULT_MAX_CONNECTIONS_PER_POD,
                  hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S,
                  alive: Callable[[int], bool] = process_alive) -> None:
+        if window_ns <= 0 or not 0 < min_token_ns <= window_ns:
+            raise ArbitrationError(f"need window_ns > 0 and 0 < min_token_ns <= window_ns, "
+                                   f"got {window_ns} and {min_token_ns}")
         self.socket_path = socket_path
+        self._gpus = dict(gpus)
         self._state = state
         self._max_per_pod = max_connections_per_pod
         self._hello_timeout_s = hello_timeout_s
@@ -170,46 +158,53 @@ class ArbiterServer:
         self._trusted = trusted_env
         self._window_ns = window_ns
         self._min_token_ns = min_token_ns
-        self._clock = clock
-        self._arbiters = {uuid: GpuArbiter(window_ns=window_ns, min_token_ns=min_token_ns,
-                                           mps_enabled=settings.mps_enabled) for uuid, settings in gpus.items()}
         self._pods: dict[tuple[str, str], _Pod] = {}  # (gpu, pod key) -> pod state
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._server: asyncio.base_events.Server | None = None
-        self._handlers: set[_HookProtocol] = set()  # open connections
-        # Per GPU, pods that may have a connection queued for the pod's token that the scheduler
-        # does not see waiting (another process of the pod holds the token): _pump asks for them.
-        self._unasked: dict[str, dict[str, _Pod]] = {uuid: {} for uuid in gpus}
-        self._meter = UsageMeter()
+        self._listener: socket.socket | None = None
+        self._engine: NativeEngine | None = None
+        self._links: dict[int, _Link] = {}  # the engine's connection id -> its Python side
 
     def usage(self) -> ArbiterUsage:
         """A snapshot for the metrics; call it on the arbiter's loop."""
-        return ArbiterUsage(self._meter.snapshot(self._clock()),
-                            {key: pod.memory.used_bytes for key, pod in self._pods.items()})
+        snapshot = (self._engine.usage() if self._engine is not None
+                    else UsageSnapshot(window_s=METER_WINDOW_NS / 1e9, pods=(), gpus=()))
+        return ArbiterUsage(snapshot, {key: pod.memory.used_bytes for key, pod in self._pods.items()})
 
     async def start(self) -> None:
         if self._state is not None:
             self._restore(self._state.load())
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_unix_server(lambda: _HookProtocol(self), path=str(self.socket_path))
-        os.chmod(self.socket_path, 0o666)  # any container user may connect; identity comes from the kernel
-        log.info("arbiter listening socket=%s gpus=%s trusted_env=%s", self.socket_path, ",".join(self._arbiters),
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(self.socket_path))
+            listener.listen(BACKLOG)
+            listener.setblocking(False)
+            os.chmod(self.socket_path, 0o666)  # any container user may connect; identity comes from the kernel
+            engine = NativeEngine(listener.fileno(), [(uuid, settings.mps_enabled) for uuid, settings in
+                                                      self._gpus.items()],
+                                  window_ns=self._window_ns, min_token_ns=self._min_token_ns,
+                                  meter_window_ns=METER_WINDOW_NS)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener, self._engine = listener, engine
+        asyncio.get_running_loop().add_reader(engine.event_fd, self._drain)
+        engine.start()
+        log.info("arbiter listening socket=%s gpus=%s trusted_env=%s", self.socket_path, ",".join(self._gpus),
                  self._trusted)
 
     async def stop(self) -> None:
         """Stop listening, drop every connection, remove the socket. The saved ledger stays as it
         is: the hooks reconnect to the next arbiter and keep what they hold."""
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
-        for handler in list(self._handlers):
-            handler.finish()
-        if self._server is not None:
-            await self._server.wait_closed()
-        for timer in self._timers.values():
-            timer.cancel()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            asyncio.get_running_loop().remove_reader(engine.event_fd)
+            engine.close()  # its thread stops, every connection closes
+        for link in list(self._links.values()):
+            link.finish()
+        if self._listener is not None:
+            self._listener.close()
         if self._save_timer is not None:
             self._save_timer.cancel()
         if self._orphan_sweeper is not None:
@@ -217,12 +212,29 @@ class ArbiterServer:
             await asyncio.gather(self._orphan_sweeper, return_exceptions=True)
         self.socket_path.unlink(missing_ok=True)
 
+    def _drain(self) -> None:
+        """The engine's events, in order: new connections, frames for Python, connections the peer closed."""
+        engine = self._engine
+        if engine is None:
+            return
+        for event in engine.events():
+            if event.kind == EVENT_ACCEPTED:
+                _Link(self, engine, event.connection, event.pid)
+                continue
+            link = self._links.get(event.connection)
+            if link is None:  # closed here while the event waited
+                continue
+            if event.kind == EVENT_CLOSED:
+                link.lost()
+            else:
+                link.received(event.data)
+
     # --- the ledger across restarts ----------------------------------------------------
     def _restore(self, saved: list[SavedPod]) -> None:
         """Bring back what each process held; orphans of processes already gone are dropped."""
         kept = dropped = 0
         for entry in saved:
-            if entry.gpu not in self._arbiters:
+            if entry.gpu not in self._gpus:
                 log.warning("saved pod %s is on GPU %s, not on this node: dropped", entry.pod, entry.gpu)
                 continue
             if entry.share is not None:
@@ -314,51 +326,42 @@ class ArbiterServer:
             if pod.memory.limit_bytes != share.memory_bytes:
                 log.info("memory limit changed pod=%s gpu=%s limit=%d", pod_key, gpu, share.memory_bytes)
                 pod.memory.set_limit(share.memory_bytes)
-            if not pod.scheduled:
-                continue
-            arbiter = self._arbiters[gpu]
-            if arbiter.share(pod_key) != share.time:
+            if pod.connections and self._engine is not None and self._engine.set_share(gpu, pod_key, share.time):
                 log.info("share changed pod=%s gpu=%s share=%s", pod_key, gpu, share.time)
-                arbiter.update_share(pod_key, share.time)
-                self._pump(gpu)
 
     # --- one connection ----------------------------------------------------------------
-    def _connected(self, handler: _HookProtocol, transport: asyncio.Transport) -> _Connection | None:
-        """A new connection: its peer, and whether the peer may have another (None: refused)."""
-        raw: socket.socket = transport.get_extra_info("socket")
-        connection = _Connection(transport, peer_pid(raw))
+    def _connected(self, link: _Link, connection: _Connection) -> bool:
+        """A new connection: whether its peer may have another (False: refused)."""
         peer = self._peer_key(connection.pid)
         if self._peers.get(peer, 0) >= self._max_per_pod:
-            self._refuse_connection(handler, connection, peer)
-            return None
+            self._refuse_connection(link, connection, peer)
+            return False
         self._peers[peer] = self._peers.get(peer, 0) + 1
-        handler.peer = peer
-        self._handlers.add(handler)
-        return connection
+        link.peer = peer
+        return True
 
-    def _closed(self, handler: _HookProtocol, connection: _Connection) -> None:
-        """The connection is gone (or the arbiter stops): its token and memory go back."""
-        self._peers[handler.peer] -= 1
-        if not self._peers[handler.peer]:
-            del self._peers[handler.peer]
+    def _closed(self, link: _Link, connection: _Connection) -> None:
+        """The connection is gone (or the arbiter stops): its memory goes back (its token went back
+        in the engine)."""
+        self._peers[link.peer] -= 1
+        if not self._peers[link.peer]:
+            del self._peers[link.peer]
         self._disconnect(connection)
-        self._handlers.discard(handler)
 
-    def _refuse_connection(self, handler: _HookProtocol, connection: _Connection, peer: str) -> None:
+    def _refuse_connection(self, link: _Link, connection: _Connection, peer: str) -> None:
         """Over the pod's limit: answer its first request with why (waiting for it briefly, and for
         a few such connections at a time: a flood is closed at once), then close."""
         message = f"{peer} already has {self._max_per_pod} connections to the arbiter (--max-connections-per-pod)"
         self._log.warning("refused a connection from pid=%d: %s", connection.pid, message)
         if self._refusing >= MAX_REFUSING:
-            connection.writer.close()
+            link.finish()
             return
         self._refusing += 1
 
         def done() -> None:
             self._refusing -= 1
-            connection.writer.close()
 
-        handler.refuse(connection, message, done)
+        link.refuse(connection, message, done)
 
     def _peer_key(self, pid: int) -> str:
         """Whose connection this is, for the per-pod limit: the pod by its cgroup, else the process."""
@@ -377,8 +380,8 @@ class ArbiterServer:
             self._hello(connection, frame)
         elif not connection.pod:
             self._refuse(connection, frame.request_id, ErrorCode.NOT_REGISTERED, "send HELLO first")
-        elif frame.type == MessageType.TOKEN:
-            self._token(connection, frame.request_id, protocol.decode_u64(frame.payload))
+        elif frame.type == MessageType.TOKEN:  # one that came before the engine knew the connection's pod
+            connection.engine.token(connection.id, frame.request_id, protocol.decode_u64(frame.payload))
         elif frame.type in (MessageType.MEM_RESERVE, MessageType.MEM_RELEASE):
             self._memory(connection, frame)
         elif frame.type == MessageType.MEM_RESTORE:
@@ -399,7 +402,7 @@ class ArbiterServer:
             self._refuse(connection, frame.request_id, ErrorCode.UNKNOWN_CLIENT,
                          f"pod {pod_key} is assigned GPU {share.gpu_uuid}, not {hello.gpu_uuid}")
             return
-        if share.gpu_uuid not in self._arbiters:
+        if share.gpu_uuid not in self._gpus:
             self._refuse(connection, frame.request_id, ErrorCode.UNKNOWN_CLIENT,
                          f"GPU {share.gpu_uuid} of pod {pod_key} is not on this node")
             return
@@ -410,12 +413,11 @@ class ArbiterServer:
                                                                uid=uid)
             self._save()
         pod.share, pod.uid = share, uid or pod.uid
-        if not pod.scheduled:
-            pod.scheduled = True
-            self._arbiters[share.gpu_uuid].add_client(pod_key, share.time)
-            self._meter.join(share.gpu_uuid, pod_key)
         if pod.memory.limit_bytes != share.memory_bytes:
             pod.memory.set_limit(share.memory_bytes)
+        # The engine answers this connection's TOKENs from now on (with this share if the pod is new
+        # to the GPU's scheduler; a running pod's share changes through refresh_shares).
+        connection.engine.register(connection.id, share.gpu_uuid, pod_key, share.time)
         pod.connections.add(connection)
         self._log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
         connection.send(MessageType.HELLO | protocol.REPLY_BIT, frame.request_id, self._hello_reply(share).encode())
@@ -444,24 +446,6 @@ class ArbiterServer:
         return HelloReply(window_us=self._window_ns // 1000, request_permille=share.time.request_permille,
                           limit_permille=share.time.limit_permille, sm_percent=share.time.sm_percent,
                           memory_limit_bytes=share.memory_bytes, min_token_us=self._min_token_ns // 1000)
-
-    def _token(self, connection: _Connection, request_id: int, used_ns: int) -> None:
-        pod = self._pods[(connection.gpu, connection.pod)]
-        arbiter = self._arbiters[connection.gpu]
-        now = self._clock()
-        connection.pending_request = request_id
-        if connection not in pod.queue:
-            pod.queue.append(connection)
-        if pod.holder is connection:  # it reports what it used of its token, and asks again
-            pod.holder = None
-            arbiter.request(connection.pod, now, used_ns)
-            self._meter.used(connection.gpu, connection.pod, pod.granted_at, used_ns)
-        else:
-            self._unasked[connection.gpu][connection.pod] = pod
-        share = arbiter.share(connection.pod)
-        at_limit = arbiter.usage_ns(connection.pod, now) >= share.limit_permille * self._window_ns // 1000
-        self._meter.asked(connection.gpu, connection.pod, now, at_limit=at_limit)
-        self._pump(connection.gpu)
 
     def _memory(self, connection: _Connection, frame: Frame) -> None:
         """Reserve before an allocation, release after a free; the pod's processes share the limit."""
@@ -511,107 +495,35 @@ class ArbiterServer:
             return
         key = (connection.gpu, connection.pod)
         pod = self._pods[key]
-        arbiter = self._arbiters[connection.gpu]
         pod.connections.discard(connection)
         if pod.memory.release_process(connection):
             self._save_soon()
-        if connection in pod.queue:
-            pod.queue.remove(connection)
-        if pod.queue:
-            self._unasked[connection.gpu][connection.pod] = pod
-        if pod.holder is connection:  # it cannot report its use: charge the time held, at most the token
-            pod.holder = None
-            now = self._clock()
-            held = min(now - pod.granted_at, pod.token_ns)
-            arbiter.release(connection.pod, now, held)
-            self._meter.used(connection.gpu, connection.pod, pod.granted_at, held)
-        if not pod.connections and pod.scheduled:
-            pod.scheduled = False
-            arbiter.remove_client(connection.pod)
-            self._meter.leave(connection.gpu, connection.pod)
+        if not pod.connections:
             self._log.info("pod left gpu=%s pod=%s", connection.gpu, connection.pod)
         self._forget_if_idle(key, pod)
-        self._pump(connection.gpu)
-
-    # --- scheduling --------------------------------------------------------------------
-    def _pump(self, gpu: str) -> None:
-        """Ask the GPU's scheduler for decisions now, send the grants, arm the next wake-up."""
-        arbiter = self._arbiters[gpu]
-        now = self._clock()
-        unasked = self._unasked[gpu]
-        if unasked:  # every pod with a queued connection the scheduler does not see waiting is in here
-            for pod_key, pod in list(unasked.items()):
-                if not pod.queue or self._pods.get((gpu, pod_key)) is not pod or arbiter.is_waiting(pod_key):
-                    del unasked[pod_key]
-                    continue
-                # Another process of the pod waits: the pod asks again once the holder's token is
-                # over (the silent holder is charged its whole token).
-                holding = arbiter.holding_until(pod_key)
-                if pod.holder is None or holding is None or holding <= now:
-                    del unasked[pod_key]
-                    arbiter.request(pod_key, now, pod.token_ns)
-                    if pod.holder is not None:  # the silent holder is charged its whole token
-                        self._meter.used(gpu, pod_key, pod.granted_at, pod.token_ns)
-        decision = arbiter.schedule(now)
-        handed_back = False
-        for grant in decision.grants:
-            pod_key = str(grant.client)
-            pod = self._pods[(gpu, pod_key)]
-            if not pod.queue:  # every process of the pod that asked has exited since: the token goes back
-                arbiter.release(pod_key, now, 0)
-                handed_back = True
-                continue
-            connection = pod.queue.popleft()
-            if pod.queue:
-                unasked[pod_key] = pod
-            pod.holder, pod.granted_at, pod.token_ns = connection, now, grant.token_ns
-            self._meter.granted(gpu, pod_key, now)
-            request_id, connection.pending_request = connection.pending_request or 0, None
-            connection.send_token(request_id, grant.token_ns)
-        if handed_back:  # its SMs are free again: whoever waits behind it may go now
-            self._pump(gpu)
-            return
-        self._arm(gpu, decision.wake_at_ns, now)
-
-    def _arm(self, gpu: str, wake_at_ns: int | None, now: int) -> None:
-        """Run _pump at ``wake_at_ns``; not at all while no client of the GPU waits and no pod has a
-        connection queued behind its own holder: such a pump could grant nothing and ask for nobody
-        (a token ending frees SMs only for a waiter; whatever makes one calls _pump itself)."""
-        timer = self._timers.pop(gpu, None)
-        if timer is not None:
-            timer.cancel()
-        if wake_at_ns is not None and (self._arbiters[gpu].anyone_waiting or self._unasked[gpu]):
-            loop = asyncio.get_running_loop()
-            self._timers[gpu] = loop.call_later(max(0, wake_at_ns - now) / 1e9, self._pump, gpu)
 
 
-class _HookProtocol(asyncio.BufferedProtocol):
-    """One hook connection: frames in as they arrive, replies out through the transport. While
-    the transport's buffer is over its high-water mark (a client that does not read its replies)
-    the connection is not read either."""
+class _Link:
+    """One connection's Python side, fed by the engine's events: frames in, the deadline for its
+    HELLO, a refusal's answer, and closing it."""
 
-    def __init__(self, server: ArbiterServer) -> None:
+    def __init__(self, server: ArbiterServer, engine: NativeEngine, connection_id: int, pid: int) -> None:
         self._server = server
-        self._frames = FrameReader()
-        self._buffer = bytearray(protocol.MAX_FRAME)
-        self._view = memoryview(self._buffer)
-        self._connection: _Connection | None = None
-        self._transport: asyncio.Transport | None = None
+        self._engine = engine
+        self.id = connection_id
+        self.peer = ""
         self._hello_timer: asyncio.TimerHandle | None = None
         self._refused: Callable[[], None] | None = None  # refusing: called once when done
         self._refuse_message = ""
         self._refuse_connection: _Connection | None = None
         self._refuse_timer: asyncio.TimerHandle | None = None
-        self.peer = ""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio's classes
-        self._transport = transport
-        self._connection = self._server._connected(self, transport)
-        if self._connection is not None:
+        self._connection: _Connection | None = None
+        server._links[connection_id] = self
+        connection = _Connection(engine, connection_id, pid)
+        if server._connected(self, connection):
+            self._connection = connection
             # An unregistered connection only holds a descriptor: it gets a deadline.
-            self._hello_timer = asyncio.get_running_loop().call_later(self._server._hello_timeout_s,
-                                                                      self._hello_deadline)
+            self._hello_timer = asyncio.get_running_loop().call_later(server._hello_timeout_s, self._hello_deadline)
 
     def refuse(self, connection: _Connection, message: str, done: Callable[[], None]) -> None:
         self._refused, self._refuse_message = done, message
@@ -624,6 +536,7 @@ class _HookProtocol(asyncio.BufferedProtocol):
             self._refuse_timer.cancel()
         if done is not None:
             done()
+            self.finish()
 
     def _hello_deadline(self) -> None:
         connection = self._connection
@@ -633,20 +546,8 @@ class _HookProtocol(asyncio.BufferedProtocol):
                                    self._server._hello_timeout_s)
             self.finish()
 
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        connection = self._connection
-        if (nbytes == _TOKEN_FRAME.size and connection is not None and connection.pod
-                and not self._frames.pending):
-            length, version, message_type, request_id, used_ns = _TOKEN_FRAME.unpack_from(self._buffer)
-            if length == _TOKEN_LENGTH and version == protocol.PROTOCOL_VERSION and message_type == _TOKEN:
-                self._server._token(connection, request_id, used_ns)  # the renewal: as _handle would do
-                return
-        self.data_received(bytes(self._view[:nbytes]))
-
-    def data_received(self, data: bytes) -> None:
+    def received(self, data: bytes) -> None:
+        """One frame, or bytes that cannot be framed (which FrameReader refuses as the protocol says)."""
         connection = self._connection
         if connection is None:
             if self._refused is not None:
@@ -662,7 +563,7 @@ class _HookProtocol(asyncio.BufferedProtocol):
             return
         server = self._server
         try:
-            for frame in self._frames.feed(data):
+            for frame in FrameReader().feed(data):
                 server._handle(connection, frame)
         except ProtocolError as error:
             server._log.warning("protocol error pid=%d pod=%s: %s", connection.pid, connection.pod or "?", error)
@@ -673,26 +574,27 @@ class _HookProtocol(asyncio.BufferedProtocol):
                 self._hello_timer.cancel()
                 self._hello_timer = None
 
-    def pause_writing(self) -> None:
-        if self._transport is not None:
-            self._transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
+    def lost(self) -> None:
+        """The peer closed the connection (the engine has given its token back)."""
         if self._refused is not None:
-            self._refuse_done()
-        self.finish()
+            done, self._refused = self._refused, None
+            if self._refuse_timer is not None:
+                self._refuse_timer.cancel()
+            done()
+        self._drop(close=False)
 
     def finish(self) -> None:
         """Close the connection and give back what it held (once)."""
+        self._drop(close=True)
+
+    def _drop(self, *, close: bool) -> None:
         connection, self._connection = self._connection, None
         if self._hello_timer is not None:
             self._hello_timer.cancel()
             self._hello_timer = None
+        if self._server._links.get(self.id) is self:
+            del self._server._links[self.id]
+            if close:
+                self._engine.close_connection(self.id)
         if connection is not None:
             self._server._closed(self, connection)
-        if self._transport is not None:
-            self._transport.close()

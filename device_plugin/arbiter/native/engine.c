@@ -1,0 +1,935 @@
+/*
+ * engine.c: the arbiter's native engine; see engine.h. The token path (token_request, pump,
+ * detach) follows ArbiterServer._token, _pump and _disconnect as they were in Python.
+ */
+#define _GNU_SOURCE
+#include "engine.h"
+
+#include "fastgshare_protocol.h"
+#include "policy.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define IN_CAPACITY (2 * FGS_MAX_FRAME)
+#define OUT_HIGH (64 * 1024)   /* a connection whose replies pile up over this is not read */
+#define EVENTS_HIGH 64         /* nor one with this many events waiting for Python ... */
+#define EVENTS_LOW 32          /* ... until they are down to this */
+#define ACCEPT_RETRY_NS 100000000 /* out of descriptors: try accepting again after 100 ms */
+#define TOKEN_FRAME (FGS_HEADER_SIZE + 8)
+
+enum { TAG_LISTEN = 1, TAG_STOP = 2, TAG_TIMER = 3 };
+
+typedef struct pod pod;
+typedef struct gpu gpu;
+
+typedef struct conn {
+    uint64_t id;
+    int fd;
+    pod *pod;           /* set by fgs_engine_register */
+    struct conn *next_in_queue;
+    bool queued;        /* in its pod's queue, waiting for the pod's token */
+    bool has_request;
+    uint32_t request_id; /* of the unanswered TOKEN */
+    bool closing;       /* Python closed it: close once the output has left */
+    bool broken;        /* unframeable input was handed to Python: read no more */
+    bool write_failed;
+    uint32_t events_waiting; /* events of this connection in the queue for Python */
+    uint32_t epoll_mask;
+    uint32_t in_length;
+    uint8_t in[IN_CAPACITY];
+    uint8_t *out;
+    uint32_t out_length, out_capacity;
+} conn;
+
+struct pod {
+    pod *next;
+    gpu *gpu;
+    uint32_t client;    /* its id in the GPU's scheduler */
+    fgs_share share;
+    int connections;
+    conn *queue_head, *queue_tail;
+    conn *holder;
+    int64_t granted_at, token_ns;
+    bool unasked;
+    fgs_pod_meter *meter;
+    char name[FGS_MAX_POD_NAME];
+};
+
+struct gpu {
+    int index;
+    fgs_policy *policy;
+    pod *pods;
+    pod **unasked; /* pods that may have a connection queued that the scheduler does not see waiting */
+    uint32_t unasked_count, unasked_capacity;
+    uint32_t *free_clients;
+    uint32_t free_count, free_capacity, next_client;
+    pod **by_client; /* the pod of each scheduler client id */
+    uint32_t by_client_capacity;
+    int64_t wake_at;
+};
+
+typedef struct queued_event {
+    struct queued_event *next;
+    fgs_event event;
+    uint8_t data[];
+} queued_event;
+
+struct fgs_engine {
+    pthread_mutex_t lock;
+    pthread_t thread;
+    bool started, stopped;
+    int listen_fd, epoll_fd, event_fd, stop_fd, timer_fd;
+    bool listen_paused;
+    int64_t accept_retry_at, timer_at;
+    conn **slots;
+    uint32_t *generations;
+    uint32_t slot_capacity;
+    uint32_t *free_slots;
+    uint32_t free_slot_count;
+    gpu *gpus;
+    int gpu_count;
+    int64_t window_ns;
+    fgs_meter *meter;
+    queued_event *events_head, *events_tail;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint32_t get_le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint64_t get_le64(const uint8_t *p) { return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32; }
+
+static void put_le(uint8_t *p, uint64_t value, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (uint8_t)(value >> (8 * i));
+}
+
+/* --- connections ---------------------------------------------------------------------------- */
+
+static conn *find_conn(const fgs_engine *e, uint64_t id)
+{
+    uint32_t slot = (uint32_t)id, generation = (uint32_t)(id >> 32);
+    if (slot >= e->slot_capacity || e->slots[slot] == NULL || e->generations[slot] != generation)
+        return NULL;
+    return e->slots[slot];
+}
+
+static void update_epoll(fgs_engine *e, conn *c)
+{
+    uint32_t mask = 0;
+    if (!c->broken && !c->closing && c->out_length <= OUT_HIGH && c->events_waiting < EVENTS_HIGH)
+        mask |= EPOLLIN;
+    if (c->out_length)
+        mask |= EPOLLOUT;
+    if (mask == c->epoll_mask)
+        return;
+    /* resume reading only once the events are down to EVENTS_LOW: no flapping at the threshold */
+    if ((mask & EPOLLIN) && !(c->epoll_mask & EPOLLIN) && c->events_waiting > EVENTS_LOW)
+        mask &= ~(uint32_t)EPOLLIN;
+    if (mask == c->epoll_mask)
+        return;
+    struct epoll_event ev = {.events = mask, .data.u64 = c->id};
+    epoll_ctl(e->epoll_fd, EPOLL_CTL_MOD, c->fd, &ev);
+    c->epoll_mask = mask;
+}
+
+static void flush_out(fgs_engine *e, conn *c)
+{
+    uint32_t sent = 0;
+    while (sent < c->out_length && !c->write_failed) {
+        ssize_t k = send(c->fd, c->out + sent, c->out_length - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0)
+            sent += (uint32_t)k;
+        else if (k < 0 && errno == EINTR)
+            continue;
+        else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        else
+            c->write_failed = true; /* the peer is gone: its hang-up comes through epoll */
+    }
+    if (c->write_failed)
+        c->out_length = 0;
+    else if (sent) {
+        memmove(c->out, c->out + sent, c->out_length - sent);
+        c->out_length -= sent;
+    }
+    update_epoll(e, c);
+}
+
+static int conn_write(fgs_engine *e, conn *c, const uint8_t *data, uint32_t length)
+{
+    if (c->write_failed)
+        return 0;
+    if (c->out_length == 0) {
+        ssize_t k;
+        do
+            k = send(c->fd, data, length, MSG_NOSIGNAL | MSG_DONTWAIT);
+        while (k < 0 && errno == EINTR);
+        if (k == (ssize_t)length)
+            return 0;
+        if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+            c->write_failed = true;
+            return 0;
+        }
+        if (k > 0) {
+            data += k;
+            length -= (uint32_t)k;
+        }
+    }
+    if (c->out_length + length > c->out_capacity) {
+        uint32_t capacity = c->out_capacity ? c->out_capacity : 4096;
+        while (capacity < c->out_length + length)
+            capacity *= 2;
+        uint8_t *out = realloc(c->out, capacity);
+        if (out == NULL)
+            return -2;
+        c->out = out;
+        c->out_capacity = capacity;
+    }
+    memcpy(c->out + c->out_length, data, length);
+    c->out_length += length;
+    update_epoll(e, c);
+    return 0;
+}
+
+static void push_event(fgs_engine *e, conn *c, int kind, int pid, const uint8_t *data, uint32_t length)
+{
+    queued_event *q = malloc(sizeof *q + length);
+    if (q == NULL)
+        return; /* no memory: the event is lost; the connection's hello deadline still applies */
+    q->next = NULL;
+    q->event = (fgs_event){.connection = c->id, .kind = kind, .pid = pid, .length = length};
+    if (length)
+        memcpy(q->data, data, length);
+    bool was_empty = e->events_head == NULL;
+    if (was_empty)
+        e->events_head = q;
+    else
+        e->events_tail->next = q;
+    e->events_tail = q;
+    if (kind != FGS_EVENT_CLOSED) {
+        c->events_waiting++;
+        update_epoll(e, c);
+    }
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t ignored = write(e->event_fd, &one, sizeof one);
+        (void)ignored; /* a full eventfd counter is still readable */
+    }
+}
+
+/* --- the token path -------------------------------------------------------------------------- */
+
+static void rearm_timer(fgs_engine *e)
+{
+    int64_t at = e->listen_paused ? e->accept_retry_at : FGS_NO_TIME;
+    for (int i = 0; i < e->gpu_count; i++) {
+        int64_t wake = e->gpus[i].wake_at;
+        if (wake != FGS_NO_TIME && (at == FGS_NO_TIME || wake < at))
+            at = wake;
+    }
+    if (at == e->timer_at)
+        return;
+    struct itimerspec spec = {0};
+    if (at != FGS_NO_TIME) {
+        if (at <= 0)
+            at = 1; /* 0 would disarm */
+        spec.it_value.tv_sec = at / 1000000000;
+        spec.it_value.tv_nsec = at % 1000000000;
+    }
+    timerfd_settime(e->timer_fd, TFD_TIMER_ABSTIME, &spec, NULL);
+    e->timer_at = at;
+}
+
+static void mark_unasked(gpu *g, pod *p)
+{
+    if (p->unasked)
+        return;
+    if (g->unasked_count == g->unasked_capacity) {
+        uint32_t capacity = g->unasked_capacity ? g->unasked_capacity * 2 : 16;
+        pod **unasked = realloc(g->unasked, capacity * sizeof *unasked);
+        if (unasked == NULL)
+            return;
+        g->unasked = unasked;
+        g->unasked_capacity = capacity;
+    }
+    g->unasked[g->unasked_count++] = p;
+    p->unasked = true;
+}
+
+static void unmark_unasked(gpu *g, uint32_t index)
+{
+    g->unasked[index]->unasked = false;
+    g->unasked[index] = g->unasked[--g->unasked_count];
+}
+
+static void send_token(fgs_engine *e, conn *c, uint32_t request_id, int64_t token_ns)
+{
+    uint8_t frame[TOKEN_FRAME];
+    put_le(frame, TOKEN_FRAME - 4, 4);
+    put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
+    put_le(frame + 6, FGS_MSG_TOKEN | FGS_REPLY_BIT, 2);
+    put_le(frame + 8, request_id, 4);
+    put_le(frame + 12, (uint64_t)token_ns, 8);
+    conn_write(e, c, frame, sizeof frame);
+}
+
+static pod *pod_of_client(gpu *g, uint32_t client)
+{
+    return client < g->by_client_capacity ? g->by_client[client] : NULL;
+}
+
+/* _pump: ask for the pods whose other processes wait, schedule, send the grants, arm the timer. */
+static void pump(fgs_engine *e, gpu *g)
+{
+    for (;;) {
+        int64_t now = now_ns();
+        for (uint32_t i = 0; i < g->unasked_count;) {
+            pod *p = g->unasked[i];
+            if (p->queue_head == NULL || fgs_policy_is_waiting(g->policy, p->client) == 1) {
+                unmark_unasked(g, i);
+                continue;
+            }
+            /* Another process of the pod waits: the pod asks again once the holder's token is over
+             * (the silent holder is charged its whole token). */
+            int64_t holding = fgs_policy_holding_until(g->policy, p->client);
+            if (p->holder == NULL || holding == FGS_NO_TIME || holding <= now) {
+                unmark_unasked(g, i);
+                fgs_policy_request(g->policy, p->client, now, p->token_ns);
+                if (p->holder != NULL)
+                    fgs_meter_used(e->meter, p->meter, p->granted_at, p->token_ns);
+                continue;
+            }
+            i++;
+        }
+        const fgs_grant *grants;
+        int64_t wake_at;
+        int count = fgs_policy_schedule(g->policy, now, &grants, &wake_at);
+        bool handed_back = false;
+        for (int i = 0; i < count; i++) {
+            pod *p = pod_of_client(g, grants[i].client);
+            if (p == NULL)
+                continue;
+            if (p->queue_head == NULL) { /* every process that asked has left: the token goes back */
+                fgs_policy_release(g->policy, p->client, now, 0);
+                handed_back = true;
+                continue;
+            }
+            conn *c = p->queue_head;
+            p->queue_head = c->next_in_queue;
+            if (p->queue_head == NULL)
+                p->queue_tail = NULL;
+            c->next_in_queue = NULL;
+            c->queued = false;
+            if (p->queue_head != NULL)
+                mark_unasked(g, p);
+            p->holder = c;
+            p->granted_at = now;
+            p->token_ns = grants[i].token_ns;
+            fgs_meter_granted(e->meter, p->meter, now);
+            uint32_t request_id = c->has_request ? c->request_id : 0;
+            c->has_request = false;
+            send_token(e, c, request_id, grants[i].token_ns);
+        }
+        if (handed_back)
+            continue; /* its SMs are free again: whoever waits behind it may go now */
+        /* _arm: no wake-up while nobody waits and no pod has a connection queued behind its holder */
+        g->wake_at = wake_at != FGS_NO_TIME && (fgs_policy_anyone_waiting(g->policy) || g->unasked_count)
+                         ? wake_at : FGS_NO_TIME;
+        rearm_timer(e);
+        return;
+    }
+}
+
+/* _token */
+static void token_request(fgs_engine *e, conn *c, uint32_t request_id, uint64_t used_ns)
+{
+    pod *p = c->pod;
+    gpu *g = p->gpu;
+    int64_t now = now_ns();
+    int64_t used = used_ns > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)used_ns;
+    c->request_id = request_id;
+    c->has_request = true;
+    if (!c->queued) {
+        c->queued = true;
+        c->next_in_queue = NULL;
+        if (p->queue_tail != NULL)
+            p->queue_tail->next_in_queue = c;
+        else
+            p->queue_head = c;
+        p->queue_tail = c;
+    }
+    if (p->holder == c) { /* it reports what it used of its token, and asks again */
+        p->holder = NULL;
+        fgs_policy_request(g->policy, p->client, now, used);
+        fgs_meter_used(e->meter, p->meter, p->granted_at, used);
+    } else {
+        mark_unasked(g, p);
+    }
+    int64_t limit = (int64_t)p->share.limit_permille * e->window_ns / 1000;
+    bool at_limit = fgs_policy_usage(g->policy, p->client, now) >= limit;
+    fgs_meter_asked(p->meter, now, at_limit);
+    pump(e, g);
+}
+
+static void free_client_id(gpu *g, uint32_t client)
+{
+    if (g->free_count == g->free_capacity) {
+        uint32_t capacity = g->free_capacity ? g->free_capacity * 2 : 16;
+        uint32_t *ids = realloc(g->free_clients, capacity * sizeof *ids);
+        if (ids == NULL)
+            return; /* the id is not reused */
+        g->free_clients = ids;
+        g->free_capacity = capacity;
+    }
+    g->free_clients[g->free_count++] = client;
+}
+
+/* _disconnect, the scheduler's part: the connection's place in the queue and its token go back. */
+static void detach(fgs_engine *e, conn *c)
+{
+    pod *p = c->pod;
+    if (p == NULL)
+        return;
+    c->pod = NULL;
+    gpu *g = p->gpu;
+    if (c->queued) {
+        conn **link = &p->queue_head;
+        conn *previous = NULL;
+        while (*link != c) {
+            previous = *link;
+            link = &(*link)->next_in_queue;
+        }
+        *link = c->next_in_queue;
+        if (p->queue_tail == c)
+            p->queue_tail = previous;
+        c->queued = false;
+        c->next_in_queue = NULL;
+    }
+    if (p->queue_head != NULL)
+        mark_unasked(g, p);
+    if (p->holder == c) { /* it cannot report its use: charge the time held, at most the token */
+        p->holder = NULL;
+        int64_t now = now_ns();
+        int64_t held = now - p->granted_at < p->token_ns ? now - p->granted_at : p->token_ns;
+        fgs_policy_release(g->policy, p->client, now, held);
+        fgs_meter_used(e->meter, p->meter, p->granted_at, held);
+    }
+    if (--p->connections == 0) {
+        fgs_policy_remove(g->policy, p->client);
+        g->by_client[p->client] = NULL;
+        free_client_id(g, p->client);
+        fgs_meter_leave(p->meter);
+        for (uint32_t i = 0; i < g->unasked_count; i++)
+            if (g->unasked[i] == p) {
+                unmark_unasked(g, i);
+                break;
+            }
+        for (pod **link = &g->pods; *link != NULL; link = &(*link)->next)
+            if (*link == p) {
+                *link = p->next;
+                break;
+            }
+        free(p);
+    }
+    pump(e, g);
+}
+
+static void free_conn(fgs_engine *e, conn *c)
+{
+    uint32_t slot = (uint32_t)c->id;
+    epoll_ctl(e->epoll_fd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    e->slots[slot] = NULL;
+    e->generations[slot]++;
+    e->free_slots[e->free_slot_count++] = slot;
+    free(c->out);
+    free(c);
+}
+
+/* The peer is gone: the token goes back, and Python hears of it. */
+static void drop_conn(fgs_engine *e, conn *c)
+{
+    detach(e, c);
+    if (!c->closing)
+        push_event(e, c, FGS_EVENT_CLOSED, 0, NULL, 0);
+    free_conn(e, c);
+}
+
+static void handle_frames(fgs_engine *e, conn *c)
+{
+    uint32_t offset = 0;
+    while (c->in_length - offset >= 4) {
+        const uint8_t *frame = c->in + offset;
+        uint32_t length = get_le32(frame);
+        if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4) {
+            push_event(e, c, FGS_EVENT_BAD, 0, frame, c->in_length - offset);
+            c->broken = true;
+            offset = c->in_length;
+            update_epoll(e, c);
+            break;
+        }
+        if (c->in_length - offset < length + 4)
+            break;
+        if (c->pod != NULL && length == TOKEN_FRAME - 4 && get_le16(frame + 4) == FGS_PROTOCOL_VERSION
+            && get_le16(frame + 6) == FGS_MSG_TOKEN)
+            token_request(e, c, get_le32(frame + 8), get_le64(frame + 12));
+        else
+            push_event(e, c, FGS_EVENT_FRAME, 0, frame, length + 4);
+        offset += length + 4;
+    }
+    if (offset) {
+        memmove(c->in, c->in + offset, c->in_length - offset);
+        c->in_length -= offset;
+    }
+}
+
+static void read_conn(fgs_engine *e, conn *c)
+{
+    ssize_t k;
+    do
+        k = recv(c->fd, c->in + c->in_length, IN_CAPACITY - c->in_length, MSG_DONTWAIT);
+    while (k < 0 && errno == EINTR);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (k <= 0) {
+        drop_conn(e, c);
+        return;
+    }
+    c->in_length += (uint32_t)k;
+    handle_frames(e, c);
+}
+
+static int add_slot(fgs_engine *e)
+{
+    if (e->free_slot_count)
+        return (int)e->free_slots[--e->free_slot_count];
+    uint32_t capacity = e->slot_capacity ? e->slot_capacity * 2 : 64;
+    conn **slots = realloc(e->slots, capacity * sizeof *slots);
+    if (slots == NULL)
+        return -1;
+    e->slots = slots;
+    uint32_t *generations = realloc(e->generations, capacity * sizeof *generations);
+    if (generations == NULL)
+        return -1;
+    e->generations = generations;
+    uint32_t *free_slots = realloc(e->free_slots, capacity * sizeof *free_slots);
+    if (free_slots == NULL)
+        return -1;
+    e->free_slots = free_slots;
+    for (uint32_t i = e->slot_capacity; i < capacity; i++) {
+        e->slots[i] = NULL;
+        e->generations[i] = 1;
+    }
+    for (uint32_t i = capacity; i > e->slot_capacity + 1; i--)
+        e->free_slots[e->free_slot_count++] = i - 1;
+    uint32_t slot = e->slot_capacity;
+    e->slot_capacity = capacity;
+    return (int)slot;
+}
+
+static void pause_listening(fgs_engine *e, bool paused)
+{
+    struct epoll_event ev = {.events = paused ? 0 : EPOLLIN, .data.u64 = TAG_LISTEN};
+    epoll_ctl(e->epoll_fd, EPOLL_CTL_MOD, e->listen_fd, &ev);
+    e->listen_paused = paused;
+    e->accept_retry_at = paused ? now_ns() + ACCEPT_RETRY_NS : FGS_NO_TIME;
+    rearm_timer(e);
+}
+
+static void accept_all(fgs_engine *e)
+{
+    for (;;) {
+        int fd = accept4(e->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                pause_listening(e, true); /* out of descriptors: others' closing makes room */
+            return;
+        }
+        struct ucred peer = {0};
+        socklen_t size = sizeof peer;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0)
+            peer.pid = 0;
+        conn *c = calloc(1, sizeof *c);
+        int slot = c == NULL ? -1 : add_slot(e);
+        if (slot < 0) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->id = (uint64_t)e->generations[slot] << 32 | (uint32_t)slot;
+        c->epoll_mask = EPOLLIN;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = c->id};
+        if (epoll_ctl(e->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            free(c);
+            close(fd);
+            e->free_slots[e->free_slot_count++] = (uint32_t)slot;
+            continue;
+        }
+        e->slots[slot] = c;
+        push_event(e, c, FGS_EVENT_ACCEPTED, peer.pid, NULL, 0);
+    }
+}
+
+static void on_timer(fgs_engine *e)
+{
+    uint64_t expirations;
+    ssize_t ignored = read(e->timer_fd, &expirations, sizeof expirations);
+    (void)ignored;
+    e->timer_at = FGS_NO_TIME; /* it fired */
+    int64_t now = now_ns();
+    if (e->listen_paused && e->accept_retry_at <= now)
+        pause_listening(e, false);
+    for (int i = 0; i < e->gpu_count; i++) {
+        gpu *g = &e->gpus[i];
+        if (g->wake_at != FGS_NO_TIME && g->wake_at <= now) {
+            g->wake_at = FGS_NO_TIME;
+            pump(e, g);
+        }
+    }
+    rearm_timer(e);
+}
+
+static void on_conn(fgs_engine *e, uint64_t id, uint32_t events)
+{
+    conn *c = find_conn(e, id);
+    if (c == NULL)
+        return;
+    if (events & EPOLLOUT) {
+        flush_out(e, c);
+        if (c->closing && c->out_length == 0) {
+            free_conn(e, c);
+            return;
+        }
+    }
+    if ((events & EPOLLIN) && (c->epoll_mask & EPOLLIN)) {
+        read_conn(e, c); /* may drop it */
+        return;
+    }
+    if (events & (EPOLLHUP | EPOLLERR)) { /* not reading it now, and the peer is gone */
+        if (c->closing)
+            free_conn(e, c);
+        else
+            drop_conn(e, c);
+    }
+}
+
+static void *run(void *argument)
+{
+    fgs_engine *e = argument;
+    struct epoll_event events[256];
+    pthread_mutex_lock(&e->lock);
+    for (;;) {
+        pthread_mutex_unlock(&e->lock);
+        int n = epoll_wait(e->epoll_fd, events, 256, -1);
+        pthread_mutex_lock(&e->lock);
+        if (n < 0 && errno != EINTR)
+            break;
+        bool stop = false;
+        for (int i = 0; i < n; i++) {
+            uint64_t tag = events[i].data.u64;
+            if (tag == TAG_STOP)
+                stop = true;
+            else if (tag == TAG_LISTEN)
+                accept_all(e);
+            else if (tag == TAG_TIMER)
+                on_timer(e);
+            else
+                on_conn(e, tag, events[i].events);
+        }
+        if (stop)
+            break;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
+}
+
+/* --- the API ----------------------------------------------------------------------------------- */
+
+static int add_fd(int epoll_fd, int fd, uint64_t tag)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u64 = tag};
+    return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+fgs_engine *fgs_engine_new(int listen_fd, int gpus, const uint8_t *mps, int64_t window_ns, int64_t min_token_ns,
+                           int64_t meter_window_ns, const int64_t *wait_bounds_ns, int buckets)
+{
+    if (gpus < 0)
+        return NULL;
+    fgs_engine *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
+    pthread_mutex_init(&e->lock, NULL);
+    e->listen_fd = listen_fd;
+    e->epoll_fd = e->event_fd = e->stop_fd = e->timer_fd = -1;
+    e->timer_at = e->accept_retry_at = FGS_NO_TIME;
+    e->window_ns = window_ns;
+    e->gpu_count = gpus;
+    e->gpus = calloc((size_t)gpus + 1, sizeof *e->gpus);
+    e->meter = fgs_meter_new(meter_window_ns, wait_bounds_ns, buckets, gpus);
+    if (e->gpus == NULL || e->meter == NULL)
+        goto fail;
+    for (int i = 0; i < gpus; i++) {
+        e->gpus[i].index = i;
+        e->gpus[i].wake_at = FGS_NO_TIME;
+        e->gpus[i].policy = fgs_policy_new(window_ns, min_token_ns, mps[i] != 0);
+        if (e->gpus[i].policy == NULL)
+            goto fail;
+    }
+    e->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    e->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    e->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    e->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (e->epoll_fd < 0 || e->event_fd < 0 || e->stop_fd < 0 || e->timer_fd < 0
+        || add_fd(e->epoll_fd, listen_fd, TAG_LISTEN) != 0 || add_fd(e->epoll_fd, e->stop_fd, TAG_STOP) != 0
+        || add_fd(e->epoll_fd, e->timer_fd, TAG_TIMER) != 0)
+        goto fail;
+    return e;
+fail:
+    fgs_engine_free(e);
+    return NULL;
+}
+
+int fgs_engine_start(fgs_engine *e)
+{
+    int error = pthread_create(&e->thread, NULL, run, e);
+    if (error == 0)
+        e->started = true;
+    return error;
+}
+
+void fgs_engine_stop(fgs_engine *e)
+{
+    if (e->stopped)
+        return;
+    if (e->started) {
+        uint64_t one = 1;
+        ssize_t ignored = write(e->stop_fd, &one, sizeof one);
+        (void)ignored;
+        pthread_join(e->thread, NULL);
+    }
+    pthread_mutex_lock(&e->lock);
+    e->stopped = true;
+    for (uint32_t i = 0; i < e->slot_capacity; i++)
+        if (e->slots[i] != NULL) {
+            e->slots[i]->closing = true; /* no events */
+            detach(e, e->slots[i]);
+            free_conn(e, e->slots[i]);
+        }
+    epoll_ctl(e->epoll_fd, EPOLL_CTL_DEL, e->listen_fd, NULL);
+    pthread_mutex_unlock(&e->lock);
+}
+
+void fgs_engine_free(fgs_engine *e)
+{
+    if (e == NULL)
+        return;
+    fgs_engine_stop(e);
+    for (int i = 0; e->gpus != NULL && i < e->gpu_count; i++) {
+        gpu *g = &e->gpus[i];
+        for (pod *p = g->pods, *next; p != NULL; p = next) {
+            next = p->next;
+            free(p);
+        }
+        fgs_policy_free(g->policy);
+        free(g->unasked);
+        free(g->free_clients);
+        free(g->by_client);
+    }
+    free(e->gpus);
+    fgs_meter_free(e->meter);
+    for (queued_event *q = e->events_head, *next; q != NULL; q = next) {
+        next = q->next;
+        free(q);
+    }
+    int fds[] = {e->epoll_fd, e->event_fd, e->stop_fd, e->timer_fd};
+    for (size_t i = 0; i < sizeof fds / sizeof *fds; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(e->slots);
+    free(e->generations);
+    free(e->free_slots);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+int fgs_engine_event_fd(const fgs_engine *e) { return e->event_fd; }
+
+int fgs_engine_next_event(fgs_engine *e, fgs_event *event, uint8_t *buffer, uint32_t capacity)
+{
+    pthread_mutex_lock(&e->lock);
+    queued_event *q = e->events_head;
+    if (q == NULL) {
+        pthread_mutex_unlock(&e->lock);
+        return 0;
+    }
+    e->events_head = q->next;
+    if (e->events_head == NULL)
+        e->events_tail = NULL;
+    *event = q->event;
+    if (event->length > capacity)
+        event->length = capacity;
+    memcpy(buffer, q->data, event->length);
+    conn *c = event->kind == FGS_EVENT_CLOSED ? NULL : find_conn(e, event->connection);
+    if (c != NULL) {
+        c->events_waiting--;
+        if (!e->stopped)
+            update_epoll(e, c);
+    }
+    pthread_mutex_unlock(&e->lock);
+    free(q);
+    return 1;
+}
+
+int fgs_engine_send(fgs_engine *e, uint64_t id, const uint8_t *data, uint32_t length)
+{
+    pthread_mutex_lock(&e->lock);
+    conn *c = e->stopped ? NULL : find_conn(e, id);
+    int result = c == NULL || c->closing ? -1 : conn_write(e, c, data, length);
+    pthread_mutex_unlock(&e->lock);
+    return result;
+}
+
+int fgs_engine_close(fgs_engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->lock);
+    conn *c = e->stopped ? NULL : find_conn(e, id);
+    if (c == NULL || c->closing) {
+        pthread_mutex_unlock(&e->lock);
+        return -1;
+    }
+    c->closing = true;
+    detach(e, c);
+    if (c->out_length == 0 || c->write_failed)
+        free_conn(e, c);
+    else
+        update_epoll(e, c); /* reading stops; EPOLLOUT closes it once the output has left */
+    pthread_mutex_unlock(&e->lock);
+    return 0;
+}
+
+static pod *find_pod(gpu *g, const char *name)
+{
+    for (pod *p = g->pods; p != NULL; p = p->next)
+        if (strcmp(p->name, name) == 0)
+            return p;
+    return NULL;
+}
+
+int fgs_engine_register(fgs_engine *e, uint64_t id, int gpu_index, const char *name, int32_t request_permille,
+                        int32_t limit_permille, int32_t sm_percent)
+{
+    pthread_mutex_lock(&e->lock);
+    conn *c = e->stopped ? NULL : find_conn(e, id);
+    int result = 0;
+    if (c == NULL || c->closing) {
+        result = -1;
+        goto done;
+    }
+    if (gpu_index < 0 || gpu_index >= e->gpu_count || c->pod != NULL || strlen(name) >= FGS_MAX_POD_NAME) {
+        result = -3;
+        goto done;
+    }
+    gpu *g = &e->gpus[gpu_index];
+    pod *p = find_pod(g, name);
+    if (p == NULL) {
+        p = calloc(1, sizeof *p);
+        if (p == NULL) {
+            result = -2;
+            goto done;
+        }
+        p->gpu = g;
+        memcpy(p->name, name, strlen(name) + 1);
+        p->share = (fgs_share){request_permille, limit_permille, sm_percent};
+        p->client = g->free_count ? g->free_clients[--g->free_count] : g->next_client++;
+        p->meter = fgs_meter_join(e->meter, gpu_index, name);
+        if (p->client >= g->by_client_capacity) {
+            uint32_t capacity = g->by_client_capacity ? g->by_client_capacity : 16;
+            while (capacity <= p->client)
+                capacity *= 2;
+            pod **by_client = realloc(g->by_client, capacity * sizeof *by_client);
+            if (by_client != NULL) {
+                memset(by_client + g->by_client_capacity, 0, (capacity - g->by_client_capacity) * sizeof *by_client);
+                g->by_client = by_client;
+                g->by_client_capacity = capacity;
+            }
+        }
+        if (p->meter == NULL || p->client >= g->by_client_capacity
+            || fgs_policy_add(g->policy, p->client, p->share) != 0) {
+            free_client_id(g, p->client);
+            free(p);
+            result = -2;
+            goto done;
+        }
+        g->by_client[p->client] = p;
+        p->next = g->pods;
+        g->pods = p;
+    }
+    p->connections++;
+    c->pod = p;
+done:
+    pthread_mutex_unlock(&e->lock);
+    return result;
+}
+
+int fgs_engine_token(fgs_engine *e, uint64_t id, uint32_t request_id, uint64_t used_ns)
+{
+    pthread_mutex_lock(&e->lock);
+    conn *c = e->stopped ? NULL : find_conn(e, id);
+    int result = c == NULL || c->closing || c->pod == NULL ? -1 : 0;
+    if (result == 0)
+        token_request(e, c, request_id, used_ns);
+    pthread_mutex_unlock(&e->lock);
+    return result;
+}
+
+int fgs_engine_set_share(fgs_engine *e, int gpu_index, const char *name, int32_t request_permille,
+                         int32_t limit_permille, int32_t sm_percent)
+{
+    pthread_mutex_lock(&e->lock);
+    int result = -1;
+    if (!e->stopped && gpu_index >= 0 && gpu_index < e->gpu_count) {
+        gpu *g = &e->gpus[gpu_index];
+        pod *p = find_pod(g, name);
+        fgs_share share = {request_permille, limit_permille, sm_percent};
+        if (p != NULL) {
+            result = memcmp(&p->share, &share, sizeof share) != 0;
+            if (result) {
+                p->share = share;
+                fgs_policy_set_share(g->policy, p->client, share);
+                pump(e, g);
+            }
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return result;
+}
+
+int fgs_engine_snapshot(fgs_engine *e, const fgs_pod_usage **pods, int64_t *busy_ns, int64_t *now)
+{
+    pthread_mutex_lock(&e->lock);
+    *now = now_ns();
+    int result = fgs_meter_snapshot(e->meter, *now, pods, busy_ns);
+    pthread_mutex_unlock(&e->lock);
+    return result;
+}
