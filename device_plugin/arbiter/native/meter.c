@@ -137,7 +137,7 @@ void fgs_meter_granted(const fgs_meter *m, fgs_pod_meter *pod, int64_t now)
 
 static use *use_at(fgs_pod_meter *pod, uint32_t index) { return &pod->uses[(pod->head + index) % pod->capacity]; }
 
-static void add_busy(busy *b, int64_t start, int64_t end);
+static void add_busy(busy *b, int64_t start, int64_t end, int64_t window);
 
 void fgs_meter_used(fgs_meter *m, fgs_pod_meter *pod, int64_t start, int64_t used)
 {
@@ -147,8 +147,15 @@ void fgs_meter_used(fgs_meter *m, fgs_pod_meter *pod, int64_t start, int64_t use
     pod->used_ns_total += used;
     if (end > pod->last_use_ns)
         pod->last_use_ns = end;
-    add_busy(&m->busy[pod->gpu], start, end);
+    add_busy(&m->busy[pod->gpu], start, end, m->window_ns);
     m->busy[pod->gpu].known = true;
+    /* Uses that ended a window before this one started are outside every later snapshot's window
+     * (a snapshot is taken at or after the start of every use reported): drop them now, so a meter
+     * nobody reads stays bounded. */
+    while (pod->count && use_at(pod, 0)->end <= start - m->window_ns) {
+        pod->head = (pod->head + 1) % pod->capacity;
+        pod->count--;
+    }
     if (pod->count) {
         use *last = use_at(pod, pod->count - 1);
         if (end >= last->end && end / SLOT_NS == last->end / SLOT_NS) {
@@ -200,7 +207,7 @@ static void compact_busy(busy *b, int64_t after)
     b->count = merged;
 }
 
-static void add_busy(busy *b, int64_t start, int64_t end)
+static void add_busy(busy *b, int64_t start, int64_t end, int64_t window)
 {
     if (b->count) {
         interval *last = &b->intervals[b->count - 1];
@@ -211,7 +218,7 @@ static void add_busy(busy *b, int64_t start, int64_t end)
         }
     }
     if (b->count >= BUSY_COMPACT && b->count == b->capacity)
-        compact_busy(b, INT64_MIN);
+        compact_busy(b, start - window); /* as for a pod's uses: what no later snapshot can see goes */
     if (b->count == b->capacity) {
         uint32_t capacity = b->capacity ? b->capacity * 2 : 64;
         interval *intervals = realloc(b->intervals, capacity * sizeof *intervals);
