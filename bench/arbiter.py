@@ -34,39 +34,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from bench.c_programs import HOOK_SOURCE, ROOT, compile_program
 from bench.cpu import process_cpu_seconds
 from fastgshare import keys
 
 GPU = "GPU-bench-0"
-ROOT = Path(__file__).resolve().parent.parent
 LOAD_SOURCE = ROOT / "bench" / "arbiter_load.c"
 NULL_SOURCE = ROOT / "bench" / "null_arbiter.c"
-HOOK_SOURCE = ROOT / "vgpu_hook" / "src"
-WARNINGS = ["-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wformat=2", "-Wstrict-prototypes", "-Wmissing-prototypes"]
 
 
 def build_load(directory: Path) -> Path:
     """Compile the C load generator with the hook's client code; returns the binary."""
-    return _compile(directory / "arbiter_load", LOAD_SOURCE, HOOK_SOURCE / "arbiter_client.c")
+    return compile_program(directory / "arbiter_load", LOAD_SOURCE, HOOK_SOURCE / "arbiter_client.c")
 
 
 def build_null_arbiter(directory: Path) -> Path:
     """Compile the policy-free C server (the floor); returns the binary."""
-    return _compile(directory / "null_arbiter", NULL_SOURCE)
-
-
-def _compile(binary: Path, *sources: Path) -> Path:
-    compiler = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc") or "cc"
-    subprocess.run([compiler, "-std=gnu11", "-O2", *WARNINGS, f"-I{ROOT / 'vgpu_hook' / 'include'}",
-                    f"-I{HOOK_SOURCE}", *map(str, sources), "-o", str(binary)], check=True)
-    return binary
+    return compile_program(directory / "null_arbiter", NULL_SOURCE)
 
 
 def _shares_file(path: Path, clients: int) -> None:

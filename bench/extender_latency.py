@@ -28,15 +28,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import multiprocessing
 import statistics
+import struct
+import subprocess
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
+from bench.c_programs import ROOT, compile_program
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, encode_assignment, encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
@@ -111,15 +115,40 @@ def request_body(names: list[str], share: ShareSpec, serial: int) -> bytes:
     return json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
 
 
-def timed_post(connection: http.client.HTTPConnection, verb: str, body: bytes) -> float:
-    started = time.perf_counter()
-    connection.request("POST", f"/{verb}", body=body, headers={"Content-Type": "application/json"})
-    response = connection.getresponse()
-    payload = response.read()
-    elapsed = time.perf_counter() - started
-    if response.status != 200:
-        raise RuntimeError(f"{verb} answered {response.status}: {payload[:200]!r}")
-    return elapsed
+class HttpTimer:
+    """``bench/http_timer.c`` on one kept-alive connection to the extender: :meth:`post` returns
+    how long a request took, from its send to the last byte of the answer, timed in C."""
+
+    def __init__(self, port: int) -> None:
+        self._build = tempfile.TemporaryDirectory(prefix="fgs-bench-http-")
+        binary = compile_program(Path(self._build.name) / "http_timer", ROOT / "bench" / "http_timer.c")
+        self._process = subprocess.Popen([str(binary), "127.0.0.1", str(port)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE)
+
+    def post(self, verb: str, body: bytes) -> float:
+        request = (f"POST /{verb} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        stdin, stdout = self._process.stdin, self._process.stdout
+        assert stdin is not None
+        assert stdout is not None
+        stdin.write(struct.pack("<I", len(request)) + request)
+        stdin.flush()
+        answer = stdout.read(12)
+        if len(answer) != 12:
+            raise RuntimeError(f"http_timer exited (code {self._process.wait(5)}) during {verb}; its error is above")
+        elapsed_ns, status = struct.unpack("<QI", answer)
+        if status != 200:
+            (length,) = struct.unpack("<I", stdout.read(4))
+            raise RuntimeError(f"{verb} answered {status}: {stdout.read(length)!r}")
+        return elapsed_ns / 1e9
+
+    def close(self) -> None:
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(10)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        self._build.cleanup()
 
 
 def summary(seconds: list[float]) -> dict[str, float | int]:
@@ -137,27 +166,27 @@ def measure(nodes: int, requests: int) -> dict[str, object]:
     serial = 0
     extender = ExtenderProcess(nodes)
     try:
-        connection = http.client.HTTPConnection("127.0.0.1", extender.port, timeout=300)
+        timer = HttpTimer(extender.port)
         for serial in range(len(ASKED) + requests):
             share = ASKED[serial % len(ASKED)]
             body = request_body(names, share, serial)
             kind = "cold" if serial < len(ASKED) else "warm"
             for verb in ("filter", "prioritize"):
-                times[f"{verb}_{kind}"].append(timed_post(connection, verb, body))
+                times[f"{verb}_{kind}"].append(timer.post(verb, body))
         for _step in range(requests):
             serial += 1
             extender.add_extra_pod(serial)  # each pod finds the cache changed
             body = request_body(names, ASKED[serial % len(ASKED)], serial)
             for verb in ("filter", "prioritize"):
-                times[f"{verb}_steady"].append(timed_post(connection, verb, body))
+                times[f"{verb}_steady"].append(timer.post(verb, body))
         for label, share in (("seen", ASKED[0]), ("new", NEW_SHARE)):
             relist_s = extender.relist()
             serial += 1
             body = request_body(names, share, serial)
-            first = {verb: round(timed_post(connection, verb, body) * 1000, 3) for verb in ("filter", "prioritize")}
+            first = {verb: round(timer.post(verb, body) * 1000, 3) for verb in ("filter", "prioritize")}
             rebuild[label] = {"relist_s": round(relist_s, 2), "filter_ms": first["filter"],
                               "prioritize_ms": first["prioritize"]}
-        connection.close()
+        timer.close()
     finally:
         extender.stop()
     return {"nodes": nodes, "gpus": nodes * GPUS_PER_NODE, "request_bytes": len(request_body(names, ASKED[0], 0)),

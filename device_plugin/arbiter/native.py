@@ -253,7 +253,7 @@ class NativePolicy:
         if not self._policy:
             raise ArbitrationError(f"need window_ns > 0 and 0 < min_token_ns <= window_ns, "
                                    f"got {window_ns} and {min_token_ns}")
-        self.window_ns = window_ns
+        self.window_ns, self.min_token_ns, self.mps_enabled = window_ns, min_token_ns, mps_enabled
         self._ids: dict[Hashable, int] = {}
         self._clients: dict[int, Hashable] = {}
         self._free: list[int] = []

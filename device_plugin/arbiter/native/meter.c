@@ -8,6 +8,7 @@
 
 #define SLOT_NS 1000000 /* uses ending in the same millisecond are kept as one */
 #define BUSY_COMPACT 4096 /* a GPU's busy intervals are merged when there are this many */
+#define MAX_USE_NS ((int64_t)1 << 61) /* 73 years: more than any window, far from overflowing */
 
 typedef struct use {
     int64_t end, used;
@@ -143,6 +144,8 @@ void fgs_meter_used(fgs_meter *m, fgs_pod_meter *pod, int64_t start, int64_t use
 {
     if (used <= 0)
         return;
+    if (used > MAX_USE_NS)
+        used = MAX_USE_NS; /* a report no hook makes; capped so that start + used cannot overflow */
     int64_t end = start + used;
     pod->used_ns_total += used;
     if (end > pod->last_use_ns)

@@ -6,7 +6,9 @@
  * events): achieved share over a sliding window, token waits in buckets, throttled waits, and
  * each GPU's busy share. One difference, so that a pod renewing every few microseconds costs
  * bounded memory: uses that end within the same millisecond are kept as one, so a use that
- * straddles the window's start may count up to 1 ms more or less (1e-4 of a 10 s window).
+ * straddles the window's start may count up to 1 ms more or less (1e-4 of a 10 s window), for uses
+ * that do not overlap, as a pod's do while it reports no more than the time it held its token. A
+ * use reported longer than 2^61 ns counts as that long.
  */
 #ifndef FGS_ARBITER_METER_H
 #define FGS_ARBITER_METER_H

@@ -382,8 +382,9 @@ int fgs_policy_release(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
     if (c->count) {
         int64_t start = history_at(c, c->count - 1)->start;
         earn(c, now, p->window_ns);
-        int64_t end = start + max64(used, 0);
-        set_last_grant_end(c, max64(start, min64(end, now)));
+        /* max(start, min(start + max(used, 0), now)), without overflowing on a huge report */
+        int64_t end = used <= 0 || now <= start ? start : used >= now - start ? now : start + used;
+        set_last_grant_end(c, end);
     }
     if (c->holding)
         clear_holding(p, c);
