@@ -7,7 +7,7 @@
 #include <string.h>
 
 #define SLOT_NS 1000000 /* uses ending in the same millisecond are kept as one */
-#define BUSY_COMPACT 4096 /* a GPU's busy intervals are merged when there are this many */
+#define BUSY_COMPACT 4096 /* a GPU with this many busy intervals drops those out of every window */
 #define MAX_USE_NS ((int64_t)1 << 61) /* 73 years: more than any window, far from overflowing */
 
 typedef struct use {
@@ -182,55 +182,59 @@ void fgs_meter_used(fgs_meter *m, fgs_pod_meter *pod, int64_t start, int64_t use
     *use_at(pod, pod->count++) = (use){end, used};
 }
 
-static int compare_interval(const void *a, const void *b)
+/* Drop the intervals that ended by `after` (from the front: they are sorted and disjoint). */
+static void drop_busy_before(busy *b, int64_t after)
 {
-    const interval *x = a, *y = b;
-    if (x->start != y->start)
-        return x->start < y->start ? -1 : 1;
-    return (x->end > y->end) - (x->end < y->end);
-}
-
-/* Sort and merge overlapping intervals, dropping those that ended by `after`: the union is kept. */
-static void compact_busy(busy *b, int64_t after)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < b->count; i++)
-        if (b->intervals[i].end > after)
-            b->intervals[n++] = b->intervals[i];
-    qsort(b->intervals, n, sizeof *b->intervals, compare_interval);
-    uint32_t merged = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (merged && b->intervals[i].start <= b->intervals[merged - 1].end) {
-            if (b->intervals[i].end > b->intervals[merged - 1].end)
-                b->intervals[merged - 1].end = b->intervals[i].end;
-        } else {
-            b->intervals[merged++] = b->intervals[i];
-        }
+    uint32_t first = 0;
+    while (first < b->count && b->intervals[first].end <= after)
+        first++;
+    if (first) {
+        memmove(b->intervals, b->intervals + first, (b->count - first) * sizeof *b->intervals);
+        b->count -= first;
     }
-    b->count = merged;
 }
 
+/* Keep the union: the intervals stay sorted by start and disjoint. Uses arrive nearly in order of
+ * their start, so the place is found from the end in a step or two, and nothing is ever sorted. */
 static void add_busy(busy *b, int64_t start, int64_t end, int64_t window)
 {
-    if (b->count) {
-        interval *last = &b->intervals[b->count - 1];
-        if (start >= last->start && start <= last->end) { /* overlaps the last: the union is one */
-            if (end > last->end)
-                last->end = end;
-            return;
+    uint32_t i = b->count;
+    while (i > 0 && b->intervals[i - 1].start > start)
+        i--;
+    if (i > 0 && b->intervals[i - 1].end >= start) { /* joins the one before it */
+        i--;
+        if (end > b->intervals[i].end)
+            b->intervals[i].end = end;
+    } else {
+        if (b->count >= BUSY_COMPACT && b->count == b->capacity) {
+            drop_busy_before(b, start - window); /* as for a pod's uses: what no later snapshot can see goes */
+            i = b->count;
+            while (i > 0 && b->intervals[i - 1].start > start)
+                i--;
         }
+        if (b->count == b->capacity) {
+            uint32_t capacity = b->capacity ? b->capacity * 2 : 64;
+            interval *intervals = realloc(b->intervals, capacity * sizeof *intervals);
+            if (intervals == NULL)
+                return;
+            b->intervals = intervals;
+            b->capacity = capacity;
+        }
+        memmove(b->intervals + i + 1, b->intervals + i, (b->count - i) * sizeof *b->intervals);
+        b->intervals[i] = (interval){start, end};
+        b->count++;
     }
-    if (b->count >= BUSY_COMPACT && b->count == b->capacity)
-        compact_busy(b, start - window); /* as for a pod's uses: what no later snapshot can see goes */
-    if (b->count == b->capacity) {
-        uint32_t capacity = b->capacity ? b->capacity * 2 : 64;
-        interval *intervals = realloc(b->intervals, capacity * sizeof *intervals);
-        if (intervals == NULL)
-            return;
-        b->intervals = intervals;
-        b->capacity = capacity;
+    /* it may now reach the ones after it */
+    uint32_t next = i + 1;
+    while (next < b->count && b->intervals[next].start <= b->intervals[i].end) {
+        if (b->intervals[next].end > b->intervals[i].end)
+            b->intervals[i].end = b->intervals[next].end;
+        next++;
     }
-    b->intervals[b->count++] = (interval){start, end};
+    if (next > i + 1) {
+        memmove(b->intervals + i + 1, b->intervals + next, (b->count - next) * sizeof *b->intervals);
+        b->count -= next - i - 1;
+    }
 }
 
 int fgs_meter_snapshot(fgs_meter *m, int64_t now, const fgs_pod_usage **pods, int64_t *busy_ns)
@@ -281,7 +285,7 @@ int fgs_meter_snapshot(fgs_meter *m, int64_t now, const fgs_pod_usage **pods, in
             busy_ns[g] = -1;
             continue;
         }
-        compact_busy(b, start);
+        drop_busy_before(b, start);
         int64_t total = 0;
         for (uint32_t k = 0; k < b->count; k++) {
             int64_t from = b->intervals[k].start > start ? b->intervals[k].start : start;
