@@ -281,3 +281,62 @@ def test_a_waiter_that_leaves_before_its_grant_does_not_break_the_scheduler(arbi
     assert staying.token() == 20 * MS
     assert time.monotonic() - started < 0.5
     assert errors == []
+
+
+# --- the native engine: what it answers itself and what it hands to Python --------------------
+def test_a_token_sent_with_the_hello_in_one_write_is_answered(arbiter: RunningArbiter) -> None:
+    """The engine reads both frames before Python has registered the connection: the TOKEN reaches
+    Python, which passes it back to the engine once the HELLO is through."""
+    client = arbiter.client()
+    hello = protocol.Hello(os.getpid(), "ns/a", GPU).encode()
+    client.sock.sendall(protocol.encode_frame(MessageType.HELLO, 1, hello)
+                        + protocol.encode_frame(MessageType.TOKEN, 2, protocol.encode_u64(0)))
+    first, second = client.receive(), client.receive()
+    assert (first.type, first.request_id) == (MessageType.HELLO | protocol.REPLY_BIT, 1)
+    assert (second.type, second.request_id) == (MessageType.TOKEN | protocol.REPLY_BIT, 2)
+    assert protocol.decode_u64(second.payload) == 30 * MS
+
+
+def test_a_client_that_never_reads_its_replies_is_not_read_and_others_are_served(arbiter: RunningArbiter) -> None:
+    """Replies pile up past 64 KiB: the engine stops reading that connection (the flood stays in its
+    socket, not in the arbiter), and other tenants' tokens and HELLOs go on."""
+    flooder = arbiter.client()
+    flooder.sock.setblocking(False)
+    ping = protocol.encode_frame(MessageType.PING, 7)
+    sent, last_sent = 0, time.monotonic()
+    deadline = last_sent + 10
+    # Send until the arbiter has stopped taking requests for a whole second (it keeps reading while
+    # its replies fit in the socket and 64 KiB, and while Python works through what it read).
+    while time.monotonic() - last_sent < 1 and time.monotonic() < deadline:
+        try:
+            sent += flooder.sock.send(ping * 256)
+            last_sent = time.monotonic()
+        except BlockingIOError:
+            time.sleep(0.01)
+    assert time.monotonic() < deadline, f"the arbiter kept reading requests whose replies nobody reads ({sent} bytes)"
+    assert 64 * 1024 < sent < 2 * 2**20
+    tenant = arbiter.client()
+    tenant.hello("ns/b")
+    assert tenant.token() == 20 * MS
+    flooder.close()
+    later = arbiter.client()
+    later.hello("ns/a")
+    assert later.token() == 30 * MS
+
+
+def test_usage_comes_from_the_engine(arbiter: RunningArbiter) -> None:
+    client = arbiter.client()
+    client.hello("ns/a")
+    client.token()
+    time.sleep(0.01)
+    client.token(used_ns=5 * MS)  # reports 5 ms of the first token used
+    usage = asyncio.run_coroutine_threadsafe(_usage(arbiter), arbiter.loop).result(5)
+    (pod,) = usage.usage.pods
+    assert (pod.pod, pod.gpu) == ("ns/a", GPU)
+    assert pod.used_seconds_total == pytest.approx(0.005)
+    assert pod.wait_count == 2
+    assert usage.memory_bytes == {(GPU, "ns/a"): 0}
+
+
+async def _usage(arbiter: RunningArbiter) -> Any:
+    return arbiter.server.usage()
