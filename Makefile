@@ -51,4 +51,4 @@ bench: install
 	$(BIN)/python -m bench.autoscale_sim
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis device_plugin/arbiter/_engine*.so

@@ -1,5 +1,5 @@
 """Build hooks: compile the kubelet APIs' .proto files (device plugin, pod resources) with grpcio-tools,
-and the arbiter's native engine (C, ``device_plugin/arbiter/native/``).
+and the arbiter's native engine (C, ``arbiter_engine/``).
 
 Metadata and dependencies are in setup.cfg. The generated modules land next to the .proto
 in ``device_plugin/_api/`` (not committed) for regular and editable installs alike. The engine is
@@ -43,7 +43,7 @@ class BuildWithProtos(build_py):
         super().run()
 
 
-NATIVE_DIR = Path("device_plugin") / "arbiter" / "native"
+NATIVE_DIR = Path("arbiter_engine")
 ENGINE = Extension(
     "device_plugin.arbiter._engine",
     sources=[str(NATIVE_DIR / name) for name in ("engine.c", "policy.c", "meter.c")],

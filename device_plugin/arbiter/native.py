@@ -1,7 +1,7 @@
-"""The arbiter's native engine (``native/``, C), loaded with ctypes: the binding, nothing more.
+"""The arbiter's native engine (``arbiter_engine/``, C), loaded with ctypes: the binding, nothing more.
 
 :class:`NativeEngine` owns the arbiter's connections and answers the token renewals itself on a
-thread of its own (``native/engine.h`` says what it does and what it hands to Python);
+thread of its own (``arbiter_engine/engine.h`` says what it does and what it hands to Python);
 :class:`~device_plugin.arbiter.server.ArbiterServer` drives it. :class:`NativePolicy` and
 :class:`NativeMeter` expose the engine's scheduler and usage meter with the interfaces of their
 specifications, :class:`~fastgshare.arbitration.GpuArbiter` and
@@ -61,7 +61,7 @@ def library_path() -> str:
     if spec is None or spec.origin is None or not os.path.exists(spec.origin):
         raise NativeEngineMissing(
             "the arbiter's native engine (device_plugin/arbiter/_engine*.so) is not built: install the package "
-            "again with gcc present (make install, or pip install -e .), which compiles device_plugin/arbiter/native/")
+            "again with gcc present (make install, or pip install -e .), which compiles arbiter_engine/")
     return spec.origin
 
 

@@ -2,7 +2,7 @@
 
 The connections and the token hot path are the native engine's (:mod:`.native`, C, on a thread of
 its own): it accepts, frames what hooks send, and answers the renewal every hook sends (TOKEN on
-a registered connection) itself, with one scheduler per GPU (``native/policy.c``, which follows
+a registered connection) itself, with one scheduler per GPU (``arbiter_engine/policy.c``, which follows
 :class:`~fastgshare.arbitration.GpuArbiter` decision for decision) and the usage meter. This
 module decides everything else, on the asyncio loop, from the engine's events: who a new
 connection is, HELLO, memory, PING, errors, refusals and deadlines, share changes, and the state

@@ -1,4 +1,4 @@
-"""The arbiter's native usage meter (``device_plugin/arbiter/native/meter.c``, driven through
+"""The arbiter's native usage meter (``arbiter_engine/meter.c``, driven through
 :class:`~device_plugin.arbiter.native.NativeMeter`) measures as its specification,
 :class:`~fastgshare.usage.UsageMeter`: fed the same random events (pods joining, leaving and coming
 back on two GPUs; asking for tokens, at their limit or not, and being granted them after waits that

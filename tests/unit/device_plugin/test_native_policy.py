@@ -1,4 +1,4 @@
-"""The arbiter's native scheduler (``device_plugin/arbiter/native/policy.c``, driven through
+"""The arbiter's native scheduler (``arbiter_engine/policy.c``, driven through
 :class:`~device_plugin.arbiter.native.NativePolicy`) decides exactly as its specification,
 :class:`~fastgshare.arbitration.GpuArbiter`:
 

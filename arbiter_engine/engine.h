@@ -1,6 +1,7 @@
 /*
  * engine.h: the arbiter's native engine: its connections and its token hot path, on a thread of
- * its own (device_plugin/arbiter/native.py loads it with ctypes; server.py drives it).
+ * its own (device_plugin/arbiter/native.py loads it with ctypes; device_plugin/arbiter/server.py
+ * drives it).
  *
  * The engine accepts on the arbiter's listening socket and owns every connection: it reads and
  * frames what hooks send, and answers the renewal every hook sends, TOKEN on a registered
