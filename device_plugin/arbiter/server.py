@@ -40,7 +40,7 @@ from pathlib import Path
 import attrs
 
 from device_plugin.arbiter.identity import pod_uid_of_pid
-from device_plugin.arbiter.native import EVENT_ACCEPTED, EVENT_CLOSED, NativeEngine
+from device_plugin.arbiter.native import EVENT_ACCEPTED, EVENT_CLOSED, EngineEvent, NativeEngine
 from device_plugin.arbiter.ratelimit import RepeatLimiter
 from device_plugin.arbiter.shares import PodShare, ShareBook
 from device_plugin.arbiter.state import SavedPod, StateFile
@@ -218,16 +218,27 @@ class ArbiterServer:
         if engine is None:
             return
         for event in engine.events():
-            if event.kind == EVENT_ACCEPTED:
-                _Link(self, engine, event.connection, event.pid)
-                continue
-            link = self._links.get(event.connection)
-            if link is None:  # closed here while the event waited
-                continue
-            if event.kind == EVENT_CLOSED:
-                link.lost()
-            else:
-                link.received(event.data)
+            try:
+                self._dispatch(engine, event)
+            except Exception:  # a bug must cost one connection, not the events queued behind it
+                log.exception("unexpected error on an arbiter connection (pid %d): closing it", event.pid)
+                link = self._links.get(event.connection)
+                if link is not None:
+                    link.finish()
+                else:
+                    engine.close_connection(event.connection)
+
+    def _dispatch(self, engine: NativeEngine, event: EngineEvent) -> None:
+        if event.kind == EVENT_ACCEPTED:
+            _Link(self, engine, event.connection, event.pid)
+            return
+        link = self._links.get(event.connection)
+        if link is None:  # closed here while the event waited
+            return
+        if event.kind == EVENT_CLOSED:
+            link.lost()
+        else:
+            link.received(event.data)
 
     # --- the ledger across restarts ----------------------------------------------------
     def _restore(self, saved: list[SavedPod]) -> None:

@@ -340,3 +340,21 @@ def test_usage_comes_from_the_engine(arbiter: RunningArbiter) -> None:
 
 async def _usage(arbiter: RunningArbiter) -> Any:
     return arbiter.server.usage()
+
+
+def test_an_unexpected_error_closes_its_connection_and_the_events_behind_it_are_handled(
+        arbiter: RunningArbiter, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(arbiter.server, "_memory", broken)
+    victim, bystander = arbiter.client(), arbiter.client()
+    victim.hello("ns/a")
+    bystander.hello("ns/b")
+    # The bug and the bystander's request reach Python together, as one drain of the engine's events.
+    victim.sock.sendall(protocol.encode_frame(MessageType.MEM_RESERVE, 5, protocol.encode_u64(1)))
+    bystander.sock.sendall(protocol.encode_frame(MessageType.PING, 6))
+    with pytest.raises(ConnectionError):
+        victim.receive()
+    assert bystander.receive().request_id == 6
+    assert bystander.token() == 20 * MS
