@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -712,9 +713,17 @@ fail:
 
 int fgs_engine_start(fgs_engine *e)
 {
+    /* The thread blocks every signal (it inherits the mask): they go to Python's threads, which
+     * handle them, and the engine's calls are not interrupted. */
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
     int error = pthread_create(&e->thread, NULL, run, e);
-    if (error == 0)
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    if (error == 0) {
         e->started = true;
+        pthread_setname_np(e->thread, "fgs-arbiter"); /* as top -H and /proc/<pid>/task/<tid>/comm show it */
+    }
     return error;
 }
 

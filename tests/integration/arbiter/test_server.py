@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import tempfile
 import threading
@@ -358,3 +359,12 @@ def test_an_unexpected_error_closes_its_connection_and_the_events_behind_it_are_
         victim.receive()
     assert bystander.receive().request_id == 6
     assert bystander.token() == 20 * MS
+
+
+def test_the_engine_runs_on_a_named_thread_that_takes_no_signals(arbiter: RunningArbiter) -> None:
+    """Signals go to Python's threads, which handle them; the engine's calls are never interrupted."""
+    tasks = [task for task in Path("/proc/self/task").iterdir() if (task / "comm").read_text().strip() == "fgs-arbiter"]
+    assert len(tasks) == 1
+    blocked = next(line for line in (tasks[0] / "status").read_text().splitlines() if line.startswith("SigBlk:"))
+    standard = sum(1 << (number - 1) for number in range(1, 32) if number not in (signal.SIGKILL, signal.SIGSTOP))
+    assert int(blocked.split()[1], 16) & standard == standard  # every one that can be blocked
