@@ -6,6 +6,7 @@
 #include "engine.h"
 
 #include "fastgshare_protocol.h"
+#include "grow.h"
 #include "policy.h"
 
 #include <errno.h>
@@ -194,10 +195,8 @@ static int conn_write(fgs_engine *e, conn *c, const uint8_t *data, uint32_t leng
         }
     }
     if (c->out_length + length > c->out_capacity) {
-        uint32_t capacity = c->out_capacity ? c->out_capacity : 4096;
-        while (capacity < c->out_length + length)
-            capacity *= 2;
-        uint8_t *out = realloc(c->out, capacity);
+        uint32_t capacity = grown_capacity(c->out_capacity, c->out_length + length, 4096);
+        uint8_t *out = resized(c->out, 1, c->out_capacity, capacity);
         if (out == NULL)
             return -2;
         c->out = out;
@@ -263,8 +262,8 @@ static void mark_unasked(gpu *g, pod *p)
     if (p->unasked)
         return;
     if (g->unasked_count == g->unasked_capacity) {
-        uint32_t capacity = g->unasked_capacity ? g->unasked_capacity * 2 : 16;
-        pod **unasked = realloc(g->unasked, capacity * sizeof *unasked);
+        uint32_t capacity = grown_capacity(g->unasked_capacity, g->unasked_count + 1, 16);
+        pod **unasked = resized(g->unasked, sizeof *unasked, g->unasked_capacity, capacity);
         if (unasked == NULL)
             return;
         g->unasked = unasked;
@@ -289,6 +288,22 @@ static void send_token(fgs_engine *e, conn *c, uint32_t request_id, int64_t toke
     put_le(frame + 8, request_id, 4);
     put_le(frame + 12, (uint64_t)token_ns, 8);
     conn_write(e, c, frame, sizeof frame);
+}
+
+/* Take a connection out of its pod's queue (the first one, when the token goes to it). */
+static void unqueue(pod *p, conn *c)
+{
+    conn **link = &p->queue_head;
+    conn *previous = NULL;
+    while (*link != c) {
+        previous = *link;
+        link = &(*link)->next_in_queue;
+    }
+    *link = c->next_in_queue;
+    if (p->queue_tail == c)
+        p->queue_tail = previous;
+    c->queued = false;
+    c->next_in_queue = NULL;
 }
 
 static pod *pod_of_client(gpu *g, uint32_t client)
@@ -333,11 +348,7 @@ static void pump(fgs_engine *e, gpu *g)
                 continue;
             }
             conn *c = p->queue_head;
-            p->queue_head = c->next_in_queue;
-            if (p->queue_head == NULL)
-                p->queue_tail = NULL;
-            c->next_in_queue = NULL;
-            c->queued = false;
+            unqueue(p, c);
             if (p->queue_head != NULL)
                 mark_unasked(g, p);
             p->holder = c;
@@ -392,8 +403,8 @@ static void token_request(fgs_engine *e, conn *c, uint32_t request_id, uint64_t 
 static void free_client_id(gpu *g, uint32_t client)
 {
     if (g->free_count == g->free_capacity) {
-        uint32_t capacity = g->free_capacity ? g->free_capacity * 2 : 16;
-        uint32_t *ids = realloc(g->free_clients, capacity * sizeof *ids);
+        uint32_t capacity = grown_capacity(g->free_capacity, g->free_count + 1, 16);
+        uint32_t *ids = resized(g->free_clients, sizeof *ids, g->free_capacity, capacity);
         if (ids == NULL)
             return; /* the id is not reused */
         g->free_clients = ids;
@@ -410,19 +421,8 @@ static void detach(fgs_engine *e, conn *c)
         return;
     c->pod = NULL;
     gpu *g = p->gpu;
-    if (c->queued) {
-        conn **link = &p->queue_head;
-        conn *previous = NULL;
-        while (*link != c) {
-            previous = *link;
-            link = &(*link)->next_in_queue;
-        }
-        *link = c->next_in_queue;
-        if (p->queue_tail == c)
-            p->queue_tail = previous;
-        c->queued = false;
-        c->next_in_queue = NULL;
-    }
+    if (c->queued)
+        unqueue(p, c);
     if (p->queue_head != NULL)
         mark_unasked(g, p);
     if (p->holder == c) { /* it cannot report its use: charge the time held, at most the token */
@@ -521,23 +521,21 @@ static int add_slot(fgs_engine *e)
 {
     if (e->free_slot_count)
         return (int)e->free_slots[--e->free_slot_count];
-    uint32_t capacity = e->slot_capacity ? e->slot_capacity * 2 : 64;
-    conn **slots = realloc(e->slots, capacity * sizeof *slots);
+    uint32_t old = e->slot_capacity, capacity = grown_capacity(old, old + 1, 64);
+    conn **slots = resized(e->slots, sizeof *slots, old, capacity); /* the new ones NULL */
     if (slots == NULL)
         return -1;
     e->slots = slots;
-    uint32_t *generations = realloc(e->generations, capacity * sizeof *generations);
+    uint32_t *generations = resized(e->generations, sizeof *generations, old, capacity);
     if (generations == NULL)
         return -1;
     e->generations = generations;
-    uint32_t *free_slots = realloc(e->free_slots, capacity * sizeof *free_slots);
+    uint32_t *free_slots = resized(e->free_slots, sizeof *free_slots, old, capacity);
     if (free_slots == NULL)
         return -1;
     e->free_slots = free_slots;
-    for (uint32_t i = e->slot_capacity; i < capacity; i++) {
-        e->slots[i] = NULL;
+    for (uint32_t i = old; i < capacity; i++)
         e->generations[i] = 1;
-    }
     for (uint32_t i = capacity; i > e->slot_capacity + 1; i--)
         e->free_slots[e->free_slot_count++] = i - 1;
     uint32_t slot = e->slot_capacity;
@@ -873,12 +871,9 @@ int fgs_engine_register(fgs_engine *e, uint64_t id, int gpu_index, const char *n
         p->client = g->free_count ? g->free_clients[--g->free_count] : g->next_client++;
         p->meter = fgs_meter_join(e->meter, gpu_index, name);
         if (p->client >= g->by_client_capacity) {
-            uint32_t capacity = g->by_client_capacity ? g->by_client_capacity : 16;
-            while (capacity <= p->client)
-                capacity *= 2;
-            pod **by_client = realloc(g->by_client, capacity * sizeof *by_client);
+            uint32_t capacity = grown_capacity(g->by_client_capacity, p->client + 1, 16);
+            pod **by_client = resized(g->by_client, sizeof *by_client, g->by_client_capacity, capacity);
             if (by_client != NULL) {
-                memset(by_client + g->by_client_capacity, 0, (capacity - g->by_client_capacity) * sizeof *by_client);
                 g->by_client = by_client;
                 g->by_client_capacity = capacity;
             }

@@ -3,6 +3,8 @@
  */
 #include "meter.h"
 
+#include "grow.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,8 +215,8 @@ static void add_busy(busy *b, int64_t start, int64_t end, int64_t window)
                 i--;
         }
         if (b->count == b->capacity) {
-            uint32_t capacity = b->capacity ? b->capacity * 2 : 64;
-            interval *intervals = realloc(b->intervals, capacity * sizeof *intervals);
+            uint32_t capacity = grown_capacity(b->capacity, b->count + 1, 64);
+            interval *intervals = resized(b->intervals, sizeof *intervals, b->capacity, capacity);
             if (intervals == NULL)
                 return;
             b->intervals = intervals;

@@ -4,6 +4,8 @@
  */
 #include "policy.h"
 
+#include "grow.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,13 @@ typedef struct span {
     int64_t start, end;
 } span;
 
+enum { WAITING, HOLDING, SETS }; /* the clients that wait for a token, and those that hold one */
+
+typedef struct member_set {
+    uint32_t *ids;
+    uint32_t count;
+} member_set;
+
 typedef struct client {
     bool present;
     fgs_share share;
@@ -22,14 +31,12 @@ typedef struct client {
     span *history;
     uint32_t head, count, capacity;
     int64_t history_ns;
-    bool waiting;
     int64_t waiting_since;
-    bool holding;
     int64_t holding_until;
     int64_t credit; /* ns x TIME_UNITS */
     bool credit_started;
     int64_t credit_at;
-    int32_t waiting_slot, holder_slot; /* positions in the policy's waiting and holders arrays */
+    int32_t slot[SETS]; /* its position in each of the policy's sets, -1 outside it */
 } client;
 
 typedef struct ranked {
@@ -47,8 +54,8 @@ struct fgs_policy {
     uint64_t arrivals;
     client *clients;
     uint32_t client_capacity;
-    uint32_t *waiting, *holders;
-    uint32_t waiting_count, holders_count, set_capacity;
+    member_set sets[SETS];
+    uint32_t set_capacity;
     /* scratch for schedule() */
     ranked *ranked;
     fgs_grant *grants;
@@ -93,8 +100,8 @@ void fgs_policy_free(fgs_policy *p)
     for (uint32_t i = 0; i < p->client_capacity; i++)
         free(p->clients[i].history);
     free(p->clients);
-    free(p->waiting);
-    free(p->holders);
+    for (int set = 0; set < SETS; set++)
+        free(p->sets[set].ids);
     free(p->ranked);
     free(p->grants);
     free(p->points);
@@ -107,22 +114,18 @@ static int grow_sets(fgs_policy *p, uint32_t needed)
 {
     if (needed <= p->set_capacity)
         return 0;
-    uint32_t capacity = p->set_capacity ? p->set_capacity : 16;
-    while (capacity < needed)
-        capacity *= 2;
-    uint32_t *waiting = realloc(p->waiting, capacity * sizeof *waiting);
-    if (waiting == NULL)
-        return -2;
-    p->waiting = waiting;
-    uint32_t *holders = realloc(p->holders, capacity * sizeof *holders);
-    if (holders == NULL)
-        return -2;
-    p->holders = holders;
-    ranked *r = realloc(p->ranked, capacity * sizeof *r);
+    uint32_t old = p->set_capacity, capacity = grown_capacity(old, needed, 16);
+    for (int set = 0; set < SETS; set++) {
+        uint32_t *ids = resized(p->sets[set].ids, sizeof *ids, old, capacity);
+        if (ids == NULL)
+            return -2;
+        p->sets[set].ids = ids;
+    }
+    ranked *r = resized(p->ranked, sizeof *r, old, capacity);
     if (r == NULL)
         return -2;
     p->ranked = r;
-    fgs_grant *g = realloc(p->grants, capacity * sizeof *g);
+    fgs_grant *g = resized(p->grants, sizeof *g, old, capacity);
     if (g == NULL)
         return -2;
     p->grants = g;
@@ -130,54 +133,35 @@ static int grow_sets(fgs_policy *p, uint32_t needed)
     return 0;
 }
 
-static void set_waiting(fgs_policy *p, uint32_t id, client *c, int64_t since)
+/* Sets without order: a member leaves by swapping the last one into its place. */
+static void join_set(fgs_policy *p, int set, uint32_t id)
 {
-    c->waiting = true;
-    c->waiting_since = since;
-    c->waiting_slot = (int32_t)p->waiting_count;
-    p->waiting[p->waiting_count++] = id;
+    member_set *members = &p->sets[set];
+    p->clients[id].slot[set] = (int32_t)members->count;
+    members->ids[members->count++] = id;
 }
 
-static void clear_waiting(fgs_policy *p, client *c)
+static void leave_set(fgs_policy *p, int set, client *c)
 {
-    uint32_t slot = (uint32_t)c->waiting_slot;
-    uint32_t last = p->waiting[--p->waiting_count];
-    p->waiting[slot] = last;
-    p->clients[last].waiting_slot = (int32_t)slot;
-    c->waiting = false;
-    c->waiting_slot = -1;
+    member_set *members = &p->sets[set];
+    uint32_t slot = (uint32_t)c->slot[set];
+    uint32_t last = members->ids[--members->count];
+    members->ids[slot] = last;
+    p->clients[last].slot[set] = (int32_t)slot;
+    c->slot[set] = -1;
 }
 
-static void set_holding(fgs_policy *p, uint32_t id, client *c, int64_t until)
-{
-    c->holding = true;
-    c->holding_until = until;
-    c->holder_slot = (int32_t)p->holders_count;
-    p->holders[p->holders_count++] = id;
-}
-
-static void clear_holding(fgs_policy *p, client *c)
-{
-    uint32_t slot = (uint32_t)c->holder_slot;
-    uint32_t last = p->holders[--p->holders_count];
-    p->holders[slot] = last;
-    p->clients[last].holder_slot = (int32_t)slot;
-    c->holding = false;
-    c->holder_slot = -1;
-}
+static bool in_set(const client *c, int set) { return c->slot[set] >= 0; }
 
 int fgs_policy_add(fgs_policy *p, uint32_t id, fgs_share share)
 {
     if (lookup(p, id) != NULL)
         return -1;
     if (id >= p->client_capacity) {
-        uint32_t capacity = p->client_capacity ? p->client_capacity : 16;
-        while (capacity <= id)
-            capacity *= 2;
-        client *clients = realloc(p->clients, capacity * sizeof *clients);
+        uint32_t capacity = grown_capacity(p->client_capacity, id + 1, 16);
+        client *clients = resized(p->clients, sizeof *clients, p->client_capacity, capacity);
         if (clients == NULL)
             return -2;
-        memset(clients + p->client_capacity, 0, (capacity - p->client_capacity) * sizeof *clients);
         p->clients = clients;
         p->client_capacity = capacity;
     }
@@ -195,7 +179,7 @@ int fgs_policy_add(fgs_policy *p, uint32_t id, fgs_share share)
     c->present = true;
     c->share = share;
     c->arrival = ++p->arrivals;
-    c->waiting_slot = c->holder_slot = -1;
+    c->slot[WAITING] = c->slot[HOLDING] = -1;
     return 0;
 }
 
@@ -222,10 +206,10 @@ void fgs_policy_remove(fgs_policy *p, uint32_t id)
     client *c = lookup(p, id);
     if (c == NULL)
         return;
-    if (c->waiting)
-        clear_waiting(p, c);
-    if (c->holding)
-        clear_holding(p, c);
+    if (in_set(c, WAITING))
+        leave_set(p, WAITING, c);
+    if (in_set(c, HOLDING))
+        leave_set(p, HOLDING, c);
     c->present = false;
     c->head = c->count = 0;
     c->history_ns = 0;
@@ -386,8 +370,8 @@ int fgs_policy_release(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
         int64_t end = used <= 0 || now <= start ? start : used >= now - start ? now : start + used;
         set_last_grant_end(c, end);
     }
-    if (c->holding)
-        clear_holding(p, c);
+    if (in_set(c, HOLDING))
+        leave_set(p, HOLDING, c);
     return 0;
 }
 
@@ -396,21 +380,23 @@ int fgs_policy_request(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
     if (fgs_policy_release(p, id, now, used) != 0)
         return -1;
     client *c = &p->clients[id];
-    if (!c->waiting)
-        set_waiting(p, id, c, now);
+    if (!in_set(c, WAITING)) {
+        c->waiting_since = now;
+        join_set(p, WAITING, id);
+    }
     return 0;
 }
 
 int fgs_policy_is_waiting(const fgs_policy *p, uint32_t id)
 {
     client *c = lookup(p, id);
-    return c == NULL ? -1 : c->waiting;
+    return c == NULL ? -1 : in_set(c, WAITING);
 }
 
 int64_t fgs_policy_holding_until(const fgs_policy *p, uint32_t id)
 {
     client *c = lookup(p, id);
-    return c == NULL || !c->holding ? FGS_NO_TIME : c->holding_until;
+    return c == NULL || !in_set(c, HOLDING) ? FGS_NO_TIME : c->holding_until;
 }
 
 int64_t fgs_policy_usage(fgs_policy *p, uint32_t id, int64_t now)
@@ -419,7 +405,7 @@ int64_t fgs_policy_usage(fgs_policy *p, uint32_t id, int64_t now)
     return c == NULL ? -1 : client_usage(c, now, p->window_ns);
 }
 
-bool fgs_policy_anyone_waiting(const fgs_policy *p) { return p->waiting_count > 0; }
+bool fgs_policy_anyone_waiting(const fgs_policy *p) { return p->sets[WAITING].count > 0; }
 
 static int64_t request_ns(const fgs_policy *p, fgs_share s) { return s.request_permille * p->window_ns / TIME_UNITS; }
 static int64_t limit_ns(const fgs_policy *p, fgs_share s) { return s.limit_permille * p->window_ns / TIME_UNITS; }
@@ -464,8 +450,8 @@ static uint32_t eligible_in_order(fgs_policy *p, int64_t now, wake *w)
 {
     uint32_t n = 0;
     int64_t window = p->window_ns, min_token = p->min_token_ns;
-    for (uint32_t i = 0; i < p->waiting_count; i++) {
-        uint32_t id = p->waiting[i];
+    for (uint32_t i = 0; i < p->sets[WAITING].count; i++) {
+        uint32_t id = p->sets[WAITING].ids[i];
         client *c = &p->clients[id];
         int64_t usage = client_usage(c, now, window);
         fgs_share s = c->share;
@@ -507,10 +493,10 @@ int fgs_policy_schedule(fgs_policy *p, int64_t now, const fgs_grant **grants, in
     int32_t sm_taken = 0;
     bool anyone_holding = false;
     /* _release_expired */
-    for (uint32_t i = 0; i < p->holders_count;) {
-        client *c = &p->clients[p->holders[i]];
+    for (uint32_t i = 0; i < p->sets[HOLDING].count;) {
+        client *c = &p->clients[p->sets[HOLDING].ids[i]];
         if (c->holding_until <= now) {
-            clear_holding(p, c); /* moves the last holder into slot i */
+            leave_set(p, HOLDING, c); /* moves the last holder into slot i */
             continue;
         }
         sm_taken += c->share.sm_percent;
@@ -519,7 +505,7 @@ int fgs_policy_schedule(fgs_policy *p, int64_t now, const fgs_grant **grants, in
         i++;
     }
     int count = 0;
-    if (p->waiting_count) {
+    if (p->sets[WAITING].count) {
         uint32_t n = eligible_in_order(p, now, &w);
         for (uint32_t i = 0; i < n; i++) {
             uint32_t id = p->ranked[i].client;
@@ -536,8 +522,9 @@ int fgs_policy_schedule(fgs_policy *p, int64_t now, const fgs_grant **grants, in
             earn(c, now, p->window_ns);
             if (add_grant(c, now, end) != 0)
                 return -2;
-            clear_waiting(p, c);
-            set_holding(p, id, c, end);
+            leave_set(p, WAITING, c);
+            c->holding_until = end;
+            join_set(p, HOLDING, id);
             sm_taken += s.sm_percent;
             anyone_holding = true;
             p->grants[count++] = (fgs_grant){id, token};
