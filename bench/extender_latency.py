@@ -48,8 +48,8 @@ from fastgshare.share import ShareSpec, share_annotations
 from scheduler_extender.app import build_services, create_app
 from scheduler_extender.config import ExtenderConfig
 from scheduler_extender.records import NodeRecord, PodRecord
-from scheduler_extender.server import HttpServer
 from scheduler_extender.state import ClusterState
+from scheduler_extender.threaded_http import ThreadedHttpServer
 
 GiB = 2**30
 GPUS_PER_NODE = 8
@@ -246,7 +246,7 @@ def _serve(nodes: int, pipe: Connection) -> None:
     state, pods = half_full_cluster_and_pods(nodes)
     build_s = time.perf_counter() - started
     services = build_services(ExtenderConfig(bind_wait_s=0, max_body_bytes=64 * 2**20), state, _NoApi())
-    server = HttpServer(create_app(services), "127.0.0.1", 0)
+    server = ThreadedHttpServer(create_app(services), "127.0.0.1", 0)
     server.start()
     pipe.send((server.port, build_s))
     try:

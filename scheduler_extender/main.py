@@ -27,17 +27,19 @@ from scheduler_extender.config import (
     parse_listen,
 )
 from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
-from scheduler_extender.server import THREADS, HttpServer
+from scheduler_extender.server import HttpServer
 from scheduler_extender.share_changes import ShareChanges
 from scheduler_extender.state import ClusterState
+from scheduler_extender.threaded_http import ThreadedHttpServer
 from scheduler_extender.tls import ReloadingContext, TlsConfigError
 from scheduler_extender.webhook import create_webhook_app
 
 log = logging.getLogger("scheduler_extender")
 
 GIL_SWITCH_INTERVAL_S = 0.0005
-# Every HTTP worker binding at once, and the two watches: no API call opens a connection of its own.
-API_CONNECTIONS = THREADS + 2
+# 32 binds at once (each on a scheduler connection of its own) and the two watches; the client opens
+# (and does not keep) more connections when more binds write at once.
+API_CONNECTIONS = 34
 EVENT_COMPONENT = "fastgshare-extender"  # the source of the events on pods (live share changes)
 
 
@@ -67,8 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"placement policy; a pod may override it with the annotation "
                              f"{keys.SCHEDULING_POLICY_ANNOTATION} (default: %(default)s)")
     parser.add_argument("--bind-wait-seconds", type=float, default=DEFAULT_BIND_WAIT_S, metavar="SECONDS",
-                        help="binds to one node wait up to this long for the node agent to mark the previously "
-                             "bound pod allocated, then proceed; keep it well below the scheduler's httpTimeout "
+                        help="0: binds do not wait for each other (the node agent tells pods apart by kubelet's "
+                             "record). Above 0: binds to one node take turns, each waiting up to this long for the "
+                             "node agent to mark the previously bound pod allocated, for node agents without "
+                             "kubelet's PodResources API; keep it well below the scheduler's httpTimeout "
                              "(default: %(default)s)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help="larger request bodies are refused with 413 (default: %(default)s)")
@@ -111,7 +115,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
     services = build_services(config, state, kube)
     changes = ShareChanges(state, kube, EventRecorder(kube, component=EVENT_COMPONENT, instance=socket.gethostname(),
                                                       api_version="v1", kind="Pod"))
-    server = HttpServer(create_app(services), host, port)
+    server = ThreadedHttpServer(create_app(services), host, port)
     extra = [] if webhook is None else [webhook]
     try:
         if metrics_at is not None:

@@ -1,9 +1,11 @@
-"""Serving the app over HTTP on a background thread, and stopping it cleanly.
+"""Serving the webhook (TLS) and the status listener over HTTP on a background thread, and stopping cleanly.
 
-A production WSGI server, Cheroot (CherryPy's), in this one process, so every request sees the
-one in-memory cache the watches feed (a multi-process server would split it). A fixed pool of
-worker threads serves the requests; kept-alive connections wait in Cheroot's selector, not in a
-thread, between requests, so the scheduler's pooled connections cost nothing while idle.
+The scheduler's listener (``--listen``) is :mod:`.threaded_http`, built for its few busy
+connections; these two face the pod network: the API server's webhook calls and the probes and
+Prometheus. A production WSGI server, Cheroot (CherryPy's), in this one process, so every request
+sees the one in-memory cache the watches feed (a multi-process server would split it). A fixed
+pool of worker threads serves the requests; kept-alive connections wait in Cheroot's selector, not
+in a thread, between requests, so idle clients cost no thread.
 HTTP/1.1 keep-alive, and ``TCP_NODELAY`` on the listening socket (accepted sockets inherit it):
 headers and body leave in separate writes, and without it Nagle's algorithm holds the body
 until the client's delayed ACK (up to 40 ms per answer). TLS (the webhook) is Python's ``ssl``

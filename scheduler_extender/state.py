@@ -16,9 +16,11 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
   written; until the API shows the new share, events showing the old one change nothing.
 - The pods that are not bound yet are kept as the watch last showed them
   (:meth:`ClusterState.pending_pod`), so a bind need not read its pod from the API server.
-- Binds to one node take turns in arrival order: one writes at a time, and the next waits
-  until the node agent has marked the previously bound pod allocated, for at most
-  ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
+- With ``bind_wait_s`` > 0, binds to one node take turns in arrival order: one writes at a
+  time, and the next waits until the node agent has marked the previously bound pod allocated,
+  for at most ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
+  With 0 (the default) binds do not take turns: the node agent's Allocate tells pods apart by
+  kubelet's record and the order they arrived on the node, not by the extender's pacing.
 
 One condition variable guards everything here, and waiting binds sleep on it. Node entries
 are replaced, never modified, so readers may use them after the lock is released.
@@ -123,6 +125,7 @@ class ClusterState:
         self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG)
         self._log_floor = 0
         self._bind_wait_ms = int(bind_wait_s * 1000)
+        self._takes_turns = bind_wait_s > 0
         self._now_ms = now_ms
 
     def now_ms(self) -> int:
@@ -452,7 +455,8 @@ class ClusterState:
                                   gpu_index=choice.index, share=share, assigned_at_ms=self._now_ms(),
                                   in_flight=True, seen=False)
             self._place(placement)
-            self._queues[node].append(uid)
+            if self._takes_turns:
+                self._queues[node].append(uid)
             return Reservation(uid=uid, pod_key=pod_key, node=node, gpu_uuid=choice.uuid,
                                gpu_index=choice.index, share=share)
 
@@ -472,8 +476,10 @@ class ClusterState:
 
         ``uid`` must be in the node's queue (:meth:`reserve` puts it there): a bind is woken when it
         is first in the queue. Either way the bind then counts as writing to the node until
-        :meth:`finish_bind`.
+        :meth:`finish_bind`. Without turns (``bind_wait_s`` 0) every bind may write at once.
         """
+        if not self._takes_turns:
+            return True
         deadline = time.monotonic() + timeout_s
         with self._changed:
             turn = self._turn_waiters[uid] = threading.Condition(self._lock)

@@ -4,7 +4,10 @@ kube-scheduler calls ``/filter`` and ``/prioritize`` for every pod it places and
 pod it binds. Through Flask's request and response machinery (contexts, hooks, header objects) a
 warm filter at 5,000 nodes took the extender 2.0 ms, answered here 1.2 ms (p50, bench.extender_latency's
 cluster). :class:`VerbLane` answers a well-formed verb request itself: the same decoding
-(:mod:`.wire`), the same services, the same answers, the same latency metric.
+(:mod:`.wire`), the same services, the same answers, the same latency metric. It parses the body
+with orjson (that 70 KB body: 0.22 ms, against 0.46 ms with ``json``); a body orjson refuses goes
+to Flask, whose ``json`` decides (it accepts ``NaN`` and integers beyond 64 bits, which orjson
+does not).
 
 Everything else goes to the Flask app unchanged: other paths and methods, bodies of unknown or
 too large length, a content type other than JSON, and any body that does not decode (bad JSON,
@@ -21,6 +24,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from scheduler_extender import wire
 
@@ -60,8 +65,8 @@ class VerbLane:
         name, answer = verb
         raw = environ["wsgi.input"].read(length) if length else b""
         try:
-            payload = json.loads(raw)
-        except (ValueError, RecursionError):
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:  # Flask's json decides: its answer, or NaN and big numbers it accepts
             return self._by_flask(environ, start_response, raw)
         try:
             body = answer(payload)

@@ -15,6 +15,7 @@ from fastgshare.codec import decode_assignment
 from fastgshare.ledger import GpuLedger
 from fastgshare.placement import Policy
 from scheduler_extender.binder import Binder
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.passes import FilterPasses
 from scheduler_extender.ports import ApiFailure
@@ -313,6 +314,22 @@ def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeK
     kube.mark_allocated("team-a/first")
     second.join(5)
     assert kube.pods["team-a/second"].node_name == "node-a"
+
+
+def test_by_default_a_bind_does_not_wait_for_the_previous_pod_on_the_node(kube: FakeKube) -> None:
+    """Issue 18: Allocate is exact without the extender's pacing, so binds no longer take turns
+    (with the old default of 5 s, the second bind waited those 5 s for "first" to be allocated)."""
+    state = synced_state(node_record("node-a"), bind_wait_s=DEFAULT_BIND_WAIT_S)
+    subject = binder(state, kube, bind_wait_s=DEFAULT_BIND_WAIT_S)
+    for name in ("first", "second"):
+        kube.add(pod_record(name, uid=f"u-{name}"))
+    assert subject.bind(bind_args(kube, "first")) == ""
+    second = threading.Thread(target=subject.bind, args=(bind_args(kube, "second"),))
+    second.start()
+    second.join(3)
+    assert not second.is_alive()
+    assert kube.pods["team-a/second"].node_name == "node-a"
+    assert keys.POD_ALLOCATED_ANNOTATION not in kube.pods["team-a/first"].annotations  # never allocated
 
 
 @pytest.mark.parametrize("watched", [False, True], ids=["read", "cached"])

@@ -226,7 +226,7 @@ def test_turn_gives_up_after_its_timeout() -> None:
 
 
 def test_turns_on_one_node_are_taken_in_arrival_order_one_writer_at_a_time() -> None:
-    state = synced_state(node_record("node-a"), bind_wait_s=0)
+    state = synced_state(node_record("node-a"), bind_wait_s=5)
     for uid in ("u1", "u2"):
         reserve(state, uid)
     order: list[str] = []
@@ -247,8 +247,24 @@ def test_turns_on_one_node_are_taken_in_arrival_order_one_writer_at_a_time() -> 
     assert "node-a" not in state.snapshot().waiting
 
 
+def test_without_a_bind_wait_binds_on_one_node_take_no_turns() -> None:
+    """The default since issue 18: a bind writes at once, whoever else is writing to the node or
+    was bound there and not allocated yet; none is listed as waiting."""
+    clock = Clock()
+    state = synced_state(node_record("node-a"), bind_wait_s=0, now_ms=clock)
+    bound_unallocated(state, "u0", clock.ms)
+    for uid in ("u1", "u2"):
+        reserve(state, uid)
+    assert state.snapshot().waiting == {}
+    assert state.wait_turn("u1", "node-a", 0)
+    assert state.wait_turn("u2", "node-a", 0)  # while u1 writes
+    for uid in ("u1", "u2"):
+        state.finish_bind(uid, "node-a", BindOutcome.BOUND)
+    assert sorted(p.uid for p in state.snapshot().placements if p.node == "node-a") == ["u0", "u1", "u2"]
+
+
 def test_turns_on_different_nodes_do_not_wait_for_each_other() -> None:
-    state = synced_state(node_record("node-a"), node_record("node-b"))
+    state = synced_state(node_record("node-a"), node_record("node-b"), bind_wait_s=5)
     reserve(state, "u1", "node-a")
     reserve(state, "u2", "node-b")
     assert state.wait_turn("u1", "node-a", 1)
@@ -326,7 +342,7 @@ def test_a_queue_of_binds_on_one_node_wakes_only_the_first(monkeypatch: pytest.M
     """Twenty binds queued on one node (binpack puts most binds on one node) take their turns in
     order, each woken when the one before it finishes, without every change waking all of them
     (one condition for all of them: 104 checks of a turn for these 20 binds; now 20)."""
-    state = synced_state(node_record("node-a", gpus=8), bind_wait_s=0)
+    state = synced_state(node_record("node-a", gpus=8), bind_wait_s=5)
     uids = [f"u{n}" for n in range(20)]
     for uid in uids:
         reserve(state, uid)
@@ -345,7 +361,7 @@ def test_a_queue_of_binds_on_one_node_wakes_only_the_first(monkeypatch: pytest.M
     def bind(uid: str) -> None:
         results.append(state.wait_turn(uid, "node-a", 30))
         order.append(uid)
-        state.finish_bind(uid, "node-a", BindOutcome.BOUND)
+        state.finish_bind(uid, "node-a", BindOutcome.RELEASED)  # nothing for the next to wait for
 
     threads = [threading.Thread(target=bind, args=(uid,)) for uid in uids[1:]]
     for thread in threads:
