@@ -45,6 +45,14 @@ Connect = Callable[[ThreadedHttpServer], "Wire"]
 
 # --- the app -------------------------------------------------------------------------------------
 
+CANNED: dict[str, tuple[list[tuple[str, str]], list[bytes]]] = {
+    "/ignore": ([("Content-Type", "text/plain")], [b"ignored"]),
+    "/fixed": ([("Content-Type", "text/plain"), ("Content-Length", "11")], [b"hello world"]),
+    "/wrong-length": ([("Content-Type", "text/plain"), ("Content-Length", "999")], [b"sh", b"ort"]),
+    "/not-latin-1": ([("Content-Type", "text/plain"), ("X-Name", "caf\u00e9 \u2603")], [b"sent"]),
+}
+
+
 class App:
     """A WSGI app routed on ``PATH_INFO``; any path not listed echoes the request.
 
@@ -68,18 +76,10 @@ class App:
             return self._fail_midway()
         if route == "/no-start":
             return [b"never started"]
-        if route == "/ignore":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ignored"]
-        if route == "/fixed":
-            start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "11")])
-            return [b"hello world"]
-        if route == "/wrong-length":
-            start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "999")])
-            return [b"sh", b"ort"]
-        if route == "/not-latin-1":
-            start_response("200 OK", [("Content-Type", "text/plain"), ("X-Name", "caf\u00e9 \u2603")])
-            return [b"sent"]
+        if route in CANNED:  # answered without reading the body
+            headers, chunks = CANNED[route]
+            start_response("200 OK", headers)
+            return chunks
         if route == "/hold":
             self.held.set()
             self.release.wait(WAIT_S)
