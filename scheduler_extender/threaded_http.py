@@ -441,20 +441,14 @@ class _Body:
         return self._send_continue is not None
 
     def read(self, size: int | None = -1) -> bytes:
-        wanted = self.remaining if size is None or size < 0 else min(size, self.remaining)
-        if wanted == 0:
-            return b""
-        self._continue()
-        data = self._reader.exactly(wanted)
+        wanted = self._start(size)
+        data = self._reader.exactly(wanted) if wanted else b""
         self._account(data, wanted)
         return data
 
     def readline(self, size: int | None = -1) -> bytes:
-        wanted = self.remaining if size is None or size < 0 else min(size, self.remaining)
-        if wanted == 0:
-            return b""
-        self._continue()
-        data = self._reader.line(wanted)
+        wanted = self._start(size)
+        data = self._reader.line(wanted) if wanted else b""
         self._account(data, len(data) if data.endswith(b"\n") or len(data) == wanted else wanted)
         return data
 
@@ -471,10 +465,13 @@ class _Body:
         while line := self.readline():
             yield line
 
-    def _continue(self) -> None:
-        if self._send_continue is not None:
+    def _start(self, size: int | None) -> int:
+        """How many bytes a read of ``size`` may take; sends ``100 Continue`` before the first."""
+        wanted = self.remaining if size is None or size < 0 else min(size, self.remaining)
+        if wanted and self._send_continue is not None:
             send, self._send_continue = self._send_continue, None
             send()
+        return wanted
 
     def _account(self, data: bytes, wanted: int) -> None:
         self.remaining -= len(data)

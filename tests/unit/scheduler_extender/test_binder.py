@@ -300,14 +300,20 @@ def test_retried_bind_the_watch_has_not_shown_bound_yet_reads_the_pod(kube: Fake
     assert kube.actions == [("get", "team-a/p")]
 
 
-def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeKube) -> None:
-    state = synced_state(node_record("node-a"), bind_wait_s=30)
-    subject = binder(state, kube, bind_wait_s=30)
+def bind_first_then_start_second(kube: FakeKube, bind_wait_s: float) -> threading.Thread:
+    """Bind pod "first" to node-a, then start binding "second" there on a thread (returned)."""
+    state = synced_state(node_record("node-a"), bind_wait_s=bind_wait_s)
+    subject = binder(state, kube, bind_wait_s=bind_wait_s)
     for name in ("first", "second"):
         kube.add(pod_record(name, uid=f"u-{name}"))
     assert subject.bind(bind_args(kube, "first")) == ""
     second = threading.Thread(target=subject.bind, args=(bind_args(kube, "second"),))
     second.start()
+    return second
+
+
+def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeKube) -> None:
+    second = bind_first_then_start_second(kube, bind_wait_s=30)
     second.join(0.2)
     assert second.is_alive()
     assert not kube.pods["team-a/second"].node_name
@@ -319,13 +325,7 @@ def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeK
 def test_by_default_a_bind_does_not_wait_for_the_previous_pod_on_the_node(kube: FakeKube) -> None:
     """Issue 18: Allocate is exact without the extender's pacing, so binds no longer take turns
     (with the old default of 5 s, the second bind waited those 5 s for "first" to be allocated)."""
-    state = synced_state(node_record("node-a"), bind_wait_s=DEFAULT_BIND_WAIT_S)
-    subject = binder(state, kube, bind_wait_s=DEFAULT_BIND_WAIT_S)
-    for name in ("first", "second"):
-        kube.add(pod_record(name, uid=f"u-{name}"))
-    assert subject.bind(bind_args(kube, "first")) == ""
-    second = threading.Thread(target=subject.bind, args=(bind_args(kube, "second"),))
-    second.start()
+    second = bind_first_then_start_second(kube, bind_wait_s=DEFAULT_BIND_WAIT_S)
     second.join(3)
     assert not second.is_alive()
     assert kube.pods["team-a/second"].node_name == "node-a"
