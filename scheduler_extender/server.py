@@ -26,7 +26,7 @@ from flask import Flask
 
 log = logging.getLogger(__name__)
 
-THREADS = 32  # binds wait (up to --bind-wait-seconds) for the node agent while holding a thread
+THREADS = 32  # webhook calls and probes; the scheduler's verbs are served by threaded_http.py
 BACKLOG = 128
 IDLE_TIMEOUT_S = 60  # a kept-alive connection with no request for this long is closed
 
