@@ -45,6 +45,9 @@ class PodRecord:
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     gpu_containers: tuple[str, ...] = ()  # containers requesting the vgpu resource, in order
     deleting: bool = False
+    # The controller that owns the pod ("FaSTPod/web"), which makes a new one if it is deleted;
+    # None for a pod nobody replaces.
+    controller: str | None = None
     # When this agent's watch saw the pod bound to its node, as a running count (None: it was
     # already bound when the agent listed, so the order is not known). kubelet admits pods in the
     # order its own watch sees them bound, which is the same order (both follow etcd's revisions).

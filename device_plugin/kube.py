@@ -8,9 +8,10 @@ module that reaches the API.
   resourceVersion; bookmarks move the version on; relist when the watch expires with 410 Gone), so
   Allocate reads memory rather than listing per call. Each pod is turned into a
   :class:`~device_plugin.allocation.PodRecord` once, when it arrives, its assignment decoded there;
-- :class:`KubeWriter`: the two writes the agent makes, each touching only its own annotation:
-  marking a pod allocated (guarded by resourceVersion, retried on 409) and publishing the
-  node's GPU inventory.
+- :class:`KubeWriter`: the agent's writes: marking a pod allocated (one annotation, guarded by
+  resourceVersion, retried on 409), publishing the node's GPU inventory (its own annotations),
+  and deleting a pod of a controller whose container it refused to start (see
+  :meth:`~device_plugin.servicer.DevicePluginServicer.PreStartContainer`).
 
 Pods are read as the API's JSON, not as client models; failures are the layer's
 :class:`~fastgshare_kube.errors.ApiError`.
@@ -94,6 +95,8 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
         annotations={str(key): str(value) for key, value in (metadata.get("annotations") or {}).items()},
         gpu_containers=tuple(str(c.get("name")) for c in containers if _requests_vgpu(c)),
         deleting=metadata.get("deletionTimestamp") is not None,
+        controller=next((f"{ref.get('kind')}/{ref.get('name')}" for ref in metadata.get("ownerReferences") or []
+                         if ref.get("controller")), None),
     )
 
 
@@ -222,6 +225,20 @@ class KubeWriter:
             self._sleep(0.05 * (attempt + 1))
         log.warning("pod=%s could not be marked allocated after %d conflicts", pod.key, CONFLICT_RETRIES)
         return False
+
+    def delete_refused(self, pod: PodRecord) -> bool:
+        """Delete a pod whose container the agent refused to start, so that its controller makes
+        a new one; only this pod (a uid precondition): a new pod of the same name stays. False if
+        it is gone already or was replaced."""
+        body = {"preconditions": {"uid": pod.uid}}
+        try:
+            rest.call(self._core.delete_namespaced_pod, pod.name, pod.namespace, body=rest.raw(body),
+                      timeout_s=REQUEST_TIMEOUT)
+        except ApiError as error:
+            if error.not_found or error.conflict:
+                return False
+            raise
+        return True
 
     def publish_inventory(self, node_name: str, payload: str) -> bool:
         """Write the node's inventory annotation (and the agent's other node annotations, such as

@@ -15,7 +15,7 @@ def assignment(node: str, gpu_uuid: str, gpu_index: int = 0, at_ms: int = 1_000,
 
 def pod_record(name: str, node: str, *, assigned: PodAssignment | None = None, allocated: bool = False,
                containers: tuple[str, ...] = ("main",), phase: str = "Pending", namespace: str = "team-a",
-               raw_assignment: str | None = None) -> PodRecord:
+               raw_assignment: str | None = None, controller: str | None = None) -> PodRecord:
     annotations = {}
     if assigned is not None:
         annotations[keys.POD_ASSIGNMENT_ANNOTATION] = encode_assignment(assigned)
@@ -24,4 +24,5 @@ def pod_record(name: str, node: str, *, assigned: PodAssignment | None = None, a
     if allocated:
         annotations[keys.POD_ALLOCATED_ANNOTATION] = "2026-11-29T00:00:00+00:00"
     return PodRecord(uid=f"uid-{name}", namespace=namespace, name=name, node_name=node, phase=phase,
-                     resource_version="1", annotations=annotations, gpu_containers=containers)
+                     resource_version="1", annotations=annotations, gpu_containers=containers,
+                     controller=controller)

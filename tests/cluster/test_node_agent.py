@@ -189,6 +189,37 @@ def test_marking_a_pod_that_was_replaced_is_refused(api_client: kubernetes.clien
         core.read_namespaced_pod("phoenix", namespace).metadata.annotations or {})
 
 
+def test_deleting_a_refused_pod_deletes_that_pod_and_not_its_successor(
+        api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str) -> None:
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
+    with cached_single_pod(api_client, core, namespace, "refused") as old:
+        assert old.controller is None  # a bare pod: nobody would replace it
+        core.delete_namespaced_pod("refused", namespace, grace_period_seconds=0)
+        bound_pod(core, namespace, "refused", old.node_name, None)
+        core.patch_namespaced_pod("refused", namespace, {"metadata": {"ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid, "controller": True}]}})
+        writer = KubeWriter(api_client)
+        assert not writer.delete_refused(old)  # the successor of the same name stays
+        assert core.read_namespaced_pod("refused", namespace).metadata.deletion_timestamp is None
+        [current] = cached(api_client, old.node_name)
+        assert current.controller == "ConfigMap/owner"
+        assert writer.delete_refused(current)
+    # No kubelet runs on the node, so the pod waits there in its grace period, deleting.
+    assert core.read_namespaced_pod("refused", namespace).metadata.deletion_timestamp is not None
+    assert not writer.delete_refused(attrs.evolve(current, uid="uid-of-nobody"))
+
+
+def cached(api_client: kubernetes.client.ApiClient, node: str) -> list[PodRecord]:
+    """The pods a freshly synced cache of the node agent shows on ``node``."""
+    pods = NodePods(api_client, node)
+    pods.start()
+    try:
+        assert pods.wait_synced(30)
+        return pods.snapshot()[1]
+    finally:
+        pods.stop()
+
+
 class ExpiringOnce:
     """The first watch ends as the API server ends an expired one: an ERROR event, Status 410 Gone.
 

@@ -63,11 +63,20 @@ class FakePods:
 
 
 class FakeMarker:
-    """Records allocated marks and shows them in the fake cache, as the API server would."""
+    """Records allocated marks and deletions and shows them in the fake cache, as the API server
+    would (a deleted pod of a node with a kubelet is first shown deleting)."""
 
     def __init__(self, pods: FakePods) -> None:
         self.marked: list[str] = []
+        self.deleted: list[str] = []
+        self.pod_deleted = threading.Event()
         self._pods = pods
+
+    def delete_refused(self, pod: PodRecord) -> bool:
+        self.deleted.append(pod.key)
+        self._pods.put(attrs.evolve(pod, deleting=True))
+        self.pod_deleted.set()
+        return True
 
     def mark_allocated(self, pod: PodRecord, value: str) -> bool:
         self.marked.append(pod.key)

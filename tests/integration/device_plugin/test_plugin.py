@@ -235,7 +235,29 @@ def test_a_container_given_another_pods_gpu_does_not_start(exact_agent: RunningA
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert error.details().startswith("fastgshare: refused to start a container of pod team-a/admitted")
     assert f"is assigned GPU {gpus[1].uuid}" in error.details()
+    assert error.details().endswith("Delete the pod and create it again")
+    assert exact_agent.marker.deleted == []  # nothing would replace a bare pod
     # the usual case: kubelet's record names the pod that was served, and the container starts
     exact_agent.pod_resources.give("team-a", "admitted", "main", keys.VGPU_RESOURCE, [])
     exact_agent.pod_resources.give("team-a", "expected", "main", keys.VGPU_RESOURCE, [f"{gpus[0].uuid}::0"])
     stub.PreStartContainer(api.PreStartContainerRequest(devices_ids=[f"{gpus[0].uuid}::0"]), timeout=10)
+
+
+def test_a_refused_pod_of_a_controller_is_deleted_so_that_it_makes_a_new_one(exact_agent: RunningAgent) -> None:
+    """kubelet keeps Allocate's answer and retries the start: a refused pod would wait forever.
+    One with a controller is deleted (once, however often kubelet retries); its controller makes a new one."""
+    gpus = exact_agent.gpus.devices()
+    assert exact_agent.pod_resources is not None
+    for name, gpu in [("expected", gpus[0]), ("admitted", gpus[1])]:
+        exact_agent.pods.put(pod_record(name, NODE, assigned=assignment(NODE, gpu.uuid, gpu.index),
+                                        controller="FaSTPod/web"))
+    _allocate(exact_agent, f"{gpus[0].uuid}::0")
+    exact_agent.pod_resources.give("team-a", "admitted", "main", keys.VGPU_RESOURCE, [f"{gpus[0].uuid}::0"])
+    stub = exact_agent.stub()
+    for _ in range(3):  # kubelet tries the start again and again
+        error = rpc_error(lambda: stub.PreStartContainer(
+            api.PreStartContainerRequest(devices_ids=[f"{gpus[0].uuid}::0"]), timeout=10))
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert error.details().endswith("the node agent deletes the pod and FaSTPod/web makes a new one")
+        assert exact_agent.marker.pod_deleted.wait(5)
+    assert exact_agent.marker.deleted == ["team-a/admitted"]
