@@ -10,7 +10,7 @@ import attrs
 from fastgshare.placement import DEFAULT_POLICY, Policy
 
 DEFAULT_LISTEN = "127.0.0.1:8888"
-DEFAULT_BIND_WAIT_S = 5.0
+DEFAULT_BIND_WAIT_S = 0.0
 DEFAULT_MAX_BODY_BYTES = 32 * 2**20  # a NodeNames filter for 5,000 nodes is ~100 KiB; full Nodes ~25 MiB
 
 
@@ -23,8 +23,8 @@ class ExtenderConfig:
     """What the extender needs to know besides the cluster.
 
     - ``policy``: placement policy when the pod does not override it by annotation;
-    - ``bind_wait_s``: 0: binds do not wait for each other. Above 0 (the default, 5 s), binds to
-      one node take turns, each waiting this long at most for the node agent to mark the previous
+    - ``bind_wait_s``: 0 (the default): binds do not wait for each other. Above 0, binds to one
+      node take turns, each waiting this long at most for the node agent to mark the previous
       pod allocated before it proceeds anyway (keep it well below the scheduler's
       ``httpTimeout`` for the extender);
     - ``max_body_bytes``: larger request bodies are refused with 413.

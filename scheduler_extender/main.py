@@ -69,9 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"placement policy; a pod may override it with the annotation "
                              f"{keys.SCHEDULING_POLICY_ANNOTATION} (default: %(default)s)")
     parser.add_argument("--bind-wait-seconds", type=float, default=DEFAULT_BIND_WAIT_S, metavar="SECONDS",
-                        help="binds to one node take turns, each waiting up to this long for the node agent to "
-                             "mark the previously bound pod allocated, then proceeding; 0: binds do not wait for "
-                             "each other. Keep it well below the scheduler's httpTimeout (default: %(default)s)")
+                        help="0: binds do not wait for each other (the node agent tells pods apart by kubelet's "
+                             "record). Above 0: binds to one node take turns, each waiting up to this long for the "
+                             "node agent to mark the previously bound pod allocated, for node agents without "
+                             "kubelet's PodResources API; keep it well below the scheduler's httpTimeout "
+                             "(default: %(default)s)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help="larger request bodies are refused with 413 (default: %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

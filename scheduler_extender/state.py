@@ -19,8 +19,8 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
 - With ``bind_wait_s`` > 0, binds to one node take turns in arrival order: one writes at a
   time, and the next waits until the node agent has marked the previously bound pod allocated,
   for at most ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
-  With 0 binds do not take turns: the node agent's Allocate tells pods apart by kubelet's record
-  and the order they arrived on the node, not by the extender's pacing.
+  With 0 (the default) binds do not take turns: the node agent's Allocate tells pods apart by
+  kubelet's record and the order they arrived on the node, not by the extender's pacing.
 
 One condition variable guards everything here, and waiting binds sleep on it. Node entries
 are replaced, never modified, so readers may use them after the lock is released.

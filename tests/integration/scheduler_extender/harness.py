@@ -6,7 +6,9 @@
   kill and restart it on the same port;
 - :class:`AllocationMarker` does what the node agents would after kubelet's Allocate: it marks
   every pod that is bound and carries an assignment as allocated. No kubelet runs in the
-  cluster tier, so without it every bind would wait ``--bind-wait-seconds`` for its turn;
+  cluster tier, so without it every bind with ``--bind-wait-seconds`` above 0 would wait that
+  long for its turn (the default, 0, takes no turns; the marker's writes still load the API
+  server as real agents' do);
 - :func:`scheduler_config` loads the shipped v1beta1 scheduler configuration and points it
   at a running extender.
 """
@@ -35,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from fastgshare import keys
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from scheduler_extender.threaded_http import ThreadedHttpServer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -80,7 +83,7 @@ def scheduler_config(extender_url: str, **extender: object) -> dict[str, Any]:
 class ExtenderProcess:
     """``python -m scheduler_extender`` against a kubeconfig, on a fixed loopback port."""
 
-    def __init__(self, kubeconfig: Path, port: int, log_path: Path, *, bind_wait_s: float = 2.0,
+    def __init__(self, kubeconfig: Path, port: int, log_path: Path, *, bind_wait_s: float = DEFAULT_BIND_WAIT_S,
                  policy: str = "binpack", extra_args: Sequence[str] = ()) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path

@@ -15,6 +15,7 @@ from fastgshare.codec import decode_assignment
 from fastgshare.ledger import GpuLedger
 from fastgshare.placement import Policy
 from scheduler_extender.binder import Binder
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.passes import FilterPasses
 from scheduler_extender.ports import ApiFailure
@@ -321,10 +322,10 @@ def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeK
     assert kube.pods["team-a/second"].node_name == "node-a"
 
 
-def test_without_a_bind_wait_a_bind_does_not_wait_for_the_previous_pod_on_the_node(kube: FakeKube) -> None:
-    """``--bind-wait-seconds 0``: no turns (with the default, the second bind waits for "first" to
-    be allocated, as the test above shows)."""
-    second = bind_first_then_start_second(kube, bind_wait_s=0)
+def test_by_default_a_bind_does_not_wait_for_the_previous_pod_on_the_node(kube: FakeKube) -> None:
+    """Issue 18: Allocate is exact without the extender's pacing, so binds no longer take turns
+    (with the old default of 5 s, the second bind waited those 5 s for "first" to be allocated)."""
+    second = bind_first_then_start_second(kube, bind_wait_s=DEFAULT_BIND_WAIT_S)
     second.join(3)
     assert not second.is_alive()
     assert kube.pods["team-a/second"].node_name == "node-a"
