@@ -21,7 +21,8 @@ reports ``cpu_seconds`` until its last bind: of the API server, etcd, the extend
 null one), the scheduler (from its start) and the whole ``machine``: on two shared cores, where the
 CPU goes is what bounds the rates. No kubelet
 runs: a stand-in marks bound pods allocated as the node agents would (one more write a pod). The
-extender runs with its defaults: its binds take no per-node turns (``--bind-wait-seconds 0``).
+extender runs with its defaults: a bind waits its turn only when 8 pods of its node wait for the
+agent (``--bind-window 8 --bind-wait-seconds 5``).
 
 Needs the binaries from ``tests/cluster/build-control-plane.sh``. Run:
 ``python -m bench.scheduling_throughput [--nodes 200] [--pods 1000] [--policy binpack]``.

@@ -13,13 +13,15 @@ The steps, and why in this order:
    Reserving happens before any waiting or writing, so the pods the scheduler places next see
    the share as taken; the cache's lock makes choice and reservation one step, so concurrent
    binds never over-commit a GPU.
-3. Only with ``bind_wait_s`` > 0: wait for the node's turn. Binds to one node then write one at
-   a time, each after the node agent has marked the previous pod allocated (bounded by
-   ``bind_wait_s``; then it proceeds and says so in the log). By default (0) binds do not wait:
-   the agent's Allocate knows which pod it serves from kubelet's record and the order pods
-   arrived on the node (docs/architecture.md, "Exact Allocate"), and a pod kubelet admits out of
-   that order (after a kubelet restart) is stopped at ``PreStartContainer`` and replaced. The
-   turns are for agents without kubelet's PodResources API.
+3. Wait for room in the node's window (only with ``bind_wait_s`` > 0). Binds to one node go in
+   arrival order, each once fewer than ``bind_window`` pods of the node are being written or
+   wait for the node agent to mark them allocated (bounded by ``bind_wait_s``; then it proceeds
+   and says so in the log). Exactness does not need the window: the agent's Allocate knows
+   which pod it serves from kubelet's record and the order pods arrived on the node
+   (docs/architecture.md, "Exact Allocate"), and a pod kubelet admits out of that order (after a
+   kubelet restart) is stopped at ``PreStartContainer`` and replaced. The window keeps a node
+   whose agent or kubelet is down from taking pods kubelet refuses meanwhile; a window of 1 is
+   for agents without kubelet's PodResources API.
 4. Create the Binding with the assignment in its ``metadata.annotations``: the API server sets
    the pod's node and copies the annotations onto the pod in one write, so a pod is never bound
    without its assignment nor assigned without being bound. The Binding names the pod's uid and

@@ -10,7 +10,8 @@ import attrs
 from fastgshare.placement import DEFAULT_POLICY, Policy
 
 DEFAULT_LISTEN = "127.0.0.1:8888"
-DEFAULT_BIND_WAIT_S = 0.0
+DEFAULT_BIND_WAIT_S = 5.0
+DEFAULT_BIND_WINDOW = 8
 DEFAULT_MAX_BODY_BYTES = 32 * 2**20  # a NodeNames filter for 5,000 nodes is ~100 KiB; full Nodes ~25 MiB
 
 
@@ -23,20 +24,23 @@ class ExtenderConfig:
     """What the extender needs to know besides the cluster.
 
     - ``policy``: placement policy when the pod does not override it by annotation;
-    - ``bind_wait_s``: 0 (the default): binds do not wait for each other. Above 0, binds to one
-      node take turns, each waiting this long at most for the node agent to mark the previous
-      pod allocated before it proceeds anyway (keep it well below the scheduler's
-      ``httpTimeout`` for the extender);
+    - ``bind_wait_s`` and ``bind_window``: a bind to a node where ``bind_window`` pods are being
+      written or wait for the node agent waits up to ``bind_wait_s`` for one of them to be marked
+      allocated, then proceeds anyway (keep it well below the scheduler's ``httpTimeout`` for the
+      extender); ``bind_wait_s`` 0: binds never wait for each other;
     - ``max_body_bytes``: larger request bodies are refused with 413.
     """
 
     policy: Policy = DEFAULT_POLICY
     bind_wait_s: float = DEFAULT_BIND_WAIT_S
+    bind_window: int = DEFAULT_BIND_WINDOW
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     def __attrs_post_init__(self) -> None:
         if not 0 <= self.bind_wait_s <= 600:
             raise ConfigError(f"--bind-wait-seconds must be in 0..600, got {self.bind_wait_s}")
+        if not 1 <= self.bind_window <= 1000:
+            raise ConfigError(f"--bind-window must be in 1..1000, got {self.bind_window}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"--max-body-bytes must be >= 1024, got {self.max_body_bytes}")
 

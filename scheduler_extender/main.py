@@ -20,6 +20,7 @@ from fastgshare_kube.events import EventRecorder
 from scheduler_extender.app import build_services, create_app, create_status_app
 from scheduler_extender.config import (
     DEFAULT_BIND_WAIT_S,
+    DEFAULT_BIND_WINDOW,
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY_BYTES,
     ConfigError,
@@ -69,11 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"placement policy; a pod may override it with the annotation "
                              f"{keys.SCHEDULING_POLICY_ANNOTATION} (default: %(default)s)")
     parser.add_argument("--bind-wait-seconds", type=float, default=DEFAULT_BIND_WAIT_S, metavar="SECONDS",
-                        help="0: binds do not wait for each other (the node agent tells pods apart by kubelet's "
-                             "record). Above 0: binds to one node take turns, each waiting up to this long for the "
-                             "node agent to mark the previously bound pod allocated, for node agents without "
-                             "kubelet's PodResources API; keep it well below the scheduler's httpTimeout "
-                             "(default: %(default)s)")
+                        help="a bind to a node with --bind-window pods waiting for its node agent (bound, not "
+                             "allocated yet) waits up to this long for one of them, then proceeds; 0: binds never "
+                             "wait. Keep it well below the scheduler's httpTimeout (default: %(default)s)")
+    parser.add_argument("--bind-window", type=int, default=DEFAULT_BIND_WINDOW, metavar="PODS",
+                        help="how many pods of one node may wait for its node agent at once before further binds "
+                             "to it wait their turn; this keeps a node whose agent or kubelet is restarting from "
+                             "taking pods kubelet would refuse. 1: one pod at a time (default: %(default)s)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help="larger request bodies are refused with 413 (default: %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -83,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[ExtenderConfig, str, int]:
     try:
         config = ExtenderConfig(policy=Policy(args.policy), bind_wait_s=args.bind_wait_seconds,
-                                max_body_bytes=args.max_body_bytes)
+                                bind_window=args.bind_window, max_body_bytes=args.max_body_bytes)
         host, port = parse_listen(args.listen)
     except ConfigError as error:
         parser.error(str(error))
@@ -110,7 +113,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
         webhook: HttpServer | None = None, metrics_at: tuple[str, int] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
     api = load_api_client(kubeconfig, connections=API_CONNECTIONS)
-    state = ClusterState(bind_wait_s=config.bind_wait_s)
+    state = ClusterState(bind_wait_s=config.bind_wait_s, bind_window=config.bind_window)
     kube = KubeApi(api)
     services = build_services(config, state, kube)
     changes = ShareChanges(state, kube, EventRecorder(kube, component=EVENT_COMPONENT, instance=socket.gethostname(),
@@ -140,8 +143,8 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
         changes.start()
         watch.start()
         server.start()
-        log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s", server.host, server.port,
-                 config.policy.value, config.bind_wait_s)
+        log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s bind_window=%d", server.host,
+                 server.port, config.policy.value, config.bind_wait_s, config.bind_window)
         for other in extra:
             other.start()
             log.info("%s listening address=%s:%d", "admission webhook (TLS)" if other is webhook else

@@ -82,7 +82,8 @@ def inspect() -> Response:
         raise NotFound(f"node {node[:100]!r} is not in the extender's cache; the nodes it knows: {listed or 'none'} "
                        "(GET /inspect lists them all)")
     view = inspection.describe(snapshot, only_node=node)
-    return jsonify({"policy": services.config.policy.value, "bindWaitSeconds": services.config.bind_wait_s, **view})
+    return jsonify({"policy": services.config.policy.value, "bindWaitSeconds": services.config.bind_wait_s,
+                    "bindWindow": services.config.bind_window, **view})
 
 
 def _json_body() -> object:

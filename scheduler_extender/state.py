@@ -16,11 +16,14 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
   written; until the API shows the new share, events showing the old one change nothing.
 - The pods that are not bound yet are kept as the watch last showed them
   (:meth:`ClusterState.pending_pod`), so a bind need not read its pod from the API server.
-- With ``bind_wait_s`` > 0, binds to one node take turns in arrival order: one writes at a
-  time, and the next waits until the node agent has marked the previously bound pod allocated,
-  for at most ``bind_wait_s`` after that pod's assignment was written. Then it proceeds anyway.
-  With 0 (the default) binds do not take turns: the node agent's Allocate tells pods apart by
-  kubelet's record and the order they arrived on the node, not by the extender's pacing.
+- With ``bind_wait_s`` > 0, binds to one node take turns in arrival order within a window of
+  ``bind_window``: a bind writes while fewer than that many pods of the node are being written or
+  wait for the node agent (bound, not marked allocated, assigned less than ``bind_wait_s`` ago);
+  else it waits until one is marked or its wait runs out, then proceeds anyway. A window of 1 is
+  one pod at a time. The node agent's Allocate tells pods apart by kubelet's record and the
+  order they arrived on the node, so the window is not needed for exactness: it keeps a node
+  whose agent or kubelet is down from taking pods faster than one window per ``bind_wait_s``
+  (kubelet refuses them at admission while the agent is away). With 0 binds take no turns.
 
 One condition variable guards everything here, and waiting binds sleep on it. Node entries
 are replaced, never modified, so readers may use them after the lock is released.
@@ -107,7 +110,8 @@ class Snapshot:
 class ClusterState:
     """Nodes, placements and bind turns; every method is safe to call from any thread."""
 
-    def __init__(self, *, bind_wait_s: float, now_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, *, bind_wait_s: float, bind_window: int = 1,
+                 now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # the cache changed (every method holds its lock)
         self._turn_waiters: dict[str, threading.Condition] = {}  # uid -> what its wait_turn waits on
@@ -126,6 +130,7 @@ class ClusterState:
         self._log_floor = 0
         self._bind_wait_ms = int(bind_wait_s * 1000)
         self._takes_turns = bind_wait_s > 0
+        self._bind_window = bind_window
         self._now_ms = now_ms
 
     def now_ms(self) -> int:
@@ -503,14 +508,21 @@ class ClusterState:
         """None if ``uid`` may write to ``node`` now, else the wall-clock ms when the gate
         opens by itself (``inf``: only when something changes)."""
         queue = self._queues[node]
-        if (queue and queue[0] != uid) or self._writing[node] - {uid}:
+        writing = len(self._writing[node] - {uid})
+        if (queue and queue[0] != uid) or writing >= self._bind_window:
             return math.inf
-        latest = 0
+        now = self._now_ms()
+        expiries = []  # when each pod waiting for the node agent stops counting
         for other in self._on_node.get(node, ()):
             placement = self._placements[other]
             if other != uid and placement.bound and not placement.allocated and not placement.in_flight:
-                latest = max(latest, placement.assigned_at_ms + self._bind_wait_ms)
-        return latest if latest > self._now_ms() else None
+                expiry = placement.assigned_at_ms + self._bind_wait_ms
+                if expiry > now:
+                    expiries.append(expiry)
+        busy = writing + len(expiries)
+        if busy < self._bind_window:
+            return None
+        return sorted(expiries)[busy - self._bind_window]  # then one fewer than the window is busy
 
     def stamp(self, uid: str, assigned_at_ms: int) -> None:
         """Record the assignment time a bind is about to write, so its write is recognised."""

@@ -8,6 +8,7 @@ hooks in the tenants reconnect. Also: a tenant cannot remove or replace the arbi
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import kubernetes.client
 import pytest
@@ -204,5 +205,6 @@ def test_kill_9_of_each_component_while_thirty_pods_are_created_loses_and_double
         assert request_permille <= 1000, (gpu, request_permille)
         assert memory <= 16 << 30, (gpu, memory)
     refused = [pod for pod in core.list_namespaced_pod(namespace).items if pod.status.reason == ADMISSION_REJECTED]
-    print(f"30 pods with kill -9 of five components: all running, {len(refused)} refused at admission and replaced; "
-          f"per GPU (request permille, memory bytes): {per_gpu}")
+    reasons = Counter(str(pod.status.message).split(" desc = ")[-1][:90] for pod in refused)
+    print(f"30 pods with kill -9 of five components: all running, {len(refused)} refused at admission and replaced "
+          f"({dict(reasons)}); per GPU (request permille, memory bytes): {per_gpu}")

@@ -6,9 +6,9 @@
   kill and restart it on the same port;
 - :class:`AllocationMarker` does what the node agents would after kubelet's Allocate: it marks
   every pod that is bound and carries an assignment as allocated. No kubelet runs in the
-  cluster tier, so without it every bind with ``--bind-wait-seconds`` above 0 would wait that
-  long for its turn (the default, 0, takes no turns; the marker's writes still load the API
-  server as real agents' do);
+  cluster tier, so without it binds to a node would wait ``--bind-wait-seconds`` for their
+  turn once ``--bind-window`` of its pods wait for an agent (the marker's writes also load the
+  API server as real agents' do);
 - :func:`scheduler_config` loads the shipped v1beta1 scheduler configuration and points it
   at a running extender.
 """

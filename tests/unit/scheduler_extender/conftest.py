@@ -157,8 +157,8 @@ class FakeKube:
 
 
 def synced_state(*nodes: NodeRecord, bind_wait_s: float = 0.0, pods: tuple[PodRecord, ...] = (),
-                 now_ms: Callable[[], int] | None = None) -> ClusterState:
-    state = ClusterState(bind_wait_s=bind_wait_s, **({"now_ms": now_ms} if now_ms else {}))
+                 now_ms: Callable[[], int] | None = None, bind_window: int = 1) -> ClusterState:
+    state = ClusterState(bind_wait_s=bind_wait_s, bind_window=bind_window, **({"now_ms": now_ms} if now_ms else {}))
     state.replace_nodes(nodes)
     state.replace_pods(pods, state.begin_relist())
     return state

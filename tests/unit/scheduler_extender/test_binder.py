@@ -15,7 +15,7 @@ from fastgshare.codec import decode_assignment
 from fastgshare.ledger import GpuLedger
 from fastgshare.placement import Policy
 from scheduler_extender.binder import Binder
-from scheduler_extender.config import DEFAULT_BIND_WAIT_S
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S, DEFAULT_BIND_WINDOW
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.passes import FilterPasses
 from scheduler_extender.ports import ApiFailure
@@ -300,9 +300,9 @@ def test_retried_bind_the_watch_has_not_shown_bound_yet_reads_the_pod(kube: Fake
     assert kube.actions == [("get", "team-a/p")]
 
 
-def bind_first_then_start_second(kube: FakeKube, bind_wait_s: float) -> threading.Thread:
+def bind_first_then_start_second(kube: FakeKube, bind_wait_s: float, bind_window: int = 1) -> threading.Thread:
     """Bind pod "first" to node-a, then start binding "second" there on a thread (returned)."""
-    state = synced_state(node_record("node-a"), bind_wait_s=bind_wait_s)
+    state = synced_state(node_record("node-a"), bind_wait_s=bind_wait_s, bind_window=bind_window)
     subject = binder(state, kube, bind_wait_s=bind_wait_s)
     for name in ("first", "second"):
         kube.add(pod_record(name, uid=f"u-{name}"))
@@ -322,10 +322,14 @@ def test_bind_waits_for_the_previous_pod_on_the_node_to_be_allocated(kube: FakeK
     assert kube.pods["team-a/second"].node_name == "node-a"
 
 
-def test_by_default_a_bind_does_not_wait_for_the_previous_pod_on_the_node(kube: FakeKube) -> None:
-    """Issue 18: Allocate is exact without the extender's pacing, so binds no longer take turns
-    (with the old default of 5 s, the second bind waited those 5 s for "first" to be allocated)."""
-    second = bind_first_then_start_second(kube, bind_wait_s=DEFAULT_BIND_WAIT_S)
+@pytest.mark.parametrize(("bind_wait_s", "bind_window"), [(DEFAULT_BIND_WAIT_S, DEFAULT_BIND_WINDOW), (0, 1)],
+                         ids=["default-window", "no-wait"])
+def test_by_default_a_bind_does_not_wait_for_the_previous_pod_on_the_node(kube: FakeKube, bind_wait_s: float,
+                                                                          bind_window: int) -> None:
+    """Issue 18: Allocate is exact without the extender's pacing, so binds to a node no longer go
+    one at a time: the default window holds several (with the old window of 1, the second bind
+    waited 5 s for "first" to be allocated); with no bind wait there are no turns at all."""
+    second = bind_first_then_start_second(kube, bind_wait_s=bind_wait_s, bind_window=bind_window)
     second.join(3)
     assert not second.is_alive()
     assert kube.pods["team-a/second"].node_name == "node-a"

@@ -34,6 +34,7 @@ def test_bad_listen_address_names_the_flag_and_the_form(text: str) -> None:
     ("kwargs", "message"),
     [
         pytest.param({"bind_wait_s": -1}, "--bind-wait-seconds must be in 0..600, got -1", id="negative-wait"),
+        pytest.param({"bind_window": 0}, "--bind-window must be in 1..1000, got 0", id="empty-window"),
         pytest.param({"max_body_bytes": 10}, "--max-body-bytes must be >= 1024, got 10", id="tiny-body"),
     ],
 )

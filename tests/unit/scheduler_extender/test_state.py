@@ -247,9 +247,48 @@ def test_turns_on_one_node_are_taken_in_arrival_order_one_writer_at_a_time() -> 
     assert "node-a" not in state.snapshot().waiting
 
 
+def test_a_window_lets_that_many_pods_of_a_node_wait_for_its_agent_and_no_more() -> None:
+    """Issue 18: with a window of 3, two pods bound and not allocated and one being written leave
+    no room; the fourth bind writes once one of them is allocated, or once the oldest's wait ran out."""
+    clock = Clock()
+    state = synced_state(node_record("node-a"), bind_wait_s=5, bind_window=3, now_ms=clock)
+    bound_unallocated(state, "u0", clock.ms - 1_000)
+    bound_unallocated(state, "u1", clock.ms)
+    for uid in ("u2", "u3"):
+        reserve(state, uid)
+    assert state.wait_turn("u2", "node-a", 0.01)  # 2 waiting for the agent: room for one more
+    assert not state.wait_turn("u3", "node-a", 0.05)  # u2 writing: full
+    state.finish_bind("u3", "node-a", BindOutcome.RELEASED)
+    reserve(state, "u3")
+    state.upsert_pod(pod_record("u0", uid="u0", node_name="node-a",
+                                assignment=assignment("node-a", at_ms=clock.ms - 1_000), allocated=True))
+    assert state.wait_turn("u3", "node-a", 0.01)  # u0 allocated: room again
+    state.finish_bind("u3", "node-a", BindOutcome.RELEASED)
+    bound_unallocated(state, "u0", clock.ms - 1_000)  # (as if it had not been marked)
+    reserve(state, "u3")
+    clock.ms += 4_000  # u0 assigned 5 s ago: it no longer counts; u1 still does
+    assert state.wait_turn("u3", "node-a", 0.01)
+
+
+def test_a_full_window_opens_when_the_oldest_wait_runs_out() -> None:
+    clock = Clock()
+    state = synced_state(node_record("node-a"), bind_wait_s=5, bind_window=2, now_ms=clock)
+    bound_unallocated(state, "u0", clock.ms - 4_000)
+    bound_unallocated(state, "u1", clock.ms - 1_000)
+    reserve(state, "u2")
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(state.wait_turn("u2", "node-a", 30)))
+    waiter.start()
+    time.sleep(0.05)
+    assert not got
+    clock.ms += 1_000  # u0's 5 s are over: the waiter's timed wait (1 ms, as the clock was) sees it
+    waiter.join(5)
+    assert got == [True]
+
+
 def test_without_a_bind_wait_binds_on_one_node_take_no_turns() -> None:
-    """The default since issue 18: a bind writes at once, whoever else is writing to the node or
-    was bound there and not allocated yet; none is listed as waiting."""
+    """A bind writes at once, whoever else is writing to the node or was bound there and not
+    allocated yet; none is listed as waiting."""
     clock = Clock()
     state = synced_state(node_record("node-a"), bind_wait_s=0, now_ms=clock)
     bound_unallocated(state, "u0", clock.ms)
