@@ -98,5 +98,7 @@ class PodResourcesClient:
     def _warn(self, problem: str) -> None:
         if not self._warned:
             log.warning("%s; until it answers, the pods already given a vGPU are known only by their %s "
-                        "annotation", problem, keys.POD_ALLOCATED_ANNOTATION)
+                        "annotation, and pods bound at once may be refused at admission: mount kubelet's "
+                        "pod-resources directory (deploy/node-agent/daemonset.yaml does), or run the extender with "
+                        "--bind-window 1", problem, keys.POD_ALLOCATED_ANNOTATION)
             self._warned = True

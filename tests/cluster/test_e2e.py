@@ -137,7 +137,10 @@ def test_a_fastpod_of_three_ends_with_each_pod_allocated_its_assigned_gpu(
     kubelet = FakeKubelet(plugin_dir)
     kubelet.start()
     (port,) = free_ports(1)
-    extender = ExtenderProcess(control_plane.kubeconfig, port, workdir / "extender.log", bind_wait_s=5.0)
+    # The stand-in kubelet serves no PodResources API, so the agent tells waiting pods apart only by
+    # its marks: binds to the node go one at a time, as the extender's flags say for such agents.
+    extender = ExtenderProcess(control_plane.kubeconfig, port, workdir / "extender.log", bind_wait_s=5.0,
+                               extra_args=["--bind-window", "1"])
     group = ProcessGroup(workdir)
     kubeconfig = str(control_plane.kubeconfig)
     try:
