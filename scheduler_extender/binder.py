@@ -152,8 +152,8 @@ class Binder:
     def _take_turn(self, reservation: Reservation) -> None:
         started = time.monotonic()
         if not self._state.wait_turn(reservation.uid, reservation.node, self._bind_wait_s):
-            log.warning("bind pod=%s node=%s proceeding without its turn: the previous pod on the node was not "
-                        "marked allocated within %.1fs (is the node agent running?)", reservation.pod_key,
+            log.warning("bind pod=%s node=%s proceeding without its turn: the pods bound to the node before it "
+                        "were not marked allocated within %.1fs (is the node agent running?)", reservation.pod_key,
                         reservation.node, self._bind_wait_s)
         self._metrics.bind_turn_wait.observe(time.monotonic() - started)
 
