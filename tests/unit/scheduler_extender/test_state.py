@@ -193,16 +193,23 @@ def bound_unallocated(state: ClusterState, uid: str, at_ms: int) -> None:
     state.upsert_pod(pod_record(uid, uid=uid, node_name="node-a", assignment=assignment("node-a", at_ms=at_ms)))
 
 
+def waiting_for_turn(state: ClusterState, uid: str) -> tuple[threading.Thread, list[bool]]:
+    """Start ``uid``'s wait for its turn on node-a on a thread; check it is still waiting. The
+    list gets wait_turn's answer when it returns."""
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(state.wait_turn(uid, "node-a", 30)))
+    waiter.start()
+    time.sleep(0.05)
+    assert not got
+    return waiter, got
+
+
 def test_turn_waits_for_the_previous_pod_to_be_allocated() -> None:
     clock = Clock()
     state = synced_state(node_record("node-a"), bind_wait_s=30, now_ms=clock)
     bound_unallocated(state, "u0", clock.ms)
     reserve(state, "u1")
-    got: list[bool] = []
-    waiter = threading.Thread(target=lambda: got.append(state.wait_turn("u1", "node-a", 30)))
-    waiter.start()
-    time.sleep(0.05)
-    assert not got
+    waiter, got = waiting_for_turn(state, "u1")
     state.upsert_pod(pod_record("u0", uid="u0", node_name="node-a", assignment=assignment("node-a", at_ms=clock.ms),
                                 allocated=True))
     waiter.join(5)
@@ -276,11 +283,7 @@ def test_a_full_window_opens_when_the_oldest_wait_runs_out() -> None:
     bound_unallocated(state, "u0", clock.ms - 4_000)
     bound_unallocated(state, "u1", clock.ms - 1_000)
     reserve(state, "u2")
-    got: list[bool] = []
-    waiter = threading.Thread(target=lambda: got.append(state.wait_turn("u2", "node-a", 30)))
-    waiter.start()
-    time.sleep(0.05)
-    assert not got
+    waiter, got = waiting_for_turn(state, "u2")
     clock.ms += 1_000  # u0's 5 s are over: the waiter's timed wait (1 ms, as the clock was) sees it
     waiter.join(5)
     assert got == [True]
