@@ -10,7 +10,10 @@ the API), decides with pure functions and converges:
 3. valid: patch the pods that differ only in their time quota in place (the extender then
    re-checks each on its GPU), then, unless earlier creates or deletes are still unobserved,
    carry out the plan (scale, roll);
-4. write the status through the status subresource if it changed.
+4. write the status through the status subresource if it changed, unless creates or deletes of
+   the controller's own are still unobserved: the counts it would show are stale already, and the
+   reconcile that observes the last of them writes it (one status write a scale-up, not one per
+   batch of pods seen). A failure or an invalid spec is written at once.
 
 A failed reconcile is retried with a per-key exponential backoff; a success resets it.
 
@@ -118,7 +121,8 @@ class Controller:
         failure: ApiError | None = None
         if not step.empty and not fastpod["metadata"].get("deletionTimestamp") and self.expectations.satisfied(key):
             outcome, failure = self._apply(fastpod, spec, step, outcome)
-        self._write_status(fastpod, spec if not outcome.invalid_reason else None, pods, outcome)
+        if failure is not None or outcome.invalid_reason or self.expectations.satisfied(key):
+            self._write_status(fastpod, spec if not outcome.invalid_reason else None, pods, outcome)
         if failure is not None and not outcome.invalid_reason:  # a rejected pod waits for a changed spec
             raise failure
         return RESULT_INVALID if outcome.invalid_reason else RESULT_SYNCED

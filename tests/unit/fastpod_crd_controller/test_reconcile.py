@@ -59,16 +59,20 @@ def f() -> Fixture:
     return Fixture()
 
 
-def test_a_new_fastpod_gets_its_pods_and_a_status(f: Fixture) -> None:
+def test_a_new_fastpod_gets_its_pods_then_a_status_once_the_cache_has_seen_them(f: Fixture) -> None:
     obj = fastpod(replicas=3)
     f.given(obj)
-    assert f.sync() == [("create", "pods", NAMESPACE, "web-")] * 3 + [("patch", "fastpods/status", NAMESPACE, "web")]
+    assert f.sync() == [("create", "pods", NAMESPACE, "web-")] * 3  # a status now would say 0 replicas
     expected = make_pod(parse_fastpod(obj), PodConfig())
     assert all({**p, "metadata": {**p["metadata"], "name": None, "uid": None}} ==
                {**expected, "metadata": {**expected["metadata"], "name": None, "uid": None}} for p in f.kube.created)
-    assert f.condition(names.CONDITION_PROGRESSING)["reason"] == "ScalingUp"
     assert [e["reason"] for e in f.kube.events] == ["SuccessfulCreate"]
     assert f.kube.events[0]["message"] == "Created pods: web-00001, web-00002, web-00003"
+    f.controller.pods.upsert(f.kube.created[0])
+    assert f.sync() == []  # two of its creates are still unobserved
+    f.observe_created()
+    assert f.sync() == [("patch", "fastpods/status", NAMESPACE, "web")]
+    assert (f.status()["replicas"], f.condition(names.CONDITION_PROGRESSING)["reason"]) == (3, "ReplicasUpToDate")
 
 
 def test_no_more_pods_are_created_until_the_cache_has_seen_the_last_ones(f: Fixture) -> None:
@@ -96,7 +100,7 @@ def test_scale_down_deletes_unscheduled_then_not_ready_then_newest(f: Fixture) -
             pod("not-ready", obj, node="n1", created="2026-01-01T00:01:00Z"),
             pod("unscheduled", obj, created="2026-01-01T00:00:00Z"))
     assert f.sync() == [("delete", "pods", NAMESPACE, "unscheduled"), ("delete", "pods", NAMESPACE, "not-ready"),
-                        ("delete", "pods", NAMESPACE, "ready-new"), ("patch", "fastpods/status", NAMESPACE, "web")]
+                        ("delete", "pods", NAMESPACE, "ready-new")]
     assert f.kube.events[0]["message"] == "Deleted pods: unscheduled, not-ready, ready-new"
 
 
@@ -111,7 +115,7 @@ def test_pods_of_other_owners_and_terminating_pods_do_not_count(f: Fixture) -> N
     obj = fastpod(replicas=2)
     stranger = pod("stranger", fastpod(uid="uid-older-web"))
     f.given(obj, stranger, pod("web-a", obj), pod("leaving", obj, deleting=True))
-    assert [a[0] for a in f.sync()] == ["create", "patch"]
+    assert [a[0] for a in f.sync()] == ["create"]
 
 
 def test_an_invalid_share_creates_nothing_and_is_reported_once(f: Fixture) -> None:
@@ -137,7 +141,9 @@ def test_fixing_the_spec_recovers_by_itself(f: Fixture) -> None:
     f.given(broken)
     f.sync()
     f.given({**with_annotations(broken, fastgshare__gpu_mem="2Gi"), "status": f.status()})
-    assert [a[0] for a in f.sync()] == ["create", "create", "patch"]
+    assert [a[0] for a in f.sync()] == ["create", "create"]
+    f.observe_created()
+    assert [a[0] for a in f.sync()] == ["patch"]
     assert f.condition(names.CONDITION_INVALID_SPEC)["status"] == "False"
 
 
@@ -160,7 +166,6 @@ def test_a_changed_share_replaces_pods_that_are_not_ready_at_once(f: Fixture) ->
     assert f.sync()[:4] == [("delete", "pods", NAMESPACE, "web-b"), ("delete", "pods", NAMESPACE, "web-a"),
                             ("create", "pods", NAMESPACE, "web-"), ("create", "pods", NAMESPACE, "web-")]
     assert f.kube.created[0]["metadata"]["annotations"][keys.GPU_SM_PARTITION] == "30"
-    assert f.condition(names.CONDITION_PROGRESSING)["reason"] == "RollingUpdate"
 
 
 def test_a_changed_share_replaces_ready_pods_one_at_a_time(f: Fixture) -> None:
@@ -183,7 +188,10 @@ def test_a_failed_create_is_reported_and_retried(f: Fixture) -> None:
         "type": "Progressing", "status": "False", "reason": "FailedCreate",
         "message": "cannot create pods: exceeded quota: gpu, requested: pods=1", "lastTransitionTime": NOW}
     assert [e["reason"] for e in f.kube.events] == ["FailedCreate"]
-    assert [a[0] for a in f.sync()] == ["create", "create", "patch"]  # expectations were released
+    assert [a[0] for a in f.sync()] == ["create", "create"]  # expectations were released
+    f.observe_created()
+    assert [a[0] for a in f.sync()] == ["patch"]
+    assert f.condition(names.CONDITION_PROGRESSING)["reason"] == "ReplicasUpToDate"  # the failure is over
 
 
 def test_pods_are_created_in_slow_start_batches_that_stop_at_the_first_failure(f: Fixture) -> None:
@@ -197,7 +205,7 @@ def test_pods_are_created_in_slow_start_batches_that_stop_at_the_first_failure(f
     assert f.kube.checked == [False, True, True]  # the first create vouches for the body of the others
     assert f.kube.events[0]["message"] == "Created pods: web-00001, web-00002"
     f.observe_created()
-    assert [a[0] for a in f.sync()] == ["create"] * 5 + ["patch"]  # the 5 missing, in batches of 1, 2, 2
+    assert [a[0] for a in f.sync()] == ["create"] * 5  # the 5 missing, in batches of 1, 2, 2
 
 
 class BatchObservingKube(FakeKube):
@@ -247,7 +255,7 @@ def test_a_failed_delete_releases_all_its_expectations(f: Fixture) -> None:
         f.controller.reconcile(KEY)
     assert f.condition(names.CONDITION_PROGRESSING)["reason"] == "FailedDelete"
     assert f.controller.expectations.satisfied(KEY)  # the retry acts at once, not after the TTL
-    assert [a[0] for a in f.sync()] == ["delete", "delete", "create", "create", "patch"]
+    assert [a[0] for a in f.sync()] == ["delete", "delete", "create", "create"]
 
 
 def test_a_pod_the_api_server_rejects_makes_the_spec_invalid(f: Fixture) -> None:
