@@ -2,7 +2,13 @@
 
 ``/filter`` passes every node (``nodeCacheCapable``: names in, names out), ``/prioritize`` scores
 every node 0 (in the Go field names, see :mod:`scheduler_extender.wire`), and, with ``--bind``,
-``/bind`` binds the pod with one API call (a ``Binding``, the answer read but not decoded). It is
+``/bind`` binds the pod with one API call (a ``Binding``, the answer read but not decoded).
+
+With ``--choose`` it stands for an extender without the bind verb that makes the GPU choice in
+``/filter``: it passes only the first node, so the scheduler must bind the pod there; with
+``--record`` as well, it writes the choice onto the pod with one merge patch a pod, sent from a
+pool of threads after ``/filter`` has answered (off the scheduling path), as such an extender
+would have to if nothing else recorded the choice. It is
 as cheap as a Python extender can be: a threaded HTTP/1.1 server with keep-alive and
 ``TCP_NODELAY`` (without it, Nagle's algorithm and delayed ACKs cost ~40 ms a request), JSON in
 and out, an API client that keeps a connection for every request it may serve at once, nothing
@@ -23,6 +29,7 @@ import json
 import socket
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -41,7 +48,11 @@ class _Server(ThreadingHTTPServer):
         self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def handler(core: Any | None) -> type[BaseHTTPRequestHandler]:
+RECORD_ANNOTATION = "bench.fastgshare/choice"
+
+
+def handler(core: Any | None, *, choose: bool = False, recorder: ThreadPoolExecutor | None = None
+            ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as the scheduler's client expects
 
@@ -55,7 +66,12 @@ def handler(core: Any | None) -> type[BaseHTTPRequestHandler]:
             verb = self.path.rstrip("/").rsplit("/", 1)[-1]
             names = body.get("nodenames") or []  # nodeCacheCapable: names in, names out
             if verb == "filter":
-                answer: Any = {"NodeNames": names, "FailedNodes": {}, "Error": ""}
+                chosen = names[:1] if choose else names
+                answer: Any = {"NodeNames": chosen, "FailedNodes": {}, "Error": ""}
+                if recorder is not None and chosen:
+                    self._send(answer)
+                    recorder.submit(self._record, body.get("pod") or {}, chosen[0])
+                    return
             elif verb == "prioritize":
                 answer = [{"Host": name, "Score": 0} for name in names]
             elif verb == "bind" and core is not None:
@@ -79,6 +95,18 @@ def handler(core: Any | None) -> type[BaseHTTPRequestHandler]:
                 return f"bind {namespace}/{name}: {error.status} {error.reason}"
             return ""
 
+        @staticmethod
+        def _record(pod: dict[str, Any], node: str) -> None:
+            metadata = pod.get("metadata") or {}
+            try:
+                response = core.patch_namespaced_pod(  # type: ignore[union-attr]
+                    metadata.get("name"), metadata.get("namespace"),
+                    {"metadata": {"annotations": {RECORD_ANNOTATION: node}}}, _preload_content=False,
+                    _content_type="application/merge-patch+json")
+                response.read()
+            except kubernetes.client.exceptions.ApiException as error:
+                print(f"record {metadata.get('name')}: {error.status} {error.reason}", flush=True)
+
         def _send(self, answer: Any) -> None:
             data = json.dumps(answer).encode()
             self.send_response(200)
@@ -97,17 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--listen", required=True, metavar="HOST:PORT")
     parser.add_argument("--bind", action="store_true", help="also serve /bind, with one API call per pod")
-    parser.add_argument("--kubeconfig", help="for --bind")
+    parser.add_argument("--choose", action="store_true", help="/filter passes only the first node")
+    parser.add_argument("--record", action="store_true",
+                        help="with --choose: write the choice onto the pod, one merge patch a pod")
+    parser.add_argument("--kubeconfig", help="for --bind and --record")
     args = parser.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
     core = None
-    if args.bind:
+    if args.bind or args.record:
         configuration = kubernetes.client.Configuration()
         kubernetes.config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
         configuration.connection_pool_maxsize = API_CONNECTIONS
         core = kubernetes.client.CoreV1Api(kubernetes.client.ApiClient(configuration))
-    server = _Server((host, int(port)), handler(core))
-    print(f"null extender on {args.listen} bind={args.bind}", flush=True)
+    recorder = ThreadPoolExecutor(max_workers=API_CONNECTIONS // 2) if args.record else None
+    server = _Server((host, int(port)), handler(core, choose=args.choose, recorder=recorder))
+    print(f"null extender on {args.listen} bind={args.bind} choose={args.choose} record={args.record}", flush=True)
     server.serve_forever()
     return 0
 

@@ -14,7 +14,11 @@ is bound:
   own client, so that limit does not bound the ``extender`` phase.
 - ``null_extender`` and ``null_extender_binding``: the ``extender`` phase's pods and scheduler
   configuration (client limits lifted) with :mod:`bench.null_extender` instead of ours: the
-  protocol's floor, when the scheduler binds and when the extender binds with one API call a pod.
+  protocol's floor, when the scheduler binds and when the extender binds with one API call a pod;
+- ``null_extender_choosing`` and ``null_extender_choosing_recording``: the floor of a design
+  without the bind verb, where ``/filter`` makes the choice (passes one node), no prioritize
+  verb is called and the scheduler binds; the second also writes the choice onto each pod with
+  one merge patch of the extender's own, off the scheduling path.
 
 Throughput is (pods - 1) / (last bind - first bind), so start-up is not counted. Each phase also
 reports ``cpu_seconds`` until its last bind: of the API server, etcd, the extender (ours or the
@@ -47,6 +51,7 @@ import kubernetes.client
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench.cpu import machine_busy_seconds, process_cpu_seconds
+from bench.null_extender import RECORD_ANNOTATION
 from fastgshare import keys
 from fastgshare.codec import encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
@@ -110,16 +115,19 @@ def pod(name: str, *, extender: bool, serial: int) -> dict[str, object]:
 
 
 class BindTimes:
-    """Watches a namespace and records when each pod is first seen bound.
+    """Watches a namespace and records when each pod is first seen bound (and, with ``annotation``,
+    first seen carrying that annotation).
 
     If the watch fails or expires, a fresh list picks up the pods bound meanwhile (timed at the
     list, a little late); ``relists`` counts how often that happened.
     """
 
-    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str, annotation: str = "") -> None:
         self._core = raw_core_api(api)
         self._namespace = namespace
+        self._annotation = annotation
         self.bound: dict[str, float] = {}
+        self.annotated: dict[str, float] = {}
         self.relists = -1
         self._stop = threading.Event()
         self._version = self._relist()
@@ -136,6 +144,8 @@ class BindTimes:
     def _seen(self, pod: dict[str, Any]) -> None:
         if pod.get("spec", {}).get("nodeName"):
             self.bound.setdefault(pod["metadata"]["name"], time.monotonic())
+        if self._annotation and self._annotation in (pod["metadata"].get("annotations") or {}):
+            self.annotated.setdefault(pod["metadata"]["name"], time.monotonic())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -166,15 +176,16 @@ class BindTimes:
 
 def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
               config: dict[str, Any], *, pods: int, extender: bool, namespace: str, timeout_s: float,
-              watched: dict[str, int]) -> dict[str, object]:
+              watched: dict[str, int], annotation: str = "") -> dict[str, object]:
     """Create the pods, start a scheduler, and time the binds; with the CPU seconds each process
-    of ``watched`` (name: pid), the scheduler and the whole machine spent until the last bind."""
+    of ``watched`` (name: pid), the scheduler and the whole machine spent until the last bind.
+    With ``annotation``, also when the last pod carried it (the CPU seconds still end at the last bind)."""
     core = raw_core_api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda i: core.create_namespaced_pod(namespace, pod(f"p{i:04d}", extender=extender, serial=i)),
                       range(pods)))
-    times = BindTimes(api, namespace)
+    times = BindTimes(api, namespace, annotation)
     before = {name: process_cpu_seconds(pid) for name, pid in watched.items()}
     machine_before = machine_busy_seconds()
     started = time.monotonic()
@@ -188,12 +199,16 @@ def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]]
         cpu["kube-scheduler"] = process_cpu_seconds(kube_scheduler.pid)
     cpu["machine"] = machine_busy_seconds() - machine_before
     cpu_seconds = {name: round(value, 1) for name, value in cpu.items()}
+    while annotation and len(times.annotated) < pods and time.monotonic() < deadline:
+        time.sleep(0.1)
     times.stop()
     scheduler.stop_all()  # before the next phase's pods exist
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)  # free the nodes for the next phase
     stamps = sorted(times.bound.values())
     span = stamps[-1] - stamps[0] if len(stamps) > 1 else float("nan")
-    return {"bound": len(stamps), "pods": pods, "watch_relists": times.relists,
+    recorded = {"annotated": len(times.annotated), "seconds_from_scheduler_start_to_last_annotated": round(
+        max(times.annotated.values()) - started, 2) if times.annotated else None} if annotation else {}
+    return {"bound": len(stamps), "pods": pods, "watch_relists": times.relists, **recorded,
             "seconds_first_to_last_bind": round(span, 2),
             "seconds_from_scheduler_start": round(stamps[-1] - started, 2) if stamps else None,
             "pods_per_s": round((len(stamps) - 1) / span, 1) if len(stamps) > 1 else 0.0,
@@ -252,9 +267,11 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
                 ours["allocations_simulated"] = marker.marked
             ours["extender_mean_ms"] = server_side_means(extender_process.url)
             extender_process.stop()
-            floors = {name: null_phase(api, start, plane.kubeconfig, workdir, binding=binding, pods=pods,
+            floors = {name: null_phase(api, start, plane.kubeconfig, workdir, mode=mode, pods=pods,
                                        timeout_s=timeout_s, watched=plane_pids)
-                      for name, binding in (("null_extender", False), ("null_extender_binding", True))}
+                      for name, mode in (("null_extender", "scheduler"), ("null_extender_binding", "binding"),
+                                         ("null_extender_choosing", "choosing"),
+                                         ("null_extender_choosing_recording", "choosing-recording"))}
             for scheduler in started:
                 scheduler.stop_all()
         finally:
@@ -270,25 +287,34 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
                 unthrottled["pods_per_s"])), 3) for name, floor in floors.items()}}
 
 
+NULL_MODES = {  # mode: (the null extender's flags, the extender's verbs in the scheduler's configuration)
+    "scheduler": ((), {"bindVerb": ""}),
+    "binding": (("--bind",), {}),
+    "choosing": (("--choose",), {"bindVerb": "", "prioritizeVerb": ""}),
+    "choosing-recording": (("--choose", "--record"), {"bindVerb": "", "prioritizeVerb": ""}),
+}
+
+
 def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
-               kubeconfig: Path, workdir: Path, *, binding: bool, pods: int, timeout_s: float,
+               kubeconfig: Path, workdir: Path, *, mode: str, pods: int, timeout_s: float,
                watched: dict[str, int]) -> dict[str, object]:
-    """The extender phase with :mod:`bench.null_extender`: binding itself, or leaving it to the scheduler."""
+    """The extender phase with :mod:`bench.null_extender` in one of :data:`NULL_MODES`."""
+    flags, verbs = NULL_MODES[mode]
     (port,) = controlplane.free_ports(1)
     url = f"http://127.0.0.1:{port}"
     processes = controlplane.ProcessSet()
     try:
         null = processes.start("null-extender", [sys.executable, "-m", "bench.null_extender", "--listen",
-                                          f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig),
-                                          *(["--bind"] if binding else [])], workdir / f"null-extender-{port}.log")
+                                          f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), *flags],
+                              workdir / f"null-extender-{port}.log")
         controlplane.wait_until(lambda: controlplane.http_ok(f"{url}/healthz"), what="the null extender",
                                 timeout_s=30)
-        config = scheduler_config(url, bindVerb="bind" if binding else "")
+        config = scheduler_config(url, **verbs)
         config["clientConnection"] = UNTHROTTLED
-        return {"binds": "extender" if binding else "scheduler",
-                **run_phase(api, start, config, pods=pods, extender=True,
-                            namespace=f"null-{'binding' if binding else 'scheduler'}", timeout_s=timeout_s,
-                            watched={**watched, "null-extender": null.pid})}
+        return {"binds": "extender" if mode == "binding" else "scheduler", "mode": mode,
+                **run_phase(api, start, config, pods=pods, extender=True, namespace=f"null-{mode}",
+                            timeout_s=timeout_s, watched={**watched, "null-extender": null.pid},
+                            annotation=RECORD_ANNOTATION if "--record" in flags else "")}
     finally:
         processes.stop_all()
 
