@@ -18,7 +18,8 @@ is bound:
 - ``null_extender_choosing`` and ``null_extender_choosing_recording``: the floor of a design
   without the bind verb, where ``/filter`` makes the choice (passes one node), no prioritize
   verb is called and the scheduler binds; the second also writes the choice onto each pod with
-  one merge patch of the extender's own, off the scheduling path.
+  one merge patch of the extender's own, off the scheduling path, and its rate runs until the
+  last pod carries its choice (the binds' own rate is ``binds_per_s``).
 
 Throughput is (pods - 1) / (last bind - first bind), so start-up is not counted. Each phase also
 reports ``cpu_seconds`` until its last bind: of the API server, etcd, the extender (ours or the
@@ -179,7 +180,9 @@ def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]]
               watched: dict[str, int], annotation: str = "") -> dict[str, object]:
     """Create the pods, start a scheduler, and time the binds; with the CPU seconds each process
     of ``watched`` (name: pid), the scheduler and the whole machine spent until the last bind.
-    With ``annotation``, also when the last pod carried it (the CPU seconds still end at the last bind)."""
+    With ``annotation``, the phase ends when every pod also carries it: ``pods_per_s`` then runs
+    from the first bind to the last pod annotated (a pod is placed only once its choice is
+    recorded), and so do the CPU seconds; ``binds_per_s`` is the binds' own rate."""
     core = raw_core_api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -191,28 +194,32 @@ def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]]
     started = time.monotonic()
     scheduler = start(config)
     deadline = started + timeout_s
-    while len(times.bound) < pods and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while (len(times.bound) < pods or (annotation and len(times.annotated) < pods)) and time.monotonic() < deadline:
+        time.sleep(0.1 if annotation else 0.5)
     cpu = {name: process_cpu_seconds(pid) - before[name] for name, pid in watched.items()}
     kube_scheduler = scheduler.get("kube-scheduler")
     if kube_scheduler is not None:
         cpu["kube-scheduler"] = process_cpu_seconds(kube_scheduler.pid)
     cpu["machine"] = machine_busy_seconds() - machine_before
     cpu_seconds = {name: round(value, 1) for name, value in cpu.items()}
-    while annotation and len(times.annotated) < pods and time.monotonic() < deadline:
-        time.sleep(0.1)
     times.stop()
     scheduler.stop_all()  # before the next phase's pods exist
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)  # free the nodes for the next phase
     stamps = sorted(times.bound.values())
     span = stamps[-1] - stamps[0] if len(stamps) > 1 else float("nan")
-    recorded = {"annotated": len(times.annotated), "seconds_from_scheduler_start_to_last_annotated": round(
-        max(times.annotated.values()) - started, 2) if times.annotated else None} if annotation else {}
-    return {"bound": len(stamps), "pods": pods, "watch_relists": times.relists, **recorded,
-            "seconds_first_to_last_bind": round(span, 2),
-            "seconds_from_scheduler_start": round(stamps[-1] - started, 2) if stamps else None,
-            "pods_per_s": round((len(stamps) - 1) / span, 1) if len(stamps) > 1 else 0.0,
-            "cpu_seconds": cpu_seconds}
+    rate = round((len(stamps) - 1) / span, 1) if len(stamps) > 1 else 0.0
+    result: dict[str, object] = {
+        "bound": len(stamps), "pods": pods, "watch_relists": times.relists,
+        "seconds_first_to_last_bind": round(span, 2),
+        "seconds_from_scheduler_start": round(stamps[-1] - started, 2) if stamps else None,
+        "pods_per_s": rate, "cpu_seconds": cpu_seconds}
+    if annotation:
+        last = max(times.annotated.values(), default=float("nan"))
+        result.update({"binds_per_s": rate, "annotated": len(times.annotated),
+                       "seconds_from_scheduler_start_to_last_annotated": round(last - started, 2),
+                       "pods_per_s": round((len(times.annotated) - 1) / (last - stamps[0]), 1)
+                       if len(times.annotated) > 1 and stamps else 0.0})
+    return result
 
 
 def server_side_means(url: str) -> dict[str, float]:
