@@ -348,6 +348,10 @@ def _condition_says(fastpod: Mapping[str, Any], kind: str, message: str) -> bool
 
 
 def _describe(step: Plan, spec: FaSTPodSpec) -> str:
+    if step.waiting:
+        pods = "1 pod of an older revision waits" if step.waiting == 1 else \
+            f"{step.waiting} pods of an older revision wait"
+        return f"{pods} until all {spec.replicas} replicas are ready (one is replaced at a time)"
     if step.empty:
         return ""
     parts = [f"creating {step.create}"] if step.create else []

@@ -13,7 +13,8 @@
   one replica unavailable and no extra pod: outdated pods that are not ready cost no
   availability and go at once; a ready one goes only while every desired replica is ready,
   one at a time, each replaced in the same step. A new pod that never becomes ready stops the
-  roll-out there, with the other old pods still serving.
+  roll-out there, with the other old pods still serving: the plan is then empty but still a
+  ``RollingUpdate``, with the number of outdated pods that wait (``Plan.waiting``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Plan:
     create: int = 0
     delete: tuple[PodInfo, ...] = ()
     reason: str = ""  # ScalingUp, ScalingDown, RollingUpdate, or "" when there is nothing to do
+    waiting: int = 0  # outdated pods left until every replica is ready (a roll-out that must wait)
 
     @property
     def empty(self) -> bool:
@@ -58,6 +60,8 @@ def plan(desired: int, pods: Sequence[PodInfo], revision: str) -> Plan:
     if not doomed and outdated and all_ready:
         doomed = deletion_order(outdated, revision)[:1]
     create = desired - (len(active) - len(doomed))
+    if not doomed and not create and outdated:  # a roll-out waiting for its new pods to be ready
+        return Plan(reason=ROLLING_UPDATE, waiting=len(outdated))
     reason = ROLLING_UPDATE if doomed else SCALING_UP if create else ""
     return Plan(create=create, delete=tuple(doomed), reason=reason)
 

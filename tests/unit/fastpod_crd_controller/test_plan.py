@@ -69,6 +69,7 @@ def test_a_ready_outdated_pod_goes_only_while_all_are_ready_one_at_a_time() -> N
     assert (names(first), first.create, first.reason) == (["a"], 1, ROLLING_UPDATE)
     # a is gone, its replacement is not ready yet: one replica is unavailable, so wait.
     waiting = [pods[1], pods[2], pod("a2", ready=False)]
+    assert plan(3, waiting, REV) == Plan(reason=ROLLING_UPDATE, waiting=2)  # still rolling, nothing to do now
     assert plan(3, waiting, REV).empty
     # the replacement is ready: the next outdated pod goes.
     ready_again = [*waiting[:2], attrs.evolve(waiting[2], ready=True)]

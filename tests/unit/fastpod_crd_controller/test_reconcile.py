@@ -177,6 +177,9 @@ def test_a_changed_share_replaces_ready_pods_one_at_a_time(f: Fixture) -> None:
     f.controller.pods.delete(pod("web-b", old))
     f.observe_created()
     assert [a[0] for a in f.sync()] == ["patch"]  # the new pod is not ready: wait
+    assert f.condition(names.CONDITION_PROGRESSING) == {
+        "type": "Progressing", "status": "True", "reason": "RollingUpdate", "lastTransitionTime": NOW,
+        "message": "1 pod of an older revision waits until all 2 replicas are ready (one is replaced at a time)"}
 
 
 def test_a_failed_create_is_reported_and_retried(f: Fixture) -> None:
