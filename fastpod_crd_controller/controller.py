@@ -19,13 +19,19 @@ A failed reconcile is retried with a per-key exponential backoff; a success rese
 
 Pods are created in batches of 1, 2, 4, ... at a time (the ReplicaSet controller's slow start):
 a FaSTPod whose pods are refused costs one call, one that is accepted gets its pods in parallel.
+The Kubernetes client checks a pod body against its models before sending it (so an unknown
+field is a clear 422, where the API server would drop it); a pod spec it has accepted once is
+not checked again (:class:`AcceptedSpecs`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -76,6 +82,7 @@ class Controller:
                  observer: ReconcileObserver | None = None) -> None:
         self._kube = kube
         self._pod_config = pod_config
+        self._accepted_specs = AcceptedSpecs()
         self._recorder = recorder
         self._settings = settings or Settings()
         self._observer = observer or NoObserver()
@@ -204,15 +211,19 @@ class Controller:
 
     def _create(self, spec: FaSTPodSpec, count: int) -> tuple[list[str], ApiError | None]:
         """Create ``count`` pods in slow-start batches (1, 2, 4, ...), each batch in parallel; stop
-        after the first batch with a failure. Every pod has the same body: once the first is
-        created, the others skip the client's own check of it."""
+        after the first batch with a failure. Every pod has the same body: once the client's own
+        check has let one through (now or for an earlier pod with the same spec), the others skip it."""
         created: list[str] = []
         body = make_pod(spec, self._pod_config)
+        checked = body["spec"] in self._accepted_specs
         batch = 1
         while len(created) < count:
             size = min(batch, count - len(created))
-            results = self._create_batch(spec.namespace, body, size, checked=bool(created))
+            results = self._create_batch(spec.namespace, body, size, checked=checked)
             created += [result for result in results if isinstance(result, str)]
+            if created and not checked:
+                self._accepted_specs.add(body["spec"])
+                checked = True
             failures = [result for result in results if isinstance(result, ApiError)]
             if failures:
                 self._unexpect_creates(spec.key, count - len(created))  # none of these will be observed
@@ -358,3 +369,35 @@ def _describe(step: Plan, spec: FaSTPodSpec) -> str:
     if step.delete:
         parts.append(f"deleting {len(step.delete)}")
     return f"{' and '.join(parts)} pods toward {spec.replicas} of revision {spec.revision}"
+
+
+class AcceptedSpecs:
+    """The last ``size`` pod specs the client's check accepted, by digest (thread-safe): the check
+    costs about four plain creates' client CPU, and a spec it accepted once passes again (the rest
+    of a pod's body is the controller's own, or metadata the API server checked in the FaSTPod)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._digests: OrderedDict[bytes, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _digest(pod_spec: Mapping[str, Any]) -> bytes:
+        text = json.dumps(pod_spec, sort_keys=True, separators=(",", ":"))
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+    def __contains__(self, pod_spec: Mapping[str, Any]) -> bool:
+        digest = self._digest(pod_spec)
+        with self._lock:
+            if digest not in self._digests:
+                return False
+            self._digests.move_to_end(digest)
+            return True
+
+    def add(self, pod_spec: Mapping[str, Any]) -> None:
+        digest = self._digest(pod_spec)
+        with self._lock:
+            self._digests[digest] = None
+            self._digests.move_to_end(digest)
+            while len(self._digests) > self._size:
+                self._digests.popitem(last=False)

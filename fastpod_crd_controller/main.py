@@ -9,6 +9,7 @@ stops reconciling at once and exits 1, so the Deployment restarts it as a standb
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -130,6 +131,10 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
         if elector is not None:
             elector.release()
         return 1
+    # What exists now (the client's generated modules and models, the synced caches) lives as
+    # long as the process: frozen, later collections no longer walk it (unfrozen, the collector
+    # took ~15 % of the controller's CPU while it created pods, perf under bench.controller).
+    gc.freeze()
     kept = elector.hold(stopping) if elector is not None else stopping.wait()
     controller.stop()
     if elector is not None and kept:

@@ -14,7 +14,7 @@ from fastgshare import keys
 from fastgshare.codec import PodAssignment, encode_assignment
 from fastpod_crd_controller import names
 from fastpod_crd_controller.builder import PodConfig, make_pod
-from fastpod_crd_controller.controller import Controller
+from fastpod_crd_controller.controller import AcceptedSpecs, Controller
 from fastpod_crd_controller.errors import ApiError
 from fastpod_crd_controller.events import EventRecorder
 from fastpod_crd_controller.spec import parse_fastpod
@@ -209,6 +209,35 @@ def test_pods_are_created_in_slow_start_batches_that_stop_at_the_first_failure(f
     assert f.kube.events[0]["message"] == "Created pods: web-00001, web-00002"
     f.observe_created()
     assert [a[0] for a in f.sync()] == ["create"] * 5  # the 5 missing, in batches of 1, 2, 2
+
+
+def test_a_pod_spec_the_clients_check_accepted_once_is_not_checked_again(f: Fixture) -> None:
+    f.given(fastpod(replicas=1), fastpod("twin", replicas=2, uid="uid-twin"),
+            fastpod("other", replicas=1, uid="uid-other", pod_spec={"containers": [{"name": "c", "image": "other:1"}]}))
+    f.sync()
+    f.sync(f"{NAMESPACE}/twin")  # the same podSpec as web's: the client accepted it already
+    f.sync(f"{NAMESPACE}/other")
+    assert f.kube.checked == [False, True, True, False]
+
+
+def test_a_pod_spec_that_was_refused_is_checked_again_next_time(f: Fixture) -> None:
+    f.given(fastpod(replicas=2))
+    f.kube.fail("create/pods", ApiError(422, "Invalid", "the Kubernetes client refused the body"))
+    f.sync()
+    del f.kube.errors["create/pods"]
+    f.sync()
+    assert f.kube.checked == [False, False, True]
+
+
+def test_accepted_specs_forget_the_least_recently_used_beyond_their_size() -> None:
+    accepted = AcceptedSpecs(size=2)
+    first, second, third = ({"containers": [{"name": "c", "image": f"i:{n}"}]} for n in range(3))
+    accepted.add(first)
+    accepted.add(second)
+    assert first in accepted  # now the most recently used
+    accepted.add(third)
+    assert (first in accepted, second in accepted, third in accepted) == (True, False, True)
+    assert {"containers": [{"image": "i:0", "name": "c"}]} in accepted  # key order does not matter
 
 
 class BatchObservingKube(FakeKube):
