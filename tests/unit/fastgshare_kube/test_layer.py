@@ -30,21 +30,6 @@ def test_no_answer_is_an_api_error_with_status_0() -> None:
     assert failed.value.reason == "Unreachable"
 
 
-def test_unchecked_skips_the_clients_argument_check_and_still_sends_the_request() -> None:
-    core = rest.core_v1(unreachable_client())
-    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"name": "n"}}
-    with pytest.raises(ValueError, match="namespace"):  # checked on the client: a namespace must be a string
-        core.create_namespaced_binding(123, binding)
-    with pytest.raises(ApiError) as failed:  # not checked: it went out (to nobody)
-        rest.call(rest.unchecked(core, core.create_namespaced_binding), 123, binding, timeout_s=(1, 1))
-    assert failed.value.unreachable
-
-    def plain(*args: object) -> None:
-        """A method without the client's check."""
-
-    assert rest.unchecked(core, plain) is plain
-
-
 def test_a_watch_that_cannot_start_is_an_api_error() -> None:
     source = rest.RawListWatch(rest.core_v1(unreachable_client()).list_node)
     with pytest.raises(ApiError) as failed:
