@@ -43,7 +43,7 @@ def build_services(config: ExtenderConfig, state: ClusterState, kube: KubePort) 
     return Services(
         config=config,
         state=state,
-        decisions=Decisions(state, config.policy, metrics, passes),
+        decisions=Decisions(state, config.policy, metrics, passes, best_only=config.filter_passes == "best"),
         binder=Binder(state, kube, default_policy=config.policy, bind_wait_s=config.bind_wait_s, metrics=metrics,
                       passes=passes),
         metrics=metrics,

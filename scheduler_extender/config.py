@@ -12,6 +12,8 @@ from fastgshare.placement import DEFAULT_POLICY, Policy
 DEFAULT_LISTEN = "127.0.0.1:8888"
 DEFAULT_BIND_WAIT_S = 5.0
 DEFAULT_BIND_WINDOW = 8
+FILTER_PASSES = ("best", "fitting")  # which fitting nodes filter passes; see scheduler_extender.decisions
+DEFAULT_FILTER_PASSES = "best"
 DEFAULT_MAX_BODY_BYTES = 32 * 2**20  # a NodeNames filter for 5,000 nodes is ~100 KiB; full Nodes ~25 MiB
 
 
@@ -28,12 +30,16 @@ class ExtenderConfig:
       written or wait for the node agent waits up to ``bind_wait_s`` for one of them to be marked
       allocated, then proceeds anyway (keep it well below the scheduler's ``httpTimeout`` for the
       extender); ``bind_wait_s`` 0: binds never wait for each other;
+    - ``filter_passes``: ``best``, only the fitting nodes the policy scores highest pass filter (the
+      choice is made there, and the scheduler skips scoring when one node is left); ``fitting``, every
+      node where the pod fits passes and prioritize ranks them;
     - ``max_body_bytes``: larger request bodies are refused with 413.
     """
 
     policy: Policy = DEFAULT_POLICY
     bind_wait_s: float = DEFAULT_BIND_WAIT_S
     bind_window: int = DEFAULT_BIND_WINDOW
+    filter_passes: str = DEFAULT_FILTER_PASSES
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     def __attrs_post_init__(self) -> None:
@@ -41,6 +47,8 @@ class ExtenderConfig:
             raise ConfigError(f"--bind-wait-seconds must be in 0..600, got {self.bind_wait_s}")
         if not 1 <= self.bind_window <= 1000:
             raise ConfigError(f"--bind-window must be in 1..1000, got {self.bind_window}")
+        if self.filter_passes not in FILTER_PASSES:
+            raise ConfigError(f"--filter-passes must be one of {', '.join(FILTER_PASSES)}, got {self.filter_passes!r}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"--max-body-bytes must be >= 1024, got {self.max_body_bytes}")
 

@@ -12,6 +12,16 @@ Where a rejected node goes:
   the node emptied of pods (too much memory for any GPU, every GPU unhealthy);
 - ``FailedNodes`` when it may fit later: the GPUs are taken now, or the node is not in the
   cache yet.
+
+Which fitting nodes pass: by default only those the policy scores highest (``best_only``), so
+filter makes the choice. Under ``binpack`` that is one node in most cases (the fullest that
+fits), and a scheduler left with one node binds it without scoring: it skips its own score
+plugins and the prioritize call. Nodes tied for the best score all pass, and the scheduler's
+plugins (preferred affinities, spreading) break the tie. With ``best_only`` off every fitting
+node passes and prioritize ranks them, so a configuration that weighs the extender lightly lets
+those plugins outvote a small difference in GPU score. A fitting node that was outscored is
+left out of the reply (not listed as failed: the pod can be placed, and the list would grow the
+reply with every node).
 """
 
 from __future__ import annotations
@@ -109,6 +119,7 @@ class _Evaluation:
     labels: dict[str, int]
     body: bytes
     fragments: list[str] | None = None  # prioritize only: each node's part of the body
+    outscored: int = 0  # filter only: fitting nodes left out because others scored higher
 
 
 class Decisions:
@@ -126,8 +137,9 @@ class Decisions:
     """
 
     def __init__(self, state: ClusterState, default_policy: Policy, metrics: Metrics,
-                 passes: FilterPasses | None = None) -> None:
+                 passes: FilterPasses | None = None, *, best_only: bool = True) -> None:
         self._state = state
+        self._best_only = best_only
         self._default_policy = default_policy
         self._metrics = metrics
         self._passes = passes if passes is not None else FilterPasses()
@@ -164,11 +176,12 @@ class Decisions:
                     raise AssertionError("a filter evaluation without its result")
                 result = evaluation.result
                 self._metrics.count("filter", {"passed": len(result.passed), "failed": len(result.failed),
-                                               "unresolvable": len(result.unresolvable)})
+                                               "unresolvable": len(result.unresolvable),
+                                               "outscored": evaluation.outscored})
                 self._metrics.fail("filter", evaluation.labels)
-                log.debug("filter pod=%s share=%s policy=%s passed=%d failed=%d unresolvable=%d", args.pod.key,
-                          request.share.describe(), request.policy.value, len(result.passed), len(result.failed),
-                          len(result.unresolvable))
+                log.debug("filter pod=%s share=%s policy=%s passed=%d outscored=%d failed=%d unresolvable=%d",
+                          args.pod.key, request.share.describe(), request.policy.value, len(result.passed),
+                          evaluation.outscored, len(result.failed), len(result.unresolvable))
                 self._passes.record(args.pod.uid, result.passed)
                 return result, evaluation.body if args.node_cache_capable else None
         self._passes.record(args.pod.uid, result.passed)
@@ -209,7 +222,8 @@ class Decisions:
             if patched is not None:
                 return self._keep(chains, key, patched)
         entries, generation = self._state.entries_and_generation(args.pod.uid, names)
-        evaluation = _finish(verb, generation, names, self._node_answers(entries, names, request), None)
+        evaluation = _finish(verb, generation, names, self._node_answers(entries, names, request), None,
+                             best_only=self._best_only)
         return evaluation if stale is not None else self._keep(chains, key, evaluation)
 
     def _patched(self, verb: str, last: _Evaluation, request: PodRequest) -> _Evaluation | None:
@@ -226,8 +240,9 @@ class Decisions:
         answers = last.answers
         moved = [(positions[name], answer) for name, answer in zip(changed_names, fresh, strict=True)
                  if answer != answers[positions[name]]]
-        if verb == "filter" and all(answer.refusal == answers[index].refusal for index, answer in moved):
-            moved = []  # a filter reply shows refusals only
+        if verb == "filter" and not self._best_only and all(
+                answer.refusal == answers[index].refusal for index, answer in moved):
+            moved = []  # a filter reply passing every fitting node shows refusals only, not scores
         if not moved:
             return attrs.evolve(last, generation=generation, positions=positions)
         answers = list(answers)
@@ -239,7 +254,7 @@ class Decisions:
                 fragments[index] = priority_fragment(last.names[index], answer.score)
             return _Evaluation(generation, last.names, answers, positions, None, {}, priorities_text(fragments),
                                fragments)
-        return _finish(verb, generation, last.names, answers, positions)
+        return _finish(verb, generation, last.names, answers, positions, best_only=self._best_only)
 
     def _keep(self, chains: OrderedDict[tuple[ShareSpec, Policy], _Evaluation], key: tuple[ShareSpec, Policy],
               evaluation: _Evaluation) -> _Evaluation:
@@ -281,12 +296,14 @@ class Decisions:
 
 
 def _finish(verb: str, generation: int, names: tuple[str, ...], answers: list[NodeAnswer],
-            positions: dict[str, int] | None) -> _Evaluation:
-    """The evaluation of ``answers``: the reply (and for filter the result and its metrics labels)."""
+            positions: dict[str, int] | None, *, best_only: bool) -> _Evaluation:
+    """The evaluation of ``answers``: the reply (and for filter the result and its metrics labels;
+    with ``best_only`` the fitting nodes pass only if no fitting node scored higher)."""
     if verb == "prioritize":
         fragments = [priority_fragment(name, answer.score) for name, answer in zip(names, answers, strict=True)]
         return _Evaluation(generation, names, answers, positions, None, {}, priorities_text(fragments), fragments)
     passed: list[str] = []
+    scores: list[int] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     labels: dict[str, int] = {}
@@ -294,12 +311,17 @@ def _finish(verb: str, generation: int, names: tuple[str, ...], answers: list[No
         refusal = answer.refusal
         if refusal is None:
             passed.append(name)
+            scores.append(answer.score)
             continue
         (failed if refusal.resolvable else unresolvable)[name] = refusal.reason
         labels[refusal.label] = labels.get(refusal.label, 0) + 1
+    fitting = len(passed)
+    if best_only and fitting > 1:
+        best = max(scores)
+        passed = [name for name, score in zip(passed, scores, strict=True) if score == best]
     result = FilterResult(passed=tuple(passed), failed=failed, unresolvable=unresolvable)
     body = _dumps(encode_filter_result(ExtenderArgs(pod=_NO_POD, node_names=names), result))
-    return _Evaluation(generation, names, answers, positions, result, labels, body)
+    return _Evaluation(generation, names, answers, positions, result, labels, body, outscored=fitting - len(passed))
 
 
 def node_answer(name: str, entry: NodeEntry, request: PodRequest) -> NodeAnswer:

@@ -21,8 +21,10 @@ from scheduler_extender.app import build_services, create_app, create_status_app
 from scheduler_extender.config import (
     DEFAULT_BIND_WAIT_S,
     DEFAULT_BIND_WINDOW,
+    DEFAULT_FILTER_PASSES,
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY_BYTES,
+    FILTER_PASSES,
     ConfigError,
     ExtenderConfig,
     parse_listen,
@@ -77,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how many pods of one node may wait for its node agent at once before further binds "
                              "to it wait their turn; this keeps a node whose agent or kubelet is restarting from "
                              "taking pods kubelet would refuse. 1: one pod at a time (default: %(default)s)")
+    parser.add_argument("--filter-passes", default=DEFAULT_FILTER_PASSES, choices=FILTER_PASSES,
+                        help="best: of the nodes where the pod fits, only those the policy scores highest pass "
+                             "filter, so the scheduler is left with one node in most cases and binds it without "
+                             "scoring; fitting: every node where it fits passes and prioritize ranks them, weighed "
+                             "against the scheduler's own score plugins (default: %(default)s)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help="larger request bodies are refused with 413 (default: %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -86,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[ExtenderConfig, str, int]:
     try:
         config = ExtenderConfig(policy=Policy(args.policy), bind_wait_s=args.bind_wait_seconds,
-                                bind_window=args.bind_window, max_body_bytes=args.max_body_bytes)
+                                bind_window=args.bind_window, filter_passes=args.filter_passes,
+                                max_body_bytes=args.max_body_bytes)
         host, port = parse_listen(args.listen)
     except ConfigError as error:
         parser.error(str(error))
@@ -143,8 +151,9 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
         changes.start()
         watch.start()
         server.start()
-        log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s bind_window=%d", server.host,
-                 server.port, config.policy.value, config.bind_wait_s, config.bind_window)
+        log.info("extender listening address=%s:%d policy=%s bind_wait_s=%s bind_window=%d filter_passes=%s",
+                 server.host, server.port, config.policy.value, config.bind_wait_s, config.bind_window,
+                 config.filter_passes)
         for other in extra:
             other.start()
             log.info("%s listening address=%s:%d", "admission webhook (TLS)" if other is webhook else

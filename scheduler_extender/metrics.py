@@ -2,7 +2,8 @@
 
 - ``fastgshare_extender_request_duration_seconds{verb}``: latency of every endpoint;
 - ``fastgshare_extender_decisions_total{verb,result}``: filter verdicts per node (passed,
-  failed, unresolvable), prioritize answers, binds (bound, refused, failed);
+  outscored: fits but another node scored higher, failed, unresolvable), prioritize answers,
+  binds (bound, refused, failed);
 - ``fastgshare_extender_failures_total{verb,reason}``: why nodes were rejected, binds refused
   or requests turned away (a small fixed set of reasons, never free text);
 - ``fastgshare_extender_bind_turn_wait_seconds``: how long binds waited for their node's turn;

@@ -83,7 +83,8 @@ def inspect() -> Response:
                        "(GET /inspect lists them all)")
     view = inspection.describe(snapshot, only_node=node)
     return jsonify({"policy": services.config.policy.value, "bindWaitSeconds": services.config.bind_wait_s,
-                    "bindWindow": services.config.bind_window, **view})
+                    "bindWindow": services.config.bind_window, "filterPasses": services.config.filter_passes,
+                    **view})
 
 
 def _json_body() -> object:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -162,6 +163,11 @@ def test_pods_land_on_the_node_and_gpu_the_policy_predicts(cluster: Cluster, mar
     view = get_json(f"{extender.url}/inspect?node={busy.metadata.name}")
     pods = view["nodes"][busy.metadata.name]["gpus"][1]["pods"]
     assert sorted(pod["pod"] for pod in pods) == [f"{namespace}/packed", f"{namespace}/resident"]
+    # Filter passed only the best node each time, so the scheduler bound it without calling prioritize.
+    with urllib.request.urlopen(f"{extender.url}/metrics", timeout=10) as answer:
+        metrics = answer.read().decode()
+    assert 'fastgshare_extender_decisions_total{result="outscored",verb="filter"} 2.0' in metrics
+    assert 'verb="prioritize"' not in metrics
 
 
 def failed_scheduling_messages(core: Core, namespace: str, name: str) -> list[str]:

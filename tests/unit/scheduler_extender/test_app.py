@@ -147,6 +147,7 @@ def test_inspect_shows_every_gpu_its_pods_and_free_share(client: Client, kube: F
     assert body["synced"] is True
     assert body["policy"] == "binpack"
     assert (body["bindWaitSeconds"], body["bindWindow"]) == (services.config.bind_wait_s, services.config.bind_window)
+    assert body["filterPasses"] == "best"
     assert sorted(body["nodes"]) == ["bare", "node-a", "node-b"]
     gpu = body["nodes"]["node-a"]["gpus"][0]
     assert gpu["uuid"] == "GPU-node-a-0"

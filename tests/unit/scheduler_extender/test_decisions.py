@@ -123,3 +123,31 @@ def test_filter_counts_verdicts_and_reasons_in_the_metrics() -> None:
     Decisions(state, Policy.BINPACK, metrics).filter(args(None, "a", "bare"))
     assert metrics.decisions.labels("filter", "passed")._value.get() == 1
     assert metrics.failures.labels("filter", "no-inventory")._value.get() == 1
+
+
+def filled_nodes() -> ClusterState:
+    """Three nodes of one GPU: ``half`` and ``also-half`` hold the same pod's share, ``empty`` none."""
+    pods = tuple(pod_record(f"p-{name}", uid=f"u-{name}", node_name=name,
+                            assignment=assignment(name, 0, request=500, sm=50, at_ms=1))
+                 for name in ("half", "also-half"))
+    return synced_state(node_record("empty", 1), node_record("half", 1), node_record("also-half", 1), pods=pods)
+
+
+def test_filter_passes_only_the_nodes_the_policy_scores_best_and_counts_the_others() -> None:
+    metrics = Metrics()
+    result = Decisions(filled_nodes(), Policy.BINPACK, metrics).filter(
+        args(share_annotations(request="0.2", limit="0.4", sm="50"), "empty", "half", "also-half"))
+    assert result.passed == ("half", "also-half")  # tied for binpack's best: the scheduler's plugins pick
+    assert (result.failed, result.unresolvable) == ({}, {})  # the outscored node is left out, not failed
+    assert metrics.decisions.labels("filter", "outscored")._value.get() == 1
+    spread = Decisions(filled_nodes(), Policy.SPREAD, Metrics()).filter(
+        args(share_annotations(request="0.2", limit="0.4", sm="50"), "empty", "half", "also-half"))
+    assert spread.passed == ("empty",)
+
+
+def test_filter_passing_every_fitting_node_leaves_the_ranking_to_prioritize() -> None:
+    chooser = Decisions(filled_nodes(), Policy.BINPACK, Metrics(), best_only=False)
+    request = args(share_annotations(request="0.2", limit="0.4", sm="50"), "empty", "half", "also-half")
+    assert chooser.filter(request).passed == ("empty", "half", "also-half")
+    scores = dict(chooser.prioritize(request))
+    assert scores["half"] == scores["also-half"] > scores["empty"]

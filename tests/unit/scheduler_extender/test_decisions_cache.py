@@ -1,11 +1,13 @@
 """The decisions' memory (answers per node signature, evaluations patched by the cache's change
 log, encoded replies) never changes an answer: under any sequence of pod and node events, filter
-and prioritize say exactly what judging every node afresh says."""
+and prioritize say exactly what judging every node afresh says, whether filter passes every
+fitting node or only the best scored."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,7 +31,8 @@ event = st.tuples(st.sampled_from(["place", "place", "place", "delete", "delete"
                   st.integers(0, 11), st.sampled_from(NODES), st.integers(0, 1), st.integers(0, len(PLACED) - 1))
 
 
-def reference(state: ClusterState, args: ExtenderArgs) -> tuple[dict[str, object], list[tuple[str, int]]]:
+def reference(state: ClusterState, args: ExtenderArgs, *,
+              best_only: bool) -> tuple[dict[str, object], list[tuple[str, int]]]:
     request = pod_request(args.pod, Policy.BINPACK)
     entries = state.entries_for(args.pod.uid, args.node_names)
     passed: list[str] = []
@@ -45,23 +48,28 @@ def reference(state: ClusterState, args: ExtenderArgs) -> tuple[dict[str, object
         fits = refusal is None and entry is not None and entry.state is not None
         scores.append((name, score_node(entry.state, request.share, request.policy)
                        if fits and entry is not None and entry.state is not None else 0))
+    if best_only and passed:
+        score_of = dict(scores)
+        best = max(score_of[name] for name in passed)
+        passed = [name for name in passed if score_of[name] == best]
     return (encode_filter_result(args, FilterResult(passed=tuple(passed), failed=failed, unresolvable=unresolvable)),
             scores)
 
 
+@pytest.mark.parametrize("best_only", [True, False], ids=["best", "fitting"])
 @settings(max_examples=150, deadline=None)
 @given(events=st.lists(event, max_size=25), asked=st.lists(st.integers(0, len(ASKED) - 1), min_size=1, max_size=3))
 def test_answers_equal_judging_every_node_afresh(events: list[tuple[str, int, str, int, int]],
-                                                 asked: list[int]) -> None:
+                                                 asked: list[int], best_only: bool) -> None:
     state = synced_state(*(node_record(name, 2) for name in NODES[:-1]))  # the last node is not cached at first
-    decisions = Decisions(state, Policy.BINPACK, Metrics())
+    decisions = Decisions(state, Policy.BINPACK, Metrics(), best_only=best_only)
     pods: dict[int, PodRecord] = {}
 
     def compare() -> None:
         for serial, which in enumerate(asked):
             pod = pod_record(f"new-{serial}", uid=f"uid-new-{serial}", annotations=ASKED[which])
             args = ExtenderArgs(pod=pod, node_names=NODES)
-            expected_filter, expected_scores = reference(state, args)
+            expected_filter, expected_scores = reference(state, args, best_only=best_only)
             assert json.loads(decisions.filter_body(args)) == expected_filter
             passed = decisions.filter(args).passed
             assert list(passed) == expected_filter["NodeNames"]

@@ -35,6 +35,8 @@ def test_bad_listen_address_names_the_flag_and_the_form(text: str) -> None:
     [
         pytest.param({"bind_wait_s": -1}, "--bind-wait-seconds must be in 0..600, got -1", id="negative-wait"),
         pytest.param({"bind_window": 0}, "--bind-window must be in 1..1000, got 0", id="empty-window"),
+        pytest.param({"filter_passes": "all"}, "--filter-passes must be one of best, fitting, got 'all'",
+                     id="unknown-filter-passes"),
         pytest.param({"max_body_bytes": 10}, "--max-body-bytes must be >= 1024, got 10", id="tiny-body"),
     ],
 )
@@ -49,6 +51,7 @@ def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert caught.value.code == 0
     text = capsys.readouterr().out
     for flag in ("--listen HOST:PORT", "--kubeconfig", "--policy {binpack,spread}", "--bind-wait-seconds",
+                 "--filter-passes {best,fitting}",
                  "--max-body-bytes", "--log-level", "/inspect", "fastgshare/scheduling_policy"):
         assert flag in text
 
