@@ -30,6 +30,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import orjson
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -119,7 +120,7 @@ def call(method: Callable[..., Any], *args: Any, timeout_s: float | tuple[float,
     """``method(*args, **kwargs)`` of a generated API, its answer as a dict; failures as :class:`ApiError`."""
     with translated():
         response = method(*args, **kwargs, _preload_content=False, _request_timeout=timeout_s)
-        body: dict[str, Any] = json.loads(response.data) if response.data else {}
+        body: dict[str, Any] = decode_json(response.data) if response.data else {}
     return body
 
 
@@ -159,7 +160,7 @@ def send(api: ApiClient, method: str, path: str, body: Mapping[str, Any] | None 
         data = response.read()
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response)
-    answer: dict[str, Any] = json.loads(data) if data else {}
+    answer: dict[str, Any] = decode_json(data) if data else {}
     return answer
 
 
@@ -169,6 +170,17 @@ def call_text(method: Callable[..., Any], *args: Any, timeout_s: float | tuple[f
     with translated():
         response = method(*args, **kwargs, _preload_content=False, _request_timeout=timeout_s)
         return bytes(response.data or b"").decode(errors="replace")
+
+
+def decode_json(text: bytes | str) -> Any:
+    """An API answer or watch event: orjson, 2-3 times faster than ``json`` on pod objects; what it
+    refuses (``NaN``) is decoded by ``json``. orjson reads an integer beyond 64 bits as a float; the
+    API server sends none (typed fields are int64, and it decodes an unstructured number that
+    overflows int64 as a float64 itself)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 class RawListWatch:
@@ -204,7 +216,7 @@ class RawListWatch:
             with translated():
                 for line in iter_resp_lines(response):
                     if line.strip():
-                        yield json.loads(line)
+                        yield decode_json(line)
         finally:
             with self._lock:
                 self._response = None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import math
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -141,3 +142,14 @@ def test_a_send_nobody_answers_is_an_api_error_with_status_0() -> None:
     with pytest.raises(ApiError) as failed:
         rest.send(unreachable_client(), "DELETE", rest.namespaced_path("v1", "a", "pods", "p"), timeout_s=(1, 1))
     assert failed.value.unreachable
+
+
+def test_answers_decode_as_json_does_even_where_orjson_refuses() -> None:
+    event = '{"type":"MODIFIED","object":{"metadata":{"name":"p","annotations":{"a":"ü"}},"spec":{"n":3.5}}}'
+    assert rest.decode_json(event) == json.loads(event)
+    assert rest.decode_json(event.encode()) == json.loads(event)
+    extremes = '{"spec":{"min":-9223372036854775808,"max":9223372036854775807},"resourceVersion":"184467"}'
+    assert rest.decode_json(extremes) == json.loads(extremes)  # int64's range, exactly
+    assert math.isnan(rest.decode_json('{"x":NaN}')["x"])  # orjson refuses it; json decodes it
+    with pytest.raises(json.JSONDecodeError):
+        rest.decode_json("{not json")
