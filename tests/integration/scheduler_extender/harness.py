@@ -33,10 +33,11 @@ from typing import Any
 import flask
 import kubernetes.client
 import yaml
-from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from fastgshare import keys
+from fastgshare_kube import rest
+from fastgshare_kube.errors import ApiError
 from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from scheduler_extender.threaded_http import ThreadedHttpServer
 
@@ -137,6 +138,7 @@ class AllocationMarker:
 
     def __init__(self, api_client: kubernetes.client.ApiClient, namespace: str | None = None, *,
                  lanes: int = 16) -> None:
+        self._api = api_client
         self._core = raw_core_api(api_client)
         self._namespace = namespace
         self._stop = threading.Event()
@@ -173,7 +175,7 @@ class AllocationMarker:
                           _preload_content=False)
         try:
             for line in iter_resp_lines(response):
-                event = json.loads(line)
+                event = rest.decode_json(line)
                 if event["type"] in ("ADDED", "MODIFIED"):
                     self._maybe_mark(event["object"])
                 if self._stop.is_set():
@@ -200,8 +202,11 @@ class AllocationMarker:
         body = {"metadata": {"resourceVersion": metadata["resourceVersion"],
                              "annotations": {keys.POD_ALLOCATED_ANNOTATION: "simulated"}}}
         try:
-            with contextlib.suppress(ApiException):  # 409: a newer version will come by the watch
-                self._core.patch_namespaced_pod(metadata["name"], metadata["namespace"], body)
+            with contextlib.suppress(ApiError):  # 409: a newer version will come by the watch
+                # the node agent's own write: one merge patch through rest.send (device_plugin/kube.py)
+                rest.send(self._api, "PATCH", rest.namespaced_path("v1", metadata["namespace"], "pods",
+                                                                   metadata["name"]), body,
+                          content_type=rest.MERGE_PATCH)
                 with self._lock:
                     self.marked += 1
         finally:
