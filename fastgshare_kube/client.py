@@ -57,18 +57,30 @@ def load_api_client(kubeconfig: str | None, *, connections: int | None = None) -
 
 def throttled_refresh(hook: Callable[[Any], None], interval_s: float = REFRESH_INTERVAL_S,
                       clock: Callable[[], float] = time.monotonic) -> Callable[[Any], None]:
-    """``hook`` (a credentials refresh hook), called at most once every ``interval_s``."""
+    """``hook`` (a credentials refresh hook), called at most once every ``interval_s``.
+
+    The kubeconfig loader's hook installs a fresh hook of its own on each call (it sets every
+    setting again); after each call the newest one is kept to call next time, and this throttle
+    is put back in its place.
+    """
     lock = threading.Lock()
     last = -math.inf
+    current = hook
 
     def refresh(configuration: Any) -> None:
-        nonlocal last
+        nonlocal last, current
         now = clock()
         with lock:
             if now - last < interval_s:
                 return
             last = now
-        hook(configuration)
+            inner = current
+        inner(configuration)
+        installed = getattr(configuration, "refresh_api_key_hook", refresh)
+        if installed is not refresh:
+            with lock:
+                current = installed
+            configuration.refresh_api_key_hook = refresh
 
     return refresh
 

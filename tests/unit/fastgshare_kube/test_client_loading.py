@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
+from kubernetes.config import kube_config
 
 from fastgshare_kube.client import load_api_client, throttled_refresh
 
@@ -23,6 +25,24 @@ def test_a_loaded_clients_credentials_still_go_out_with_a_throttled_refresh_hook
     assert configuration.refresh_api_key_hook is not None
     for _ in range(3):  # the first call refreshes, the next ones within the second skip it
         assert configuration.auth_settings()["BearerToken"]["value"] == "Bearer secret-token"
+
+
+def test_the_throttle_survives_the_loaders_hook_reinstalling_itself(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kubeconfig loader's hook sets every setting again, its own hook included: a throttle that
+    # wrapped only the first hook would be gone after its first call.
+    configuration = load_api_client(str(kubeconfig(tmp_path / "config"))).configuration
+    settings: list[object] = []
+    original = kube_config.KubeConfigLoader._set_config
+
+    def counted(loader: kube_config.KubeConfigLoader, client_configuration: object) -> None:
+        settings.append(client_configuration)
+        original(loader, client_configuration)
+
+    monkeypatch.setattr(kube_config.KubeConfigLoader, "_set_config", counted)
+    for _ in range(50):
+        assert configuration.auth_settings()["BearerToken"]["value"] == "Bearer secret-token"
+    assert len(settings) == 1
 
 
 def test_the_hook_runs_at_most_once_per_interval() -> None:
