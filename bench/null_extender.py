@@ -2,7 +2,9 @@
 
 ``/filter`` passes every node (``nodeCacheCapable``: names in, names out), ``/prioritize`` scores
 every node 0 (in the Go field names, see :mod:`scheduler_extender.wire`), and, with ``--bind``,
-``/bind`` binds the pod with one API call (a ``Binding``, the answer read but not decoded).
+``/bind`` binds the pod with one API call (a ``Binding`` carrying the choice in its annotations,
+which the API server copies onto the pod, as ours carries the assignment; the answer read but not
+decoded).
 
 With ``--choose`` it stands for an extender without the bind verb that makes the GPU choice in
 ``/filter``: it passes only the first node, so the scheduler must bind the pod there; with
@@ -88,7 +90,8 @@ def handler(core: Any | None, *, choose: bool = False, recorder: ThreadPoolExecu
             name, namespace, node = args.get("podname"), args.get("podnamespace"), args.get("node")
             try:
                 response = core.create_namespaced_binding(namespace, {  # type: ignore[union-attr]
-                    "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+                    "apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": name, "annotations": {RECORD_ANNOTATION: node}},
                     "target": {"apiVersion": "v1", "kind": "Node", "name": node}}, _preload_content=False)
                 response.read()  # to the end: only then does the connection go back to the pool
             except kubernetes.client.exceptions.ApiException as error:

@@ -19,7 +19,13 @@ is bound:
   without the bind verb, where ``/filter`` makes the choice (passes one node), no prioritize
   verb is called and the scheduler binds; the second also writes the choice onto each pod with
   one merge patch of the extender's own, off the scheduling path, and its rate runs until the
-  last pod carries its choice (the binds' own rate is ``binds_per_s``).
+  last pod carries its choice (the binds' own rate is ``binds_per_s``);
+- ``null_extender_binding_marking`` and ``null_extender_choosing_recording_marking``: the floors
+  of the writes our product makes for each pod, with either design: the two phases above, with
+  the stand-in node agent marking each pod once its choice is on it, as the ``extender`` phase
+  has it (the agent's mark is the product's write too, see ``device_plugin/servicer.py``). They
+  run until the last pod is bound and carries its choice, as the ``extender`` phase runs until the
+  last bind: the last marks are not waited for.
 
 Throughput is (pods - 1) / (last bind - first bind), so start-up is not counted. Each phase also
 reports ``cpu_seconds`` until its last bind: of the API server, etcd, the extender (ours or the
@@ -36,6 +42,7 @@ Needs the binaries from ``tests/cluster/build-control-plane.sh``. Run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -278,7 +285,10 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
                                        timeout_s=timeout_s, watched=plane_pids)
                       for name, mode in (("null_extender", "scheduler"), ("null_extender_binding", "binding"),
                                          ("null_extender_choosing", "choosing"),
-                                         ("null_extender_choosing_recording", "choosing-recording"))}
+                                         ("null_extender_choosing_recording", "choosing-recording"),
+                                         ("null_extender_binding_marking", "binding-marking"),
+                                         ("null_extender_choosing_recording_marking",
+                                          "choosing-recording-marking"))}
             for scheduler in started:
                 scheduler.stop_all()
         finally:
@@ -300,11 +310,13 @@ NULL_MODES = {  # mode: (the null extender's flags, the extender's verbs in the 
     "choosing": (("--choose",), {"bindVerb": "", "prioritizeVerb": ""}),
     "choosing-recording": (("--choose", "--record"), {"bindVerb": "", "prioritizeVerb": ""}),
 }
+NULL_MODES["binding-marking"] = NULL_MODES["binding"]  # the same null extender; the phase adds the marks
+NULL_MODES["choosing-recording-marking"] = NULL_MODES["choosing-recording"]
 
 
 def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
                kubeconfig: Path, workdir: Path, *, mode: str, pods: int, timeout_s: float,
-               watched: dict[str, int]) -> dict[str, object]:
+               watched: dict[str, int], namespace: str = "") -> dict[str, object]:
     """The extender phase with :mod:`bench.null_extender` in one of :data:`NULL_MODES`."""
     flags, verbs = NULL_MODES[mode]
     (port,) = controlplane.free_ports(1)
@@ -318,10 +330,16 @@ def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]
                                 timeout_s=30)
         config = scheduler_config(url, **verbs)
         config["clientConnection"] = UNTHROTTLED
-        return {"binds": "extender" if mode == "binding" else "scheduler", "mode": mode,
-                **run_phase(api, start, config, pods=pods, extender=True, namespace=f"null-{mode}",
-                            timeout_s=timeout_s, watched={**watched, "null-extender": null.pid},
-                            annotation=RECORD_ANNOTATION if "--record" in flags else "")}
+        namespace = namespace or f"null-{mode}"
+        with contextlib.ExitStack() as stack:
+            marker = (stack.enter_context(AllocationMarker(api, namespace, assignment=RECORD_ANNOTATION))
+                      if mode.endswith("-marking") else None)
+            result = run_phase(api, start, config, pods=pods, extender=True, namespace=namespace,
+                               timeout_s=timeout_s, watched={**watched, "null-extender": null.pid},
+                               annotation=RECORD_ANNOTATION if "--record" in flags else "")
+            if marker is not None:
+                result["allocations_simulated"] = marker.marked
+        return {"binds": "extender" if "--bind" in flags else "scheduler", "mode": mode, **result}
     finally:
         processes.stop_all()
 

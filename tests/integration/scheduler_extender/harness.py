@@ -137,8 +137,9 @@ class AllocationMarker:
     """
 
     def __init__(self, api_client: kubernetes.client.ApiClient, namespace: str | None = None, *,
-                 lanes: int = 16) -> None:
+                 lanes: int = 16, assignment: str = keys.POD_ASSIGNMENT_ANNOTATION) -> None:
         self._api = api_client
+        self._assignment = assignment  # the annotation that says a pod's GPU was chosen
         self._core = raw_core_api(api_client)
         self._namespace = namespace
         self._stop = threading.Event()
@@ -187,7 +188,7 @@ class AllocationMarker:
         metadata = pod["metadata"]
         annotations = metadata.get("annotations") or {}
         node = pod["spec"].get("nodeName")
-        if (not node or keys.POD_ASSIGNMENT_ANNOTATION not in annotations
+        if (not node or self._assignment not in annotations
                 or keys.POD_ALLOCATED_ANNOTATION in annotations):
             return
         with self._lock:
