@@ -12,6 +12,9 @@ is bound:
 - ``plain_unthrottled``: as ``plain``, with the scheduler's API client rate limit (50 QPS,
   burst 100 by default, and the bound of ``plain``'s binds) lifted. The extender binds with its
   own client, so that limit does not bound the ``extender`` phase.
+- ``extender_without_agent_marks``: the ``extender`` phase with no stand-in node agent and
+  ``--bind-wait-seconds 0`` (no window: nothing would mark the pods it waits for), so the agent's
+  write a pod and its CPU are out of the measure: what the extender and its bind cost alone;
 - ``null_extender`` and ``null_extender_binding``: the ``extender`` phase's pods and scheduler
   configuration (client limits lifted) with :mod:`bench.null_extender` instead of ours: the
   protocol's floor, when the scheduler binds and when the extender binds with one API call a pod;
@@ -64,6 +67,7 @@ from fastgshare import keys
 from fastgshare.codec import encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
 from fastgshare.share import ShareSpec, share_annotations
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from tests.cluster import controlplane
 from tests.integration.scheduler_extender.harness import (
     AllocationMarker,
@@ -271,16 +275,10 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
             unthrottled = run_phase(api, start, {"profiles": [{"schedulerName": "default-scheduler"}],
                                                  "clientConnection": UNTHROTTLED}, pods=pods, extender=False,
                                     namespace="plain-unthrottled", timeout_s=timeout_s, watched=plane_pids)
-            (port,) = controlplane.free_ports(1)
-            extender_process = ExtenderProcess(plane.kubeconfig, port, workdir / "extender.log", policy=policy)
-            extender_process.start()
-            with AllocationMarker(api, "extender") as marker:
-                ours = run_phase(api, start, scheduler_config(extender_process.url), pods=pods, extender=True,
-                                 namespace="extender", timeout_s=timeout_s,
-                                 watched={**plane_pids, "extender": extender_process.pid})
-                ours["allocations_simulated"] = marker.marked
-            ours["extender_mean_ms"] = server_side_means(extender_process.url)
-            extender_process.stop()
+            ours = extender_phase(api, start, plane.kubeconfig, workdir, policy=policy, pods=pods,
+                                  timeout_s=timeout_s, watched=plane_pids, agent_marks=True)
+            unmarked = extender_phase(api, start, plane.kubeconfig, workdir, policy=policy, pods=pods,
+                                      timeout_s=timeout_s, watched=plane_pids, agent_marks=False)
             floors = {name: null_phase(api, start, plane.kubeconfig, workdir, mode=mode, pods=pods,
                                        timeout_s=timeout_s, watched=plane_pids)
                       for name, mode in (("null_extender", "scheduler"), ("null_extender_binding", "binding"),
@@ -300,8 +298,35 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
             "plain": plain, "extender": {"policy": policy, **ours}, "ratio_extender_to_plain": ratio,
             "plain_unthrottled": {"client_qps": UNTHROTTLED["qps"], **unthrottled},
             "ratio_extender_to_plain_unthrottled": round(ours_rate / float(str(unthrottled["pods_per_s"])), 3),
+            "extender_without_agent_marks": {"policy": policy, **unmarked},
+            "ratio_extender_without_agent_marks_to_plain_unthrottled": round(float(str(unmarked["pods_per_s"])) / float(
+                str(unthrottled["pods_per_s"])), 3),
             **floors, **{f"ratio_{name}_to_plain_unthrottled": round(float(str(floor["pods_per_s"])) / float(str(
                 unthrottled["pods_per_s"])), 3) for name, floor in floors.items()}}
+
+
+def extender_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
+                   kubeconfig: Path, workdir: Path, *, policy: str, pods: int, timeout_s: float,
+                   watched: dict[str, int], agent_marks: bool) -> dict[str, object]:
+    """Our extender's phase: with the stand-in agent marking each bound pod and the shipped window,
+    or (``agent_marks`` False) with no agent writes and binds that never wait for one."""
+    (port,) = controlplane.free_ports(1)
+    name = "extender" if agent_marks else "extender-without-agent-marks"
+    extender_process = ExtenderProcess(kubeconfig, port, workdir / f"{name}.log", policy=policy,
+                                       bind_wait_s=DEFAULT_BIND_WAIT_S if agent_marks else 0.0)
+    extender_process.start()
+    try:
+        with contextlib.ExitStack() as stack:
+            marker = stack.enter_context(AllocationMarker(api, name)) if agent_marks else None
+            result = run_phase(api, start, scheduler_config(extender_process.url), pods=pods, extender=True,
+                               namespace=name, timeout_s=timeout_s,
+                               watched={**watched, "extender": extender_process.pid})
+            if marker is not None:
+                result["allocations_simulated"] = marker.marked
+        result["extender_mean_ms"] = server_side_means(extender_process.url)
+    finally:
+        extender_process.stop()
+    return result
 
 
 NULL_MODES = {  # mode: (the null extender's flags, the extender's verbs in the scheduler's configuration)
