@@ -12,7 +12,8 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN pip install --no-cache-dir nvidia-cuda-runtime==13.0.96 \
- && make -C vgpu_hook PYTHON=python build/libfastgshare-hook.so build/fake/libcuda.so.1 build/fake/libnvidia-ml.so.1 \
+ && make -C vgpu_hook PYTHON=python build/libfastgshare-hook.so \
+ && make -C simgpu PYTHON=python build/libcuda.so.1 build/libnvidia-ml.so.1 \
  && pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # --- runtime ------------------------------------------------------------------------------
@@ -25,7 +26,7 @@ RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 COPY --from=build /src/vgpu_hook/build/libfastgshare-hook.so /usr/lib/fastgshare/libfastgshare-hook.so
 # The simulated driver (libcuda, NVML) a node without GPUs runs on when it carries the label
 # fastgshare.caps.in.tum/simulated-gpus: Allocate mounts it into GPU pods there; unused elsewhere.
-COPY --from=build /src/vgpu_hook/build/fake/libcuda.so.1 /src/vgpu_hook/build/fake/libnvidia-ml.so.1 \
+COPY --from=build /src/simgpu/build/libcuda.so.1 /src/simgpu/build/libnvidia-ml.so.1 \
      /usr/lib/fastgshare/fake/
 # The extender and the controller run as this user; the node agent runs as root (it serves
 # sockets in kubelet's device-plugin directory): its DaemonSet sets runAsUser: 0.

@@ -148,7 +148,7 @@ def simulated_driver(args: argparse.Namespace, gpus: tuple[GpuDevice, ...]) -> S
     source = args.fake_driver_dir or args.hook_library.parent / "fake"
     if args.fake_driver_dir is None and not (source / keys.CUDA_DRIVER_LIBRARY).exists():
         log.warning("no simulated driver in %s: GPU containers must bring their own libcuda "
-                    "(pass --fake-driver-dir, the output of make -C vgpu_hook, to mount it)", source)
+                    "(pass --fake-driver-dir, the output of make -C simgpu, to mount it)", source)
         return None
     lib_dir = args.state_dir / "lib"
     libcuda = install_library(source / keys.CUDA_DRIVER_LIBRARY, lib_dir, "libcuda-simulated", "simulated driver")

@@ -38,7 +38,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     help=f"the node's simulated GPUs, {GPU_SPEC_HELP} (default: %(default)s)")
     up.add_argument("--slots-per-gpu", type=int, default=16, help="pods one GPU may hold (default: %(default)s)")
     up.add_argument("--hook-build", type=Path, default=cluster.Options.hook_build,
-                    help="where make -C vgpu_hook put the hook, the simulated driver and the tenant "
+                    help="where make -C vgpu_hook put the hook and memcheck (default: %(default)s; built if missing)")
+    up.add_argument("--simgpu-build", type=Path, default=cluster.Options.simgpu_build,
+                    help="where make -C simgpu put the simulated GPU's driver, NVML and workloads "
                          "(default: %(default)s; built if missing)")
     up.add_argument("--gateway-listen", default=cluster.DEFAULT_GATEWAY_LISTEN, metavar="HOST:PORT",
                     help="where the function gateway listens (default: %(default)s)")
@@ -111,7 +113,8 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
                      markup=False, highlight=False)
         return 2
     running = cluster.up(Options(state_dir=args.state_dir, gpus=args.gpus, slots_per_gpu=args.slots_per_gpu,
-                                 hook_build=args.hook_build, install_packages=not args.no_install,
+                                 hook_build=args.hook_build, simgpu_build=args.simgpu_build,
+                                 install_packages=not args.no_install,
                                  gateway_listen=args.gateway_listen, from_manifests=args.from_manifests,
                                  say=lambda text: console.print(text, markup=False, highlight=False)))
     console.print(f"cluster up: node {running.node_name} with {spec.count} simulated GPU(s) ({args.gpus}), "

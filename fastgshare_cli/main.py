@@ -93,7 +93,7 @@ def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
         "demo", help="three tenants sharing one simulated GPU under the real hook and arbiter",
         description="Build the C hook and a fake GPU driver, start the arbiter, run tenants under the hook "
                     "and show configured versus achieved share of GPU time, live. Needs a checkout of "
-                    "the project (it builds vgpu_hook/) and gcc/make.")
+                    "the project (it builds vgpu_hook/ and simgpu/) and gcc/make.")
     demo.add_argument("--seconds", type=float, default=15, help="how long the tenants run (default: %(default)s)")
     demo.add_argument("--tenant", action="append", metavar="SPEC", dest="tenants",
                       help=f"a tenant {TENANT_HELP}; repeat for more (default: three built-in tenants)")

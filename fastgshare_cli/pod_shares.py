@@ -2,7 +2,7 @@
 the simulated GPU itself, outside the pods.
 
 Each GPU's state file counts every process's busy time and memory; its lock file tells which
-host process holds each slot (:func:`fastgshare_cli.fake_gpu.slot_holders`), and that process's
+host process holds each slot (:func:`simgpu.state.slot_holders`), and that process's
 cgroup (``/kubepods/.../pod<uid>/...``) names its pod: the way NVML's per-process accounting and
 host PIDs identify a pod's use of a real GPU. Run it on the node, as root.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import attrs
 
-from fastgshare_cli.fake_gpu import FakeGpuStateError, read_state, slot_holders
+from simgpu.state import FakeGpuStateError, read_state, slot_holders
 
 _POD_UID = re.compile(r"/pod([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(/|$)")
 

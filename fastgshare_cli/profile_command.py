@@ -1,7 +1,7 @@
 """``fastgshare profile run`` and ``fastgshare profile show``: measure a function's profile, and read one.
 
 ``run`` sweeps a grid of (time quota, SM %) shares. For each point it starts the fake function
-(``vgpu_hook/build/fake-fn``) on this machine's simulated GPU, through the real hook and a
+(``simgpu/build/fake-fn``) on this machine's simulated GPU, through the real hook and a
 standalone ``fastgshare-arbiter`` holding that point's share (quota request = limit, SM, memory),
 with :mod:`fastgshare_cli.sandbox`; with ``--url`` it loads a function that already runs (one
 point, the share the flags name, e.g. on a real GPU). The load is open-loop: arrivals are drawn in
@@ -341,7 +341,7 @@ def _sweep_plan(settings: RunSettings, quota: float) -> SweepPlan:
 def measure_fake_fn(settings: RunSettings, build: HookBuild, say: Callable[[str], None]) -> list[ProfilePoint]:
     """Every grid point on a fresh simulated GPU with its own arbiter and fake-fn."""
     if not build.fake_fn.exists():
-        raise ProfileRunError(f"{build.fake_fn} was not built (make -C vgpu_hook)")
+        raise ProfileRunError(f"{build.fake_fn} was not built (make -C simgpu)")
     points = []
     for quota in settings.quotas:
         for sm in settings.sms:

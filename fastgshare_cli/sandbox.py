@@ -3,7 +3,7 @@
 Used by ``fastgshare demo``, the isolation and overhead benchmarks and the end-to-end tests of
 enforcement. Everything is a real process: the C hook (``LD_PRELOAD``) in each tenant talks to
 ``fastgshare-arbiter`` over its unix socket, and the fake ``libcuda.so.1`` records every
-tenant's busy time in the fake GPU's state file, which :mod:`fastgshare_cli.fake_gpu` reads as
+tenant's busy time in the fake GPU's state file, which :mod:`simgpu.state` reads as
 the independent measure of what each tenant got.
 
 The arbiter runs in trusted-env mode (it believes the pod name the hook sends): a sandbox is
@@ -26,7 +26,8 @@ from pathlib import Path
 import attrs
 
 from fastgshare import keys
-from fastgshare_cli.fake_gpu import FakeGpuSnapshot, sample_state
+from simgpu import build as simgpu_build
+from simgpu.state import FakeGpuSnapshot, sample_state
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK_SOURCES = REPO / "vgpu_hook"
@@ -46,12 +47,12 @@ class HookBuild:
 
     @property
     def fake_fn(self) -> Path:
-        """The fake function server (``vgpu_hook/fake_fn``), built next to the tenant program."""
+        """The fake function server (``simgpu/workloads/fake_fn.c``), built next to the tenant program."""
         return self.tenant.parent / "fake-fn"
 
 
 def build_hook(python: str = sys.executable) -> HookBuild:
-    """Build the hook, the fake driver and the tenant program (``make -C vgpu_hook``)."""
+    """Build the hook, and the simulated GPU with its tenant program (``make -C vgpu_hook`` builds both)."""
     if not (HOOK_SOURCES / "Makefile").exists():
         raise SandboxError(f"the hook sources are not at {HOOK_SOURCES}: run from a checkout of the project")
     if shutil.which("make") is None or shutil.which("gcc") is None:
@@ -60,8 +61,8 @@ def build_hook(python: str = sys.executable) -> HookBuild:
                             check=False)
     if result.returncode != 0:
         raise SandboxError(f"building the hook failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
-    build = HOOK_SOURCES / "build"
-    return HookBuild(hook=build / "libfastgshare-hook.so", fake_driver_dir=build / "fake", tenant=build / "tenant")
+    return HookBuild(hook=HOOK_SOURCES / "build" / "libfastgshare-hook.so", fake_driver_dir=simgpu_build.BUILD,
+                     tenant=simgpu_build.TENANT)
 
 
 @attrs.frozen(kw_only=True)

@@ -97,6 +97,7 @@ class Options:
     gpus: str = DEFAULT_GPUS
     slots_per_gpu: int = 16
     hook_build: Path = REPO / "vgpu_hook" / "build"
+    simgpu_build: Path = REPO / "simgpu" / "build"
     subnet: str = DEFAULT_SUBNET
     bridge: str = DEFAULT_BRIDGE
     install_packages: bool = True
@@ -203,16 +204,18 @@ def ensure_packages(install: bool, say: Say) -> None:
         raise ClusterError(f"apt-get install {' '.join(missing)} failed:\n{result.stderr.strip()[-2000:]}")
 
 
-def ensure_hook_build(hook_build: Path, say: Say) -> None:
-    """The hook, the simulated driver and the tenant program, built if missing."""
-    needed = [hook_build / name for name in ("libfastgshare-hook.so", "fake/libcuda.so.1", "fake/libnvidia-ml.so.1",
-                                             "tenant", "memcheck", "fake-fn")]
+def ensure_hook_build(hook_build: Path, simgpu_build: Path, say: Say) -> None:
+    """The hook and memcheck (``hook_build``), the simulated GPU and its workloads (``simgpu_build``), built if
+    missing (``make -C vgpu_hook`` builds both)."""
+    needed = [hook_build / name for name in ("libfastgshare-hook.so", "memcheck")]
+    needed += [simgpu_build / name for name in ("libcuda.so.1", "libnvidia-ml.so.1", "tenant", "fake-fn")]
     if all(path.exists() for path in needed):
         return
     makefile_dir = hook_build.parent
     if not (makefile_dir / "Makefile").exists():
         raise ClusterError(f"the CUDA hook is not built in {hook_build} and there is no Makefile to build it; "
-                           "pass --hook-build DIR (the output of make -C vgpu_hook)")
+                           "pass --hook-build DIR (the output of make -C vgpu_hook) and --simgpu-build DIR "
+                           "(of make -C simgpu)")
     say(f"building the CUDA hook and the simulated GPU driver (make -C {makefile_dir})")
     result = subprocess.run(["make", "-C", str(makefile_dir), f"PYTHON={sys.executable}"],
                             check=False, capture_output=True, text=True)
@@ -325,8 +328,8 @@ class _Startup:
         def build_images() -> None:
             try:
                 archives = [images.build_pause(self.dir / "images"),
-                            images.build_tenant(self.dir / "images", options.hook_build),
-                            images.build_fake_fn(self.dir / "images", options.hook_build)]
+                            images.build_tenant(self.dir / "images", options.hook_build, options.simgpu_build),
+                            images.build_fake_fn(self.dir / "images", options.hook_build, options.simgpu_build)]
                 if options.from_manifests:
                     ours = manifests.build_images(self.dir / "images", binaries.kube_scheduler, options.say)
                     self.state["image"] = {"tag": ours.image.tag, "size_bytes": ours.image.size_bytes,
@@ -461,7 +464,7 @@ class _Startup:
             "--pod-resources-socket", str(kubelet.root_dir / "pod-resources" / "kubelet.sock"),
             "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", str(self.dir / "nvidia-mps"),
             "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
-            "--fake-driver-dir", str(options.hook_build / "fake"),
+            "--fake-driver-dir", str(options.simgpu_build),
             "--metrics-listen", f"{network.node_ip}:{agent_metrics}"])
         with plane.api_client() as api:
             _install_crds(api)
@@ -519,7 +522,7 @@ def up(options: Options) -> Cluster:
         binaries = find_binaries()
     except ClusterUnavailable as error:
         raise ClusterError(f"the Kubernetes binaries are missing: {error} (or: make control-plane)") from None
-    ensure_hook_build(options.hook_build, options.say)
+    ensure_hook_build(options.hook_build, options.simgpu_build, options.say)
     options.state_dir.mkdir(parents=True, exist_ok=True)
     startup = _Startup(options)
     try:

@@ -6,7 +6,7 @@
   NVIDIA container toolkit does for a real GPU, the node agent's Allocate mounts the
   (simulated) driver into the container.
 - ``docker.io/fastgshare/fake-fn:local``: busybox and the ``fake-fn`` function from
-  ``vgpu_hook/build`` (``vgpu_hook/fake_fn/fake_fn.c``), an HTTP server on port 8080 (OpenFaaS
+  ``simgpu/build`` (``simgpu/workloads/fake_fn.c``), an HTTP server on port 8080 (OpenFaaS
   of-watchdog contract, ``GET /_/health``) whose every request runs ``FAKE_FN_GPU_MS`` (default 5)
   of kernels through the hook. The driver is mounted the same way as for the tenant.
 - ``registry.k8s.io/kube-scheduler:v<version>`` (``cluster up --from-manifests``): the control
@@ -69,9 +69,10 @@ def shared_libraries(*binaries: Path) -> dict[str, Path]:
     return found
 
 
-def build_tenant(workdir: Path, hook_build: Path) -> Path:
-    """The tenant image from ``hook_build`` (``make -C vgpu_hook``); returns the archive."""
-    tenant, memcheck = hook_build / "tenant", hook_build / "memcheck"
+def build_tenant(workdir: Path, hook_build: Path, simgpu_build: Path) -> Path:
+    """The tenant image from ``simgpu_build`` (the tenant) and ``hook_build`` (memcheck; ``make -C vgpu_hook``
+    builds both); returns the archive."""
+    tenant, memcheck = simgpu_build / "tenant", hook_build / "memcheck"
     missing = [str(path) for path in (tenant, memcheck, hook_build / "libfastgshare-hook.so", BUSYBOX)
                if not path.exists()]
     if missing:
@@ -91,9 +92,10 @@ def build_tenant(workdir: Path, hook_build: Path) -> Path:
     return archive
 
 
-def build_fake_fn(workdir: Path, hook_build: Path) -> Path:
-    """The fake-fn image from ``hook_build`` (``make -C vgpu_hook``); returns the archive."""
-    fake_fn, hook = hook_build / "fake-fn", hook_build / "libfastgshare-hook.so"
+def build_fake_fn(workdir: Path, hook_build: Path, simgpu_build: Path) -> Path:
+    """The fake-fn image from ``simgpu_build`` (the function; ``make -C vgpu_hook`` builds it too); returns the
+    archive."""
+    fake_fn, hook = simgpu_build / "fake-fn", hook_build / "libfastgshare-hook.so"
     missing = [str(path) for path in (fake_fn, hook, BUSYBOX) if not path.exists()]
     if missing:
         raise ImageError(f"cannot build the fake-fn image: missing {', '.join(missing)} "

@@ -1,4 +1,4 @@
-"""Running ``fake-fn`` (vgpu_hook/fake_fn/fake_fn.c) as a real process on loopback, and raw HTTP to it.
+"""Running ``fake-fn`` (simgpu/workloads/fake_fn.c) as a real process on loopback, and raw HTTP to it.
 
 The server prints ``{"event": "ready", "port": ...}`` once it listens (``FAKE_FN_PORT=0`` picks a free
 port); :func:`start_fake_fn` waits for that line. :func:`raw_http` sends exact bytes and reads the
@@ -18,10 +18,10 @@ import attrs
 import pytest
 
 from tests.integration.hook.fake_arbiter import FakeArbiter
-from tests.integration.hook.tenants import BUILD, Build, tenant_env
+from tests.integration.hook.tenants import SIMGPU_BUILD, Build, tenant_env
 
 # FAKE_FN_BINARY runs the tests against another build, e.g. one with -fsanitize=address,undefined.
-FAKE_FN = Path(os.environ.get("FAKE_FN_BINARY") or BUILD / "fake-fn")
+FAKE_FN = Path(os.environ.get("FAKE_FN_BINARY") or SIMGPU_BUILD / "fake-fn")
 
 
 @attrs.frozen

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fastgshare_cli.fake_gpu import read_state
+from simgpu.state import read_state
 from tests.integration.fake_fn.server import FAKE_FN, FakeFn, fake_fn_env, parse_answer, read_all, start_fake_fn
 from tests.integration.hook.fake_arbiter import FakeArbiter
 from tests.integration.hook.tenants import Build

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fastgshare_cluster import images
-from tests.integration.hook.tenants import BUILD, Build
+from tests.integration.hook.tenants import BUILD, SIMGPU_BUILD, Build
 
 
 def _blobs(archive: Path) -> dict[str, bytes]:
@@ -20,7 +20,7 @@ def _blobs(archive: Path) -> dict[str, bytes]:
 
 @pytest.mark.skipif(not images.BUSYBOX.exists(), reason="needs busybox (apt-get install busybox-static)")
 def test_the_image_runs_fake_fn_with_its_libraries(build: Build, tmp_path: Path) -> None:
-    archive = images.build_fake_fn(tmp_path, BUILD)
+    archive = images.build_fake_fn(tmp_path, BUILD, SIMGPU_BUILD)
     files = _blobs(archive)
     [entry] = json.loads(files["index.json"])["manifests"]
     assert images.FAKE_FN_IMAGE == "docker.io/fastgshare/fake-fn:local"
@@ -33,7 +33,7 @@ def test_the_image_runs_fake_fn_with_its_libraries(build: Build, tmp_path: Path)
     with tarfile.open(fileobj=io.BytesIO(files["blobs/sha256/" + layer["digest"].split(":")[1]])) as tar:
         members = {m.name: m for m in tar.getmembers()}
         binary = tar.extractfile(members["opt/fastgshare/bin/fake-fn"]).read()  # type: ignore[union-attr]
-    assert binary == (BUILD / "fake-fn").read_bytes()
+    assert binary == (SIMGPU_BUILD / "fake-fn").read_bytes()
     assert members["opt/fastgshare/bin/fake-fn"].mode & 0o111
     assert members["bin/sh"].issym()
     assert any(name.split("/")[-1].startswith("libc.so") for name in members)
@@ -43,4 +43,4 @@ def test_the_image_runs_fake_fn_with_its_libraries(build: Build, tmp_path: Path)
 
 def test_a_missing_build_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(images.ImageError, match=r"fake-fn image: missing .*fake-fn.*make -C vgpu_hook"):
-        images.build_fake_fn(tmp_path / "images", tmp_path / "no-build")
+        images.build_fake_fn(tmp_path / "images", tmp_path / "no-build", tmp_path / "no-build")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
-from tests.integration.hook.tenants import BUILD, HOOK_DIR, Build
+from tests.integration.hook.tenants import BUILD, HOOK_DIR, SIMGPU_BUILD, Build
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +26,7 @@ def build() -> Build:
                             text=True, timeout=300, check=False)
     if result.returncode != 0:
         pytest.fail(f"make -C vgpu_hook failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return Build(hook=BUILD / "libfastgshare-hook.so", fake_dir=BUILD / "fake", tenant=BUILD / "tenant",
+    return Build(hook=BUILD / "libfastgshare-hook.so", fake_dir=SIMGPU_BUILD, tenant=SIMGPU_BUILD / "tenant",
                  test_quota=BUILD / "test_quota", memcheck=BUILD / "memcheck")
 
 

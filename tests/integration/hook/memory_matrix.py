@@ -39,6 +39,7 @@ from tests.integration.hook.fake_arbiter import FakeArbiter, MemEvent, Script
 
 REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "vgpu_hook" / "build"
+SIMGPU_BUILD = REPO / "simgpu" / "build"
 
 MIB = 1 << 20
 LIMIT = 64 * MIB
@@ -253,7 +254,7 @@ def render(results: Results, gpu: str) -> str:
 
 def fake_setup(gpu_dir: Path, workdir: Path, build: Path = BUILD) -> Setup:
     env = scrubbed_environment()
-    env.update({"FASTGSHARE_FAKE_GPU_DIR": str(gpu_dir), "LD_LIBRARY_PATH": str(build / "fake")})
+    env.update({"FASTGSHARE_FAKE_GPU_DIR": str(gpu_dir), "LD_LIBRARY_PATH": str(SIMGPU_BUILD)})
     return Setup(build / "memcheck", build / "libfastgshare-hook.so", env, workdir)
 
 

@@ -1,4 +1,4 @@
-"""Running the ``tenant`` test program (vgpu_hook/tests/tenant.c) as a real process, with or without the hook."""
+"""Running the ``tenant`` test program (simgpu/workloads/tenant.c) as a real process, with or without the hook."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from tests.integration.hook.fake_arbiter import FakeArbiter
 REPO = Path(__file__).resolve().parents[3]
 HOOK_DIR = REPO / "vgpu_hook"
 BUILD = HOOK_DIR / "build"
+SIMGPU_BUILD = REPO / "simgpu" / "build"
 
 # Variables of the outer environment that would change what the tenants see.
 _SCRUBBED = ("LD_PRELOAD", "LD_LIBRARY_PATH", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")

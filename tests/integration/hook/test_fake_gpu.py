@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastgshare_cli.fake_gpu import ProcRecord, read_state, sample_state
+from simgpu.state import ProcRecord, read_state, sample_state
 from tests.integration.hook.fake_arbiter import wait_until
 from tests.integration.hook.memory_matrix import ROWS, STANDARD_STEPS, VMM_STEPS
 from tests.integration.hook.tenants import Build, finish_tenant, run_memcheck, run_tenant, start_tenant

@@ -4,7 +4,7 @@ Each tenant here runs under ``unshare --pid --fork --mount-proc``, so it is pid 
 namespace: two such tenants carry the same pid in the state file. A slot's liveness is a POSIX
 record lock on ``<dir>/fake_gpu.lock`` (one byte per slot), not the pid, so they must keep their
 slots, a killed one must be reaped by a process in any namespace, and
-:func:`~fastgshare_cli.fake_gpu.slot_holders` maps each slot to the holder's pid in the reader's
+:func:`~simgpu.state.slot_holders` maps each slot to the holder's pid in the reader's
 namespace.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from fastgshare_cli.fake_gpu import FakeGpuSnapshot, read_state, sample_state, slot_holders
+from simgpu.state import FakeGpuSnapshot, read_state, sample_state, slot_holders
 from tests.integration.hook.fake_arbiter import wait_until
 from tests.integration.hook.tenants import Build, TenantResult, finish_tenant, run_tenant, tenant_env
 

@@ -10,7 +10,7 @@ import pytest
 
 from fastgshare import keys
 from fastgshare.protocol import ErrorCode, ErrorReply
-from fastgshare_cli.fake_gpu import read_state
+from simgpu.state import read_state
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
 from tests.integration.hook.tenants import Build, TenantResult, finish_tenant, run_tenant, start_tenant
 

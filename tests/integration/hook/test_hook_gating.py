@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fastgshare.protocol import MessageType
-from fastgshare_cli.fake_gpu import read_state
+from simgpu.state import read_state
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
 from tests.integration.hook.symbols import exported_names
 from tests.integration.hook.tenants import Build, run_tenant, tenant_env

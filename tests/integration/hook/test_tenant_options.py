@@ -1,4 +1,4 @@
-"""The tenant program's own options (vgpu_hook/tests/tenant.c), as a test container's entrypoint uses
+"""The tenant program's own options (simgpu/workloads/tenant.c), as a test container's entrypoint uses
 them: periodic reports, running until SIGTERM, ``--alloc`` sizes, the start line, a refused allocation."""
 
 from __future__ import annotations

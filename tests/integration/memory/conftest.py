@@ -38,7 +38,7 @@ def hook_build() -> HookBuild:
 
 
 def memcheck_path(build: HookBuild) -> Path:
-    return build.tenant.parent / "memcheck"
+    return build.hook.parent / "memcheck"
 
 
 def hooked_env(build: HookBuild, box: Sandbox, spec: TenantSpec) -> dict[str, str]:

@@ -1,8 +1,8 @@
-"""Reads the fake GPU's shared state file: the independent measure of the GPU time each tenant got.
+"""Reads the simulated GPU's shared state file: the independent measure of the GPU time each tenant got.
 
-The fake ``libcuda.so.1`` (``vgpu_hook/fake_driver``) keeps one state file per fake GPU directory,
+The simulated ``libcuda.so.1`` (``simgpu/driver``) keeps one state file per simulated GPU directory,
 ``<FASTGSHARE_FAKE_GPU_DIR>/fake_gpu.state``; its byte layout is documented and pinned by
-``_Static_assert`` in ``vgpu_hook/fake_driver/fake_gpu_state.h`` and mirrored by the offsets here.
+``_Static_assert`` in ``simgpu/driver/fake_gpu_state.h`` and mirrored by the offsets here.
 The reader takes no lock: it follows the file's seqlock (retry while the sequence number is odd or
 changes during the copy), so it may sample while tenants run. Timestamps are CLOCK_MONOTONIC
 nanoseconds, comparable with :func:`time.monotonic_ns`.
