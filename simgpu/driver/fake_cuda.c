@@ -287,29 +287,3 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
         current_ctx = ctx;
     return r;
 }
-
-/* Waits for every launch of the process submitted before the call, one still waiting for its SM
- * units too (other threads' launches: the real call waits for all work submitted to the context). */
-CUresult cuCtxSynchronize(void)
-{
-    CUresult r = fake_ready_with_context();
-    if (r == CUDA_SUCCESS) {
-        fgpu_wait_submitted();
-        fgpu_count_ctx_sync();
-    }
-    return r;
-}
-
-#if CUDA_VERSION >= 13000
-CUresult cuCtxSynchronize_v2(CUcontext ctx)
-{
-    CUresult r = fake_ready();
-    if (r == CUDA_SUCCESS && ctx != NULL && ctx->magic != FAKE_CTX_MAGIC)
-        r = CUDA_ERROR_INVALID_CONTEXT;
-    if (r == CUDA_SUCCESS) {
-        fgpu_wait_submitted();
-        fgpu_count_ctx_sync();
-    }
-    return r;
-}
-#endif
