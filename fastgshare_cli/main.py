@@ -9,6 +9,7 @@
 - ``fastgshare fn deploy | list | invoke | delete``: functions through the gateway's OpenFaaS API.
 - ``fastgshare plan``: pods per (quota, SM) configuration for a demand, from a profile.
 - ``fastgshare profile run | show``: measure a function's profile under open-loop load, or print one.
+- ``fastgshare run -- CMD``: any program under the hook and the arbiter with a GPU share, on a simulated or real GPU.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -46,6 +47,8 @@ from fastgshare_cli.plan_command import add_parser as add_plan_parser
 from fastgshare_cli.plan_command import run_plan
 from fastgshare_cli.profile_command import add_parser as add_profile_parser
 from fastgshare_cli.profile_command import profile_main
+from fastgshare_cli.run_command import add_parser as add_run_parser
+from fastgshare_cli.run_command import run_main
 
 EXIT_OK, EXIT_INVALID = 0, 1
 PIPE_WIDTH = 400
@@ -103,6 +106,7 @@ def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
     add_inspect_parser(commands)
     add_cluster_parser(commands)
     add_fn_parser(commands)
+    add_run_parser(commands)
     return parser
 
 
@@ -114,8 +118,10 @@ def kubectl_main(argv: Sequence[str] | None = None) -> int:
 def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
     args = build_parser(prog).parse_args(argv)
     _interruptible()
-    if args.command in ("inspect", "fn"):  # they write to sys.stdout and sys.stderr themselves
-        return inspect_main(args) if args.command == "inspect" else fn_main(args)
+    own_streams: dict[str, Callable[[argparse.Namespace], int]] = {"inspect": inspect_main, "fn": fn_main,
+                                                                   "run": run_main}
+    if args.command in own_streams:  # they write to sys.stdout and sys.stderr themselves
+        return own_streams[args.command](args)
     console, errors = _console(), _console(stderr=True)
     if args.command == "check":
         return run_check(args.files, args.output, console, errors)

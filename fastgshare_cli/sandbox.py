@@ -12,6 +12,7 @@ one user's machine, never a shared node.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from simgpu.state import FakeGpuSnapshot, sample_state
 
 REPO = Path(__file__).resolve().parents[1]
 HOOK_SOURCES = REPO / "vgpu_hook"
+BUILD_LOCK = HOOK_SOURCES / "build" / ".build-lock"
 GPU_UUID = "GPU-sandbox-0"
 SANDBOX_NAMESPACE = "sandbox"
 
@@ -57,8 +59,11 @@ def build_hook(python: str = sys.executable) -> HookBuild:
         raise SandboxError(f"the hook sources are not at {HOOK_SOURCES}: run from a checkout of the project")
     if shutil.which("make") is None or shutil.which("gcc") is None:
         raise SandboxError("building the hook needs make and gcc (apt-get install make gcc)")
-    result = subprocess.run(["make", "-C", str(HOOK_SOURCES), f"PYTHON={python}"], capture_output=True, text=True,
-                            check=False)
+    BUILD_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with BUILD_LOCK.open("a") as lock:  # runs that start together build once, one after the other
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = subprocess.run(["make", "-C", str(HOOK_SOURCES), f"PYTHON={python}"], capture_output=True, text=True,
+                                check=False)
     if result.returncode != 0:
         raise SandboxError(f"building the hook failed:\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
     return HookBuild(hook=HOOK_SOURCES / "build" / "libfastgshare-hook.so", fake_driver_dir=simgpu_build.BUILD,
@@ -206,19 +211,34 @@ def sandbox(build: HookBuild, specs: Sequence[TenantSpec], *, mps: bool = True, 
                 process.wait(10)
 
 
+def write_shares(path: Path, gpu_uuid: str, mps: bool, pods: Mapping[str, Mapping[str, str]]) -> None:
+    """Write the shares file of an arbiter serving one GPU: each pod key with its four share
+    annotations (replaced whole: a reader sees the old file or the new one)."""
+    document = {"gpus": [{"uuid": gpu_uuid, "mps": mps}],
+                "pods": [{"pod": pod, "gpu": gpu_uuid, "annotations": dict(annotations)}
+                         for pod, annotations in pods.items()]}
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(document))
+    os.replace(partial, path)
+
+
+def arbiter_command(socket: Path, shares: Path, *, window_ms: float = 100, min_token_ms: float = 2) -> list[str]:
+    """The command line of a ``fastgshare-arbiter`` in trusted-env mode serving the shares file
+    ``shares`` (its format: :mod:`device_plugin.arbiter.standalone`) on ``socket``; it prints
+    ``arbiter ready`` on stdout once it listens, and logs warnings and errors on stderr."""
+    return [sys.executable, "-m", "device_plugin.arbiter.standalone", "--socket", str(socket), "--shares", str(shares),
+            "--trusted-env", "--window-ms", str(window_ms), "--min-token-ms", str(min_token_ms),
+            "--log-level", "warning"]
+
+
 def _start_arbiter(workdir: Path, specs: Sequence[TenantSpec], mps: bool, window_ms: float,
                    min_token_ms: float) -> subprocess.Popen[str]:
     shares = workdir / "shares.json"
-    shares.write_text(json.dumps({
-        "gpus": [{"uuid": GPU_UUID, "mps": mps}],
-        "pods": [{"pod": spec.pod, "gpu": GPU_UUID, "annotations": spec.annotations()} for spec in specs],
-    }))
+    write_shares(shares, GPU_UUID, mps, {spec.pod: spec.annotations() for spec in specs})
     log = (workdir / "arbiter.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "device_plugin.arbiter.standalone", "--socket", str(workdir / keys.ARBITER_SOCKET_NAME),
-         "--shares", str(shares), "--trusted-env", "--window-ms", str(window_ms), "--min-token-ms", str(min_token_ms),
-         "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=log, text=True)
+    process = subprocess.Popen(arbiter_command(workdir / keys.ARBITER_SOCKET_NAME, shares, window_ms=window_ms,
+                                               min_token_ms=min_token_ms),
+                               stdout=subprocess.PIPE, stderr=log, text=True)
     ready = process.stdout.readline() if process.stdout else ""
     if "arbiter ready" not in ready:
         process.kill()
