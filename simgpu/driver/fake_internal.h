@@ -54,4 +54,30 @@ int fake_function_valid(CUfunction f);
 /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD or a stream from cuStreamCreate. */
 int fake_stream_valid(CUstream stream);
 
+/* entry points, devices, contexts, memory */
+
+/* The context current on the calling thread (the top of its stack), NULL when none. */
+CUcontext fake_current_context(void);
+
+/* A context that exists now: one from cuCtxCreate not yet destroyed, or the primary context. */
+int fake_context_valid(CUcontext ctx);
+
+/* Reads FASTGSHARE_FAKE_GPU_SMS (cuInit): 0, or -1 with one line in err naming the bad value. */
+int fake_device_configure(char *err, size_t err_len);
+
+/* The modelled GPU's value of a CUdevice_attribute: 0, or -1 when attrib is no attribute. */
+int fake_device_attribute(int attrib, int *value);
+
+/* modules, streams, events, launches */
+
+/* The modelled GPU's stream priorities (cuCtxGetStreamPriorityRange): cuStreamCreateWithPriority
+ * clamps to [greatest, least]. */
+#define FAKE_STREAM_GREATEST_PRIORITY (-5)
+#define FAKE_STREAM_LEAST_PRIORITY 0
+
+/* cuFuncGetAttribute's value for a function handle (or a CUkernel) that fake_function_valid
+ * accepts: CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE for an attribute it has not (for occupancy
+ * answers: MAX_THREADS_PER_BLOCK, SHARED_SIZE_BYTES, NUM_REGS, MAX_DYNAMIC_SHARED_SIZE_BYTES...). */
+CUresult fake_function_attribute(CUfunction f, CUfunction_attribute attrib, int *value);
+
 #endif

@@ -1,25 +1,37 @@
 /*
- * fake_launch.c: kernel launches and graphs of the fake driver.
+ * fake_launch.c: kernel launches, graphs and cuCtxSynchronize of the simulated driver.
  *
- * A fake kernel's run time is its first parameter: kernelParams[0] points to an
- * unsigned long long microsecond count (with `extra` instead, the first 8 bytes of the
- * CU_LAUNCH_PARAM_BUFFER_POINTER buffer). No parameters means a 0 µs kernel; more than 60 s
- * is rejected with CUDA_ERROR_INVALID_VALUE.
+ * Launches are ASYNCHRONOUS, as on a real GPU: cuLaunchKernel (and _ptsz, cuLaunchKernelEx,
+ * cuLaunchCooperativeKernel, cuGraphLaunch, each with _ptsz) checks its arguments, queues the
+ * kernel on its stream (stream_engine.c; it blocks only while that stream already holds
+ * FASTGSHARE_FAKE_GPU_QUEUE_DEPTH unfinished items) and returns. The stream's worker runs the
+ * kernel in stream order on the simulated GPU: it waits for the process's SM units
+ * (gpu_state.c: the partition is the process's, so its kernels run one at a time), holds them for
+ * the run time, and accounts it. Nothing is computed.
  *
- * Launches are SYNCHRONOUS, unlike a real GPU: the call waits for the process's SM units
- * (gpu_state.c; the partition is the process's, so its kernels run one at a time), holds them for
- * the run time, and returns when the "kernel" has finished. So the caller's wall time is GPU
- * time, and per-process busy time is exact.
+ * Run time: FASTGSHARE_FAKE_GPU_KERNEL_TIME's value for the kernel's name (or its default), plus
+ * its per_block part x the grid's blocks (kernel_time.h); never the arguments. The exception is the
+ * simulated GPU's own spin kernel, any kernel of a "FAKECUBIN" image: like a real spin kernel it
+ * runs for what its first parameter says, *(unsigned long long *)kernelParams[0] microseconds
+ * (with `extra`, the first 8 bytes of the CU_LAUNCH_PARAM_BUFFER_POINTER buffer; no parameters:
+ * 0 us; more than 60 s: CUDA_ERROR_INVALID_VALUE).
  *
- * Graphs use the real API: cuGraphCreate, cuGraphAddKernelNode (both ABIs; the node's run time
- * is read from its parameters when it is added, as the real driver copies them),
- * cuGraphInstantiate / cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphExecDestroy,
- * cuGraphDestroy. Dependencies are ignored: a launched graph holds the process's SM units for
- * the sum of its nodes' run times and counts as one kernel (and one graph launch).
+ * Graphs use the real API: cuGraphCreate, cuGraphAddKernelNode (both ABIs; the node's run time is
+ * fixed when it is added, as the real driver copies the parameters), cuGraphInstantiate /
+ * cuGraphInstantiateWithFlags, cuGraphLaunch, cuGraphExecDestroy, cuGraphDestroy. Dependencies
+ * are ignored: a launched graph holds the process's SM units for the sum of its nodes' run times
+ * and counts as one kernel (and one graph launch).
+ *
+ * cuCtxSynchronize (and _v2) waits for the work queued on every stream of the process before the
+ * call, and counts in the state file (ctx_syncs).
  */
 #include "fake_internal.h"
 
 #include "gpu_state.h"
+#include "kernel_time.h"
+#include "modules.h"
+#include "served.h"
+#include "stream_engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +57,7 @@ struct CUgraphExec_st {
     uint64_t total_ns;
 };
 
-static CUresult duration_from_extra(void **extra, unsigned long long *us)
+static CUresult spin_from_extra(void **extra, unsigned long long *us)
 {
     const void *buffer = NULL;
     size_t size = 0;
@@ -62,14 +74,13 @@ static CUresult duration_from_extra(void **extra, unsigned long long *us)
     return CUDA_SUCCESS;
 }
 
-static CUresult kernel_duration(void **kernelParams, void **extra, uint64_t *duration_ns)
+/* The spin kernel's run time: its first parameter, in microseconds. */
+static CUresult spin_duration(void **kernelParams, void **extra, uint64_t *duration_ns)
 {
     unsigned long long us = 0;
-    if (kernelParams != NULL && extra != NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     if (kernelParams != NULL && kernelParams[0] != NULL)
         memcpy(&us, kernelParams[0], sizeof us);
-    else if (extra != NULL && duration_from_extra(extra, &us) != CUDA_SUCCESS)
+    else if (extra != NULL && spin_from_extra(extra, &us) != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;
     if (us > MAX_KERNEL_US)
         return CUDA_ERROR_INVALID_VALUE;
@@ -89,22 +100,39 @@ static CUresult check_kernel(CUfunction f, const struct launch_shape *shape)
     for (int i = 0; i < 3; i++)
         if (shape->grid[i] == 0 || shape->block[i] == 0)
             return CUDA_ERROR_INVALID_VALUE;
+    if ((uint64_t)shape->block[0] * shape->block[1] * shape->block[2] > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
 
-static CUresult launch(CUfunction f, struct launch_shape shape, CUstream stream, void **kernelParams,
-                       void **extra)
+/* How long the kernel runs on the simulated GPU: the setting's, or the spin kernel's parameter. */
+static CUresult kernel_duration(CUfunction f, const struct launch_shape *shape, void **kernelParams, void **extra,
+                                uint64_t *duration_ns)
 {
+    if (kernelParams != NULL && extra != NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct fake_function *fn = fake_function_of(f);
+    if (fn->spin)
+        return spin_duration(kernelParams, extra, duration_ns);
+    uint64_t blocks = (uint64_t)shape->grid[0] * shape->grid[1] * shape->grid[2];
+    *duration_ns = fake_kernel_duration_ns(fn->base_ns, fake_kernel_per_block_ns(), blocks);
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction f, struct launch_shape shape, CUstream hStream, int per_thread,
+                       void **kernelParams, void **extra)
+{
+    struct fake_stream *s;
     CUresult r = fake_ready_with_context();
     if (r == CUDA_SUCCESS)
         r = check_kernel(f, &shape);
-    if (r == CUDA_SUCCESS && !fake_stream_valid(stream))
-        r = CUDA_ERROR_INVALID_HANDLE;
+    if (r == CUDA_SUCCESS)
+        r = engine_resolve(hStream, per_thread, &s);
     uint64_t duration_ns = 0;
     if (r == CUDA_SUCCESS)
-        r = kernel_duration(kernelParams, extra, &duration_ns);
+        r = kernel_duration(f, &shape, kernelParams, extra, &duration_ns);
     if (r == CUDA_SUCCESS)
-        fgpu_run_kernel(duration_ns, 0);
+        r = engine_submit_kernel(s, duration_ns, 0);
     return r;
 }
 
@@ -115,8 +143,9 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                         void **kernelParams, void **extra)
 {
+    FAKE_SERVED();
     (void)sharedMemBytes;
-    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream,
+    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream, 0,
                   kernelParams, extra);
 }
 
@@ -125,30 +154,34 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                              void **kernelParams, void **extra)
 {
+    FAKE_SERVED();
     (void)sharedMemBytes;
-    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream,
+    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream, 1,
                   kernelParams, extra);
 }
 
-static CUresult launch_ex(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+static CUresult launch_ex(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra,
+                          int per_thread)
 {
     if (config == NULL || (config->numAttrs > 0 && config->attrs == NULL))
-        return CUDA_ERROR_INVALID_VALUE;
+        return fake_ready() != CUDA_SUCCESS ? fake_ready() : CUDA_ERROR_INVALID_VALUE;
     return launch(f,
                   SHAPE(config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
                         config->blockDimY, config->blockDimZ),
-                  config->hStream, kernelParams, extra);
+                  config->hStream, per_thread, kernelParams, extra);
 }
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
-    return launch_ex(config, f, kernelParams, extra);
+    FAKE_SERVED();
+    return launch_ex(config, f, kernelParams, extra, 0);
 }
 
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                void **extra)
 {
-    return launch_ex(config, f, kernelParams, extra);
+    FAKE_SERVED();
+    return launch_ex(config, f, kernelParams, extra, 1);
 }
 
 CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
@@ -156,8 +189,9 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
                                    unsigned int blockDimY, unsigned int blockDimZ,
                                    unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
+    FAKE_SERVED();
     (void)sharedMemBytes;
-    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream,
+    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream, 0,
                   kernelParams, NULL);
 }
 
@@ -167,8 +201,9 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams)
 {
+    FAKE_SERVED();
     (void)sharedMemBytes;
-    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream,
+    return launch(f, SHAPE(gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ), hStream, 1,
                   kernelParams, NULL);
 }
 
@@ -207,7 +242,7 @@ static CUresult add_kernel_node(CUgraphNode *phGraphNode, CUgraph hGraph, const 
         return CUDA_ERROR_INVALID_HANDLE;
     uint64_t duration_ns = 0;
     if ((r = check_kernel(f, &shape)) != CUDA_SUCCESS ||
-        (r = kernel_duration(kernelParams, extra, &duration_ns)) != CUDA_SUCCESS)
+        (r = kernel_duration(f, &shape, kernelParams, extra, &duration_ns)) != CUDA_SUCCESS)
         return r;
     CUgraphNode node = calloc(1, sizeof *node);
     if (node == NULL)
@@ -313,36 +348,40 @@ CUresult cuGraphDestroy(CUgraph hGraph)
     return CUDA_SUCCESS;
 }
 
-static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream)
+static CUresult graph_launch(CUgraphExec hGraphExec, CUstream hStream, int per_thread)
 {
     CUresult r = fake_ready_with_context();
     if (r != CUDA_SUCCESS)
         return r;
-    if (hGraphExec == NULL || hGraphExec->magic != FAKE_EXEC_MAGIC || !fake_stream_valid(hStream))
+    if (hGraphExec == NULL || hGraphExec->magic != FAKE_EXEC_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
-    fgpu_run_kernel(hGraphExec->total_ns, 1);
-    return CUDA_SUCCESS;
+    struct fake_stream *s;
+    if ((r = engine_resolve(hStream, per_thread, &s)) != CUDA_SUCCESS)
+        return r;
+    return engine_submit_kernel(s, hGraphExec->total_ns, 1);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
-    return graph_launch(hGraphExec, hStream);
+    FAKE_SERVED();
+    return graph_launch(hGraphExec, hStream, 0);
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
-    return graph_launch(hGraphExec, hStream);
+    FAKE_SERVED();
+    return graph_launch(hGraphExec, hStream, 1);
 }
 
 /* --- context synchronize ------------------------------------------------------------------ */
 
-/* Waits for every launch of the process submitted before the call, one still waiting for its SM
- * units too (other threads' launches: the real call waits for all work submitted to the context). */
+/* Waits for the work queued on every stream of the process before the call (all of the
+ * process's contexts: one device, one queue of work). */
 CUresult cuCtxSynchronize(void)
 {
     CUresult r = fake_ready_with_context();
     if (r == CUDA_SUCCESS) {
-        fgpu_wait_submitted();
+        engine_wait_all();
         fgpu_count_ctx_sync();
     }
     return r;
@@ -352,10 +391,12 @@ CUresult cuCtxSynchronize(void)
 CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     CUresult r = fake_ready();
-    if (r == CUDA_SUCCESS && ctx != NULL && ctx->magic != FAKE_CTX_MAGIC)
+    if (r == CUDA_SUCCESS && ctx == NULL)
+        r = fake_ready_with_context();
+    if (r == CUDA_SUCCESS && ctx != NULL && !fake_context_valid(ctx))
         r = CUDA_ERROR_INVALID_CONTEXT;
     if (r == CUDA_SUCCESS) {
-        fgpu_wait_submitted();
+        engine_wait_all();
         fgpu_count_ctx_sync();
     }
     return r;

@@ -30,16 +30,22 @@
  *
  * SM queue: FIFO across processes. The SM partition is the process's (MPS's
  * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE limits the client process, all its kernels together), so a
- * process runs one kernel at a time, holding its units; its other launching threads wait for it.
- * A launch runs when its process runs no kernel, enough units are free and the process is the
- * one that has waited longest among those running none (ties: lower slot); a process with more
- * threads still waiting rejoins at the back after each grant. Head-of-line blocking is intended:
- * a 100-unit launch at the head is not overtaken by later small ones, so no tenant starves.
+ * process runs one kernel at a time, holding its units; its other streams' workers (the threads
+ * that run kernels, stream_engine.c) wait for it. A kernel runs when its process runs no kernel,
+ * enough units are free and the process is the one that has waited longest among those running
+ * none (ties: lower slot); a process with more workers still waiting rejoins at the back after
+ * each grant. Head-of-line blocking is intended: a 100-unit kernel at the head is not overtaken
+ * by later small ones, so no tenant starves.
+ *
+ * Exit: the exit handler marks the process detached before it gives the slot back; from then on
+ * a worker neither takes SM units nor accounts a kernel that was running (the slot may already
+ * be another process's), so a process that exits with work queued leaves the state consistent.
  */
 #define _GNU_SOURCE
 #include "gpu_state.h"
 
 #include "fake_gpu_state.h"
+#include "kernel_time.h"
 #include "state_file.h"
 
 #include <errno.h>
@@ -61,17 +67,9 @@ static uint32_t g_units;               /* SM units each kernel of this process h
 static pid_t g_pid;
 static int g_lock_fd = -1;             /* <dir>/fake_gpu.lock; open for the process's life */
 
-/* Launches submitted (entered fgpu_run_kernel) and not finished, by ticket: what a context
- * synchronize waits for. A launch call is the fake's submission, so a kernel still waiting for
- * its SM units counts, as a queued kernel does on a real GPU. Process-local. */
-#define MAX_PENDING 1024
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t done;
-    uint64_t next_ticket;
-    uint32_t count;
-    uint64_t tickets[MAX_PENDING];
-} g_pending = {.lock = PTHREAD_MUTEX_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+/* Set at exit, before the slot is given back: from then on no thread of this process may touch
+ * the slot (another process may take it). Read and written under the state lock. */
+static int g_detached;
 
 uint64_t fgpu_now_ns(void)
 {
@@ -292,6 +290,8 @@ enum fgpu_status fgpu_attach(char *err, size_t err_len)
         snprintf(err, err_len, FGPU_ENV_DIR " is not set: it names the fake GPU's directory");
         return FGPU_NO_DEVICE;
     }
+    if (fake_timing_configure(err, err_len) != 0)
+        return FGPU_BAD_CONFIG;
     uint32_t units;
     if (fgpu_parse_units(getenv(FGPU_ENV_SM), &units) != 0) {
         snprintf(err, err_len, FGPU_ENV_SM "=%s is not a percentage in (0, 100]", getenv(FGPU_ENV_SM));
@@ -339,6 +339,7 @@ __attribute__((destructor)) static void fgpu_detach(void)
     struct fake_gpu_state *s = g_state;
     if (s == NULL || g_self == NULL || getpid() != g_pid)
         return;
+    __atomic_store_n(&g_detached, 1, __ATOMIC_SEQ_CST); /* stream workers stop touching the slot */
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 1;
@@ -361,10 +362,6 @@ void fgpu_forget_after_fork(void)
 {
     g_state = NULL;
     g_self = NULL;
-    /* Only the forking thread exists in the child: the parent's pending launches are not its own. */
-    pthread_mutex_init(&g_pending.lock, NULL);
-    pthread_cond_init(&g_pending.done, NULL);
-    g_pending.count = 0;
 }
 
 /* --- SM units and kernels --------------------------------------------------------------- */
@@ -386,17 +383,22 @@ static bool my_turn_locked(const struct fake_gpu_state *s, const struct fake_gpu
     return true;
 }
 
-/* Waits for this process's turn and units; returns the kernel's start time. */
-static uint64_t acquire_units(struct fake_gpu_state *s, struct fake_gpu_proc *me)
+/* Waits for this process's turn and units; *start_ns is the kernel's start time. -1 (holding
+ * nothing) once the process has detached at exit. */
+static int acquire_units(struct fake_gpu_state *s, struct fake_gpu_proc *me, uint64_t *start_ns)
 {
     state_lock(s);
+    if (g_detached) {
+        state_unlock(s);
+        return -1;
+    }
     uint64_t asked = fgpu_now_ns();
     write_begin(s);
     if (me->waiting_threads++ == 0)
         me->wait_since_ns = asked;
     write_end(s);
     uint64_t next_reap = asked + REAP_INTERVAL_NS;
-    while (!my_turn_locked(s, me)) {
+    while (!g_detached && !my_turn_locked(s, me)) {
         struct timespec until = timespec_of(next_reap);
         int rc = pthread_cond_timedwait(&s->cond.cond, &s->lock.mutex, &until);
         if (rc == ETIMEDOUT) {
@@ -405,6 +407,10 @@ static uint64_t acquire_units(struct fake_gpu_state *s, struct fake_gpu_proc *me
         } else {
             check_lock(s, rc);
         }
+    }
+    if (g_detached) { /* the exit handler gave the slot back (waiting_threads included) */
+        state_unlock(s);
+        return -1;
     }
     uint64_t start = fgpu_now_ns();
     write_begin(s);
@@ -421,16 +427,21 @@ static uint64_t acquire_units(struct fake_gpu_state *s, struct fake_gpu_proc *me
     write_end(s);
     pthread_cond_broadcast(&s->cond.cond); /* the next in line may fit beside this kernel */
     state_unlock(s);
-    return start;
+    *start_ns = start;
+    return 0;
 }
 
 static void release_units(struct fake_gpu_state *s, struct fake_gpu_proc *me, uint64_t start,
                           int is_graph)
 {
     state_lock(s);
+    if (g_detached) { /* the slot was given back at exit while this kernel ran: not ours now */
+        state_unlock(s);
+        return;
+    }
     uint64_t end = fgpu_now_ns();
     write_begin(s);
-    if (me->sm_held >= g_units) { /* else the slot was released at exit while this kernel ran */
+    if (me->sm_held >= g_units) {
         me->sm_held -= g_units;
         s->sm_free += g_units;
     }
@@ -455,63 +466,17 @@ static void sleep_until(uint64_t when_ns)
     }
 }
 
-/* --- this process's submitted work, for cuCtxSynchronize ----------------------------------- */
-
-/* A ticket for a launch now submitted; 0 when too many are pending to track (never in practice:
- * launches are synchronous, one per thread). */
-static uint64_t pending_add(void)
-{
-    uint64_t ticket = 0;
-    pthread_mutex_lock(&g_pending.lock);
-    if (g_pending.count < MAX_PENDING) {
-        ticket = ++g_pending.next_ticket;
-        g_pending.tickets[g_pending.count++] = ticket;
-    }
-    pthread_mutex_unlock(&g_pending.lock);
-    return ticket;
-}
-
-static void pending_done(uint64_t ticket)
-{
-    if (ticket == 0)
-        return;
-    pthread_mutex_lock(&g_pending.lock);
-    for (uint32_t i = 0; i < g_pending.count; i++)
-        if (g_pending.tickets[i] == ticket) {
-            g_pending.tickets[i] = g_pending.tickets[--g_pending.count];
-            break;
-        }
-    pthread_cond_broadcast(&g_pending.done);
-    pthread_mutex_unlock(&g_pending.lock);
-}
-
-static bool pending_up_to_locked(uint64_t last)
-{
-    for (uint32_t i = 0; i < g_pending.count; i++)
-        if (g_pending.tickets[i] <= last)
-            return true;
-    return false;
-}
-
-void fgpu_wait_submitted(void)
-{
-    pthread_mutex_lock(&g_pending.lock);
-    uint64_t last = g_pending.next_ticket; /* later launches are not this synchronize's */
-    while (pending_up_to_locked(last))
-        pthread_cond_wait(&g_pending.done, &g_pending.lock);
-    pthread_mutex_unlock(&g_pending.lock);
-}
-
-void fgpu_run_kernel(uint64_t duration_ns, int is_graph)
+int fgpu_run_kernel(uint64_t duration_ns, int is_graph)
 {
     struct fake_gpu_state *s = g_state;
     struct fake_gpu_proc *me = g_self;
-    uint64_t ticket = pending_add();
-    uint64_t start = acquire_units(s, me);
+    uint64_t start;
+    if (s == NULL || me == NULL || acquire_units(s, me, &start) != 0)
+        return -1;
     if (duration_ns > 0)
         sleep_until(start + duration_ns);
     release_units(s, me, start, is_graph);
-    pending_done(ticket);
+    return 0;
 }
 
 /* --- memory pool and counters ----------------------------------------------------------- */

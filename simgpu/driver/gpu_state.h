@@ -29,15 +29,11 @@ enum fgpu_status fgpu_attach(char *err, size_t err_len);
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t fgpu_now_ns(void);
 
-/* Runs one kernel (or a whole graph) of duration_ns: waits in FIFO order across processes until
- * this process runs no other kernel and its SM units are free, holds them for the duration
- * (sleeping: launches are synchronous), releases them and accounts the time. */
-void fgpu_run_kernel(uint64_t duration_ns, int is_graph);
-
-/* cuCtxSynchronize: waits until every launch this process submitted before the call has finished
- * (one still waiting for its SM units too), as a real context synchronize waits for all work
- * submitted to the context. */
-void fgpu_wait_submitted(void);
+/* Runs one kernel (or a whole graph) of duration_ns on the calling thread (a stream's worker,
+ * stream_engine.c): waits in FIFO order across processes until this process runs no other kernel
+ * and its SM units are free, holds them for the duration (sleeping), releases them and accounts
+ * the time. -1 without running it once the process has begun to exit (its slot is given back). */
+int fgpu_run_kernel(uint64_t duration_ns, int is_graph);
 
 /* Takes bytes from the shared pool (FGPU_OUT_OF_MEMORY when it does not fit) or returns them. */
 enum fgpu_status fgpu_mem_reserve(uint64_t bytes);
