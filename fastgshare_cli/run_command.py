@@ -3,8 +3,8 @@
 Runs any program under the hook (``LD_PRELOAD``) with the arbiter holding the share the flags
 name, on a simulated GPU (``--gpu SPEC``) or on this machine's NVIDIA GPU (``--gpu real``; the
 default where NVML finds one), and says what the program got: achieved share of GPU time, peak
-GPU memory, kernels. Its exit status is CMD's. This module owns the flags and their validation
-(the share's rules are :func:`fastgshare.share.parse_share`'s, the GPU spec's
+GPU memory, kernels, throttled time. Its exit status is CMD's. This module owns the flags and
+their validation (the share's rules are :func:`fastgshare.share.parse_share`'s, the GPU spec's
 :func:`fastgshare.inventory.parse_gpu_spec`'s), CMD's environment, starting and watching CMD,
 signals, the live status line and the summary; the runs' shared arbiter and GPU are
 :mod:`fastgshare_cli.run_session`'s, the GPU choice :mod:`fastgshare_cli.run_gpu`'s, the measures
@@ -48,7 +48,15 @@ from fastgshare_cli.run_gpu import (
     choose_gpu,
     simulated_gpu,
 )
-from fastgshare_cli.run_meter import LedgerMeter, RunProcesses, RunTotals, SimulatedGpuMeter
+from fastgshare_cli.run_meter import (
+    ArbiterTotals,
+    ArbiterUsageMeter,
+    LedgerMeter,
+    RunProcesses,
+    RunTotals,
+    SimulatedGpuMeter,
+    with_arbiter_time,
+)
 from fastgshare_cli.run_session import GpuConflict, Membership, RunSession, SessionError, default_state_dir
 from fastgshare_cli.sandbox import HookBuild, SandboxError, arbiter_command, build_hook
 
@@ -239,18 +247,23 @@ def _prepend(first: str, paths: str) -> str:
 
 
 # --- what it got -------------------------------------------------------------------------
-def run_summary(*, share: ShareSpec, gpu: GpuChoice, totals: RunTotals, wall_s: float, exit_code: int,
-                pod: str) -> dict[str, object]:
-    """The ``-o json`` object. Unknown measures are null: GPU time and kernels on a real GPU, and
-    throttled time everywhere (nothing measures how long launches waited at the hook's gate yet)."""
+def run_summary(*, share: ShareSpec, gpu: GpuChoice, totals: RunTotals, arbiter: ArbiterTotals | None,
+                wall_s: float, exit_code: int, pod: str) -> dict[str, object]:
+    """The ``-o json`` object. ``totals`` is the GPU's measure (on a real GPU its GPU time is the
+    arbiter's count, :func:`~fastgshare_cli.run_meter.with_arbiter_time`), ``arbiter`` the arbiter's
+    count of the run's pod. Unknown measures are null: kernels on a real GPU, and the arbiter's
+    numbers when its usage file could not be read."""
     busy_s = totals.busy_ns / 1e9 if totals.busy_ns is not None else None
     return {
         "exitCode": exit_code,
-        "achievedShare": round(busy_s / wall_s, 4) if busy_s is not None and wall_s > 0 else None,
+        "achievedShare": _fraction(busy_s, wall_s),
         "gpuSeconds": round(busy_s, 4) if busy_s is not None else None,
+        "arbiterShare": _fraction(arbiter.used_s if arbiter is not None else None, wall_s),
         "peakMemoryBytes": totals.peak_memory_bytes,
         "kernels": totals.kernels,
-        "throttledSeconds": None,
+        "throttledSeconds": round(arbiter.throttled_s, 4) if arbiter is not None else None,
+        "waitedSeconds": round(arbiter.waited_s, 4) if arbiter is not None else None,
+        "tokens": arbiter.tokens if arbiter is not None else None,
         "request": share.request_permille / keys.TIME_UNITS,
         "limit": share.limit_permille / keys.TIME_UNITS,
         "sm": share.sm_percent,
@@ -262,16 +275,29 @@ def run_summary(*, share: ShareSpec, gpu: GpuChoice, totals: RunTotals, wall_s: 
     }
 
 
+def _fraction(part_s: float | None, wall_s: float) -> float | None:
+    return round(part_s / wall_s, 4) if part_s is not None and wall_s > 0 else None
+
+
 def summary_line(summary: Mapping[str, object]) -> str:
     """The text summary: one line."""
-    share = summary["achievedShare"]
-    achieved = f"achieved share {share:.3f}" if isinstance(share, float) else "achieved share not measured (real GPU)"
-    kernels = summary["kernels"]
-    counted = f"{kernels} kernels" if isinstance(kernels, int) else "kernels not counted"
-    gpu = "real GPU" if summary["gpu"] == REAL else f"simulated GPU {summary['gpu']}"
-    return (f"{PREFIX}exit {summary['exitCode']} after {summary['wallSeconds']:.2f} s; {achieved} of the GPU "
-            f"(request {summary['request']:g}, limit {summary['limit']:g}, {summary['sm']} % SM); {counted}; "
-            f"peak memory {_bytes(summary['peakMemoryBytes'])} of {_bytes(summary['memoryLimitBytes'])}; {gpu}")
+    real = summary["gpu"] == REAL
+    share, arbiter_share = summary["achievedShare"], summary["arbiterShare"]
+    if isinstance(share, float):
+        achieved = f"achieved share {share:.3f} of the GPU{', as its hooks reported it' if real else ''}"
+    else:
+        achieved = "achieved share not measured"
+    parts = [f"exit {summary['exitCode']} after {summary['wallSeconds']:.2f} s",
+             f"{achieved} (request {summary['request']:g}, limit {summary['limit']:g}, {summary['sm']} % SM)"]
+    if not real and isinstance(arbiter_share, float):
+        parts.append(f"the arbiter counted {arbiter_share:.3f}")
+    kernels, throttled = summary["kernels"], summary["throttledSeconds"]
+    parts.append(f"{kernels} kernels" if isinstance(kernels, int) else "kernels not counted")
+    if isinstance(throttled, float):
+        parts.append(f"throttled {throttled:.2f} s")
+    parts.append(f"peak memory {_bytes(summary['peakMemoryBytes'])} of {_bytes(summary['memoryLimitBytes'])}")
+    parts.append("real GPU" if real else f"simulated GPU {summary['gpu']}")
+    return PREFIX + "; ".join(parts)
 
 
 def status_line(elapsed_s: float, totals: RunTotals, share: ShareSpec) -> str:
@@ -447,7 +473,7 @@ class _Run:
     signals: SignalForwarder = attrs.field(factory=SignalForwarder)
 
     def join_and_run(self, gpu: GpuChoice) -> int:
-        session = RunSession(default_state_dir(self.env), arbiter_command)
+        session = RunSession(default_state_dir(self.env), arbiter_command_for_runs)
         name = str(os.getpid())
         try:
             membership = session.join(name, f"run/{name}", gpu, explicit_gpu=self.options.gpu is not None,
@@ -476,6 +502,8 @@ class _Run:
         entry, gpu = membership.entry, membership.gpu
         places = RunPlaces(hook=self.build.hook, driver_dir=self.build.fake_driver_dir, socket=session.socket,
                            gpu_dir=session.gpu_dir)
+        usage = ArbiterUsageMeter(entry.pod, session.usage_file, session.ask_usage)
+        usage.sample()  # the baseline: what a pod of this name had before (none, unless a pid came back)
         started_ns = time.monotonic_ns()
         try:
             process = subprocess.Popen(list(self.options.command), executable=self.executable,
@@ -487,9 +515,9 @@ class _Run:
         live = LiveStatus(self.err) if self.err.isatty() else None
         exited = ExitWatch(process.pid)
         next_status = last_check = started_ns / 1e9
-        totals = meter.sample()
+        totals = _sample(meter, usage, gpu, final=False)[0]
         while not exited.wait(SAMPLE_INTERVAL_S):
-            totals, now = meter.sample(), time.monotonic()
+            totals, now = _sample(meter, usage, gpu, final=False)[0], time.monotonic()
             if live is not None and now >= next_status:
                 live.show(status_line(now - started_ns / 1e9, totals, entry.share))
                 next_status = now + STATUS_INTERVAL_S
@@ -497,14 +525,14 @@ class _Run:
                 last_check = now
                 self._say(_check_arbiter(session, membership), live)
         wall_s = (time.monotonic_ns() - started_ns) / 1e9
-        totals = meter.sample()  # CMD has exited and is not reaped yet: its pid is still its own
+        totals, arbiter = _sample(meter, usage, gpu, final=True)  # CMD has exited, not reaped: its pid is its own
         exited.close()
         process.wait()
         if isinstance(meter, LedgerMeter):
             meter.close()
         if live is not None:
             live.clear()
-        summary = run_summary(share=entry.share, gpu=gpu, totals=totals, wall_s=wall_s,
+        summary = run_summary(share=entry.share, gpu=gpu, totals=totals, arbiter=arbiter, wall_s=wall_s,
                               exit_code=exit_status(process.returncode), pod=entry.pod)
         if self.options.output == "json":
             print(json.dumps(summary), file=self.out, flush=True)
@@ -524,6 +552,20 @@ def _meter(gpu: GpuChoice, session: RunSession, pod: str, cmd_pid: int,
     if gpu.simulated:
         return SimulatedGpuMeter(session.gpu_dir, RunProcesses(cmd_pid, pod), started_ns)
     return LedgerMeter(session.socket, pod, gpu.uuid)
+
+
+def _sample(meter: SimulatedGpuMeter | LedgerMeter, usage: ArbiterUsageMeter, gpu: GpuChoice, *,
+            final: bool) -> tuple[RunTotals, ArbiterTotals | None]:
+    """The GPU's measure and the arbiter's count; on a real GPU the GPU time is the arbiter's. The
+    final sample asks the arbiter for a fresh usage file (CMD has exited)."""
+    totals = meter.sample()
+    arbiter = usage.final() if final else usage.sample()
+    return (totals if gpu.simulated else with_arbiter_time(totals, arbiter)), arbiter
+
+
+def arbiter_command_for_runs(socket: Path, shares: Path, usage: Path) -> list[str]:
+    """The arbiter of ``fastgshare run``: the sandbox's (trusted-env mode), writing its usage file."""
+    return [*arbiter_command(socket, shares), "--usage-file", str(usage)]
 
 
 def _check_arbiter(session: RunSession, membership: Membership) -> str | None:

@@ -1,4 +1,5 @@
-"""What one ``fastgshare run`` got from its GPU, measured apart from the hook and the arbiter.
+"""What one ``fastgshare run`` got from its GPU: measured apart from the hook and the arbiter where
+the GPU allows (the simulated GPU), and as the arbiter counted it (both GPUs).
 
 A run's processes are CMD and every process that carries the run's ``FASTGSHARE_POD`` in its
 environment or descends from CMD (so a program's workers count, and another run's processes
@@ -12,15 +13,24 @@ uses the GPU and exits between two samples is not counted.
   is the sum over its slots, which outlive their processes, so a worker that exited still counts.
   Peak memory is the largest sum of the run's slots' memory seen in one sample.
 - Real GPU: the arbiter's memory ledger of the run's pod (:class:`LedgerMeter`: what the hook
-  reserved for allocations, the number the limit is enforced on; the CUDA context is not in it).
-  GPU time and kernels per process are measured by nothing outside the arbiter's own meter, which
-  the standalone arbiter does not publish: they stay unknown (None).
+  reserved for allocations, the number the limit is enforced on; the CUDA context is not in it),
+  and the GPU time the hook reported to the arbiter (below, :func:`with_arbiter_time`): NVML
+  measures no GPU time per process. Kernels stay unknown (None): the hook reports no launch counts.
+- Both: the arbiter's usage file (:class:`ArbiterUsageMeter`; its format is
+  :mod:`device_plugin.arbiter.standalone`'s): the run's pod's GPU time as its hooks reported it per
+  token, the tokens granted, how long its token requests waited and the part of that wait it was at
+  its own limit (throttled). Counted from the run's first sample, across arbiter generations (an
+  arbiter started again counts from zero in a file of its own); the last reading comes after CMD
+  exited, from a write asked for then (SIGUSR1).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
@@ -29,6 +39,7 @@ from fastgshare import keys, protocol
 from simgpu.state import ProcRecord, sample_state, slot_holders
 
 MAX_ANCESTRY = 64  # a process deeper than this below CMD is taken for not descending from it
+FINAL_USAGE_TIMEOUT_S = 2.0  # how long the last reading waits for the arbiter's fresh usage file
 
 
 @attrs.frozen
@@ -196,3 +207,106 @@ class LedgerMeter:
                     if frame.type != message_type | protocol.REPLY_BIT:
                         raise ValueError(f"the arbiter answered type {frame.type} to {message_type}")
                     return frame
+
+
+@attrs.frozen
+class ArbiterTotals:
+    """A pod as the arbiter counted it: GPU time its hooks reported (s), tokens granted, how long its
+    token requests waited (s), and the part of that wait it was at its own limit (throttled, s)."""
+
+    used_s: float = 0.0
+    tokens: int = 0
+    waited_s: float = 0.0
+    throttled_s: float = 0.0
+
+    def __add__(self, other: ArbiterTotals) -> ArbiterTotals:
+        return ArbiterTotals(self.used_s + other.used_s, self.tokens + other.tokens, self.waited_s + other.waited_s,
+                             self.throttled_s + other.throttled_s)
+
+    def __sub__(self, other: ArbiterTotals) -> ArbiterTotals:
+        return ArbiterTotals(self.used_s - other.used_s, self.tokens - other.tokens, self.waited_s - other.waited_s,
+                             self.throttled_s - other.throttled_s)
+
+
+def pod_usage(document: object, pod: str) -> tuple[int, ArbiterTotals] | None:
+    """A usage file's write number and ``pod``'s counters in it (zero when the pod is not in it), or None
+    when ``document`` is not a usage file."""
+    if not isinstance(document, dict) or not isinstance(document.get("pods"), list):
+        return None
+    sequence = document.get("sequence")
+    if not isinstance(sequence, int):
+        return None
+    total = ArbiterTotals()
+    try:
+        for entry in document["pods"]:
+            if isinstance(entry, dict) and entry.get("pod") == pod:
+                total += ArbiterTotals(float(entry["usedSeconds"]), int(entry["tokens"]),
+                                       float(entry["waitedSeconds"]), float(entry["throttledSeconds"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return sequence, total
+
+
+class UsageAccount:
+    """A pod's counters summed over the usage files of the arbiter generations it met, from a baseline:
+    the counters a file had at the run's first reading (a pod of the same name before the run), zero in
+    a file first seen later (a new arbiter counts from zero)."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, tuple[ArbiterTotals, ArbiterTotals]] = {}  # file -> (baseline, latest)
+
+    def feed(self, source: Path, counters: ArbiterTotals, *, first_reading: bool) -> None:
+        base = self._files[source][0] if source in self._files else counters if first_reading else ArbiterTotals()
+        self._files[source] = (base, counters)
+
+    def total(self) -> ArbiterTotals | None:
+        """None until a file was read."""
+        if not self._files:
+            return None
+        total = ArbiterTotals()
+        for base, latest in self._files.values():
+            total += latest - base
+        return total
+
+
+class ArbiterUsageMeter:
+    """The run's pod in the arbiter's usage file: ``locate`` names the current generation's file,
+    ``ask`` has the arbiter write it at once (False when no arbiter runs)."""
+
+    def __init__(self, pod: str, locate: Callable[[], Path | None], ask: Callable[[], bool]) -> None:
+        self._pod, self._locate, self._ask = pod, locate, ask
+        self._account = UsageAccount()
+        self._sampled = False
+
+    def sample(self) -> ArbiterTotals | None:
+        """The counters since the first sample (None while no usage file could be read)."""
+        first, self._sampled = not self._sampled, True
+        path = self._locate()
+        read = self._read(path) if path is not None else None
+        if path is not None and read is not None:
+            self._account.feed(path, read[1], first_reading=first)
+        return self._account.total()
+
+    def final(self, timeout_s: float = FINAL_USAGE_TIMEOUT_S) -> ArbiterTotals | None:
+        """The last reading, after CMD exited: from a write asked for now (waited for up to ``timeout_s``)."""
+        path = self._locate()
+        before = self._read(path) if path is not None else None
+        if path is not None and self._ask():
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                now = self._read(path)
+                if now is not None and (before is None or now[0] > before[0]):
+                    break
+                time.sleep(0.01)
+        return self.sample()
+
+    def _read(self, path: Path) -> tuple[int, ArbiterTotals] | None:
+        try:
+            return pod_usage(json.loads(path.read_text()), self._pod)
+        except (OSError, ValueError):
+            return None
+
+
+def with_arbiter_time(totals: RunTotals, arbiter: ArbiterTotals | None) -> RunTotals:
+    """A real GPU's totals: the run's GPU time is what its hooks reported to the arbiter (unknown without it)."""
+    return attrs.evolve(totals, busy_ns=round(arbiter.used_s * 1e9) if arbiter is not None else None)

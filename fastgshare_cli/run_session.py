@@ -13,20 +13,22 @@ and one that belongs to another user (or is a symlink) is refused. In it:
     One per run: its pod (``run/<pid>``) and share. The run holds an ``flock`` on its file while
     it lives (the kernel drops it however the run ends), so a run killed by SIGKILL is dropped by
     the next one that looks.
-``a<N>.sock``, ``shares-<N>.json``, ``arbiter-<N>.log``, ``arbiter.json``
+``a<N>.sock``, ``shares-<N>.json``, ``usage-<N>.json``, ``arbiter-<N>.log``, ``arbiter.json``
     Generation N of the arbiter (``fastgshare-arbiter``, trusted-env mode, in a session of its
     own so a Ctrl-C in one run's terminal does not stop it): its socket, its shares file (one
-    entry per live run), its log, and its pid.
+    entry per live run), its usage file (each pod's GPU time and token waits, rewritten about once
+    a second), its log, and its pid.
 ``arbiter.sock``
     A symlink to the current generation's socket: what every hook connects to.
 
-The standalone arbiter reads its shares once, when it starts. So a run that joins starts the next
-generation with every live run's share, points ``arbiter.sock`` at it, and only then stops the old
-one: the hooks of the runs already going lose their connection, reconnect at once (to the new
-generation) and go on, as after a node agent's restart (the hook prints one line when the link is
-lost and one when it is back; the memory link reports what the process holds). The last run to
+The first run starts generation 1. A run that joins or leaves while the arbiter lives rewrites its
+shares file (whole: the arbiter reads the old file or the new one) and sends it SIGHUP: the arbiter
+reads the file again and serves it from then on, its connections and usage history untouched. A
+joining run starts CMD only once the arbiter knows its pod: it says HELLO as the pod (asking again,
+with SIGHUP again, until the answer is OK, for at most ``ARBITER_RELOAD_TIMEOUT_S``). The last run to
 leave stops the arbiter and removes the directory. A run also checks about once a second that the
-arbiter still lives, and starts a new generation if it was killed.
+arbiter still lives, and starts a new generation if it was killed (with every live run's share; the
+hooks reconnect to it as after a node agent's restart, and the new arbiter's usage starts at zero).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from pathlib import Path
 
 import attrs
 
-from fastgshare import keys
+from fastgshare import keys, protocol
 from fastgshare.errors import InvalidShareSpec
 from fastgshare.share import ShareSpec, format_fraction, parse_share, share_annotations
 from fastgshare_cli.run_gpu import GpuChoice
@@ -58,7 +60,10 @@ SOCKET_NAME = keys.ARBITER_SOCKET_NAME
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 ARBITER_START_TIMEOUT_S = 30.0
 ARBITER_STOP_TIMEOUT_S = 10.0
-ArbiterCommand = Callable[[Path, Path], list[str]]  # (socket, shares file) -> argv
+ARBITER_RELOAD_TIMEOUT_S = 10.0
+RELOAD_RETRY_S = 0.05
+RELOAD_SIGNAL_AGAIN_S = 0.5
+ArbiterCommand = Callable[[Path, Path, Path], list[str]]  # (socket, shares file, usage file) -> argv
 
 
 class SessionError(RuntimeError):
@@ -163,10 +168,13 @@ class RunSession:
             entry = RunEntry(name, pod, share_for(gpu))
             run_fd = self._register(entry)
             try:
-                self._serve(gpu, [*runs, entry])
+                self._update(gpu, [*runs, entry], joining=entry)
             except BaseException:
                 self._unregister(entry, run_fd)
-                if not runs:
+                if runs:
+                    with suppress(OSError):
+                        self._withdraw(gpu, runs)
+                else:
                     self._reset()
                 raise
         membership = Membership(entry, gpu, run_fd)
@@ -184,9 +192,28 @@ class RunSession:
         with self._locked():
             self._unregister(membership.entry, membership.run_fd)
             membership.left = True
-            if not self._live_runs():
+            runs = self._live_runs()
+            if not runs:
                 self._stop_all()
                 self._remove_all()
+                return
+            self._withdraw(membership.gpu, runs)
+
+    def usage_file(self) -> Path | None:
+        """The current arbiter generation's usage file (None before the first run starts one)."""
+        record = self._read_arbiter()
+        return self._usage_of(record.generation) if record is not None else None
+
+    def ask_usage(self) -> bool:
+        """Ask the arbiter to write its usage file at once (SIGUSR1); False if it is not running."""
+        record = self._read_arbiter()
+        if record is None or not self._is_arbiter(record):
+            return False
+        try:
+            os.kill(record.pid, signal.SIGUSR1)
+        except ProcessLookupError:
+            return False
+        return True
 
     def check_arbiter(self, membership: Membership) -> str | None:
         """Start a new arbiter generation if the current one is gone (killed); a line saying so, or None."""
@@ -325,6 +352,50 @@ class RunSession:
             return None
 
     # --- the arbiter ---------------------------------------------------------------------
+    def _update(self, gpu: GpuChoice, runs: list[RunEntry], *, joining: RunEntry) -> None:
+        """Serve ``runs``: the arbiter that lives reloads its shares and is asked until it knows
+        ``joining``; without one (the first run, or it was killed) a new generation starts."""
+        record = self._read_arbiter()
+        if record is None or not self._is_arbiter(record):
+            self._serve(gpu, runs)
+            return
+        self._write_shares(record.generation, gpu, runs)
+        self._reload(record, joining.pod, gpu.uuid)
+
+    def _withdraw(self, gpu: GpuChoice, runs: list[RunEntry]) -> None:
+        """A run left: the arbiter that lives reloads the shares of ``runs`` (not waited for); without one,
+        the next run's check starts one with them."""
+        record = self._read_arbiter()
+        if record is not None and self._is_arbiter(record):
+            self._write_shares(record.generation, gpu, runs)
+            with suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGHUP)
+
+    def _reload(self, record: ArbiterRecord, pod: str, gpu_uuid: str) -> None:
+        """SIGHUP the arbiter, then say HELLO as ``pod`` until the arbiter answers OK (it took the file),
+        signalling again every ``RELOAD_SIGNAL_AGAIN_S``; :class:`SessionError` after the timeout."""
+        sock = self._socket_of(record.generation)
+        deadline = time.monotonic() + ARBITER_RELOAD_TIMEOUT_S
+        signalled = float("-inf")
+        while True:
+            now = time.monotonic()
+            if now - signalled >= RELOAD_SIGNAL_AGAIN_S:
+                try:
+                    os.kill(record.pid, signal.SIGHUP)
+                except ProcessLookupError:
+                    raise SessionError(f"fastgshare-arbiter (pid {record.pid}) exited while it took the run's "
+                                       f"share: {_last_line(self.directory / f'arbiter-{record.generation}.log')}"
+                                       ) from None
+                signalled = now
+            answer = hello_answer(sock, pod, gpu_uuid)
+            if answer is None:
+                return
+            if time.monotonic() > deadline:
+                raise SessionError(f"fastgshare-arbiter (pid {record.pid}) did not take the run's share within "
+                                   f"{ARBITER_RELOAD_TIMEOUT_S:.0f} s (HELLO as {pod}: {answer}); its log: "
+                                   f"{self.directory / f'arbiter-{record.generation}.log'}")
+            time.sleep(RELOAD_RETRY_S)
+
     def _serve(self, gpu: GpuChoice, runs: list[RunEntry]) -> None:
         """Start the next arbiter generation serving ``runs``, point the socket at it, stop the old one."""
         old = self._read_arbiter()
@@ -340,13 +411,19 @@ class RunSession:
             for path in self._files_of(old.generation):
                 path.unlink(missing_ok=True)
 
-    def _start(self, gpu: GpuChoice, runs: list[RunEntry], generation: int) -> ArbiterRecord:
-        sock, shares = self._socket_of(generation), self.directory / f"shares-{generation}.json"
-        log = self.directory / f"arbiter-{generation}.log"
+    def _write_shares(self, generation: int, gpu: GpuChoice, runs: list[RunEntry]) -> Path:
+        """The shares file of ``generation`` with every run's share, replaced whole."""
+        shares = self.directory / f"shares-{generation}.json"
         write_shares(shares, gpu.uuid, gpu.mps, {run.pod: share_annotations(run.share) for run in runs})
+        return shares
+
+    def _start(self, gpu: GpuChoice, runs: list[RunEntry], generation: int) -> ArbiterRecord:
+        sock, shares = self._socket_of(generation), self._write_shares(generation, gpu, runs)
+        log = self.directory / f"arbiter-{generation}.log"
         sock.unlink(missing_ok=True)
         with log.open("wb") as output:
-            process = subprocess.Popen(self._command(sock, shares), stdin=subprocess.DEVNULL, stdout=output,
+            process = subprocess.Popen(self._command(sock, shares, self._usage_of(generation)),
+                                       stdin=subprocess.DEVNULL, stdout=output,
                                        stderr=subprocess.STDOUT, start_new_session=True)
         self._started[process.pid] = process
         deadline = time.monotonic() + ARBITER_START_TIMEOUT_S
@@ -424,9 +501,12 @@ class RunSession:
     def _socket_of(self, generation: int) -> Path:
         return self.directory / f"a{generation}.sock"
 
+    def _usage_of(self, generation: int) -> Path:
+        return self.directory / f"usage-{generation}.json"
+
     def _files_of(self, generation: int) -> list[Path]:
         return [self._socket_of(generation), self.directory / f"shares-{generation}.json",
-                self.directory / f"arbiter-{generation}.log"]
+                self._usage_of(generation), self.directory / f"arbiter-{generation}.log"]
 
 
 def _read_entry(path: Path) -> RunEntry | None:
@@ -449,6 +529,30 @@ def _write_json(path: Path, data: Mapping[str, object]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(data))
     os.replace(partial, path)
+
+
+def hello_answer(sock: Path, pod: str, gpu_uuid: str, timeout_s: float = 1.0) -> str | None:
+    """Say HELLO to the arbiter on ``sock`` as ``pod`` on ``gpu_uuid``: None if it answers OK, else
+    what it said (its refusal, or why there was no answer). The connection is closed at once."""
+    request = protocol.encode_frame(protocol.MessageType.HELLO, 1, protocol.Hello(os.getpid(), pod, gpu_uuid).encode())
+    reader = protocol.FrameReader()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout_s)
+        try:
+            connection.connect(str(sock))
+            connection.sendall(request)
+            while True:
+                data = connection.recv(protocol.MAX_FRAME)
+                if not data:
+                    return "the arbiter closed the connection"
+                for frame in reader.feed(data):
+                    if frame.type == protocol.MessageType.HELLO | protocol.REPLY_BIT:
+                        return None
+                    if frame.type == protocol.MessageType.ERROR:
+                        return protocol.ErrorReply.decode(frame.payload).message
+                    return f"an answer of type {frame.type}"
+        except (OSError, protocol.ProtocolError, ValueError) as error:
+            return f"{type(error).__name__}: {error}"
 
 
 def _connectable(path: Path) -> bool:

@@ -1,8 +1,8 @@
 """What share a pod has, and on which GPU: the arbiter's view of the extender's assignments.
 
 :class:`AssignmentShares` reads the node agent's pod cache (the assignment annotation of
-each pod bound to this node); :class:`StaticShares` is a fixed table for the standalone
-arbiter (demo, benchmarks, tests).
+each pod bound to this node); :class:`StaticShares` is a table for the standalone arbiter
+(demo, benchmarks, tests, ``fastgshare run``), replaced whole when it reloads its file.
 """
 
 from __future__ import annotations
@@ -35,9 +35,14 @@ class ShareBook(Protocol):
 
 
 class StaticShares:
-    """A fixed table ``pod key -> share``."""
+    """A table ``pod key -> share``, replaced whole (:meth:`replace`)."""
 
     def __init__(self, shares: Mapping[str, PodShare]) -> None:
+        self._shares = dict(shares)
+
+    def replace(self, shares: Mapping[str, PodShare]) -> None:
+        """Serve ``shares`` from now on (the standalone arbiter reloading its file); registered pods
+        take a changed share through :meth:`ArbiterServer.refresh_shares`, as the node agent's do."""
         self._shares = dict(shares)
 
     def by_pod(self, pod_key: str) -> PodShare | None:

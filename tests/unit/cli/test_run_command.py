@@ -1,8 +1,10 @@
 """``fastgshare run``'s pure parts: its flags (one line and exit 2 for a bad one), finding CMD (127,
-126), the exit status, CMD's environment, the GPU choice, the summary, and which processes are a run's."""
+126), the exit status, CMD's environment, the GPU choice, the summary, which processes are a run's,
+and the run's pod in the arbiter's usage file."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -31,14 +33,22 @@ from fastgshare_cli.run_command import (
     summary_line,
 )
 from fastgshare_cli.run_gpu import GpuChoice, GpuChoiceError, choose_gpu, simulated_gpu
-from fastgshare_cli.run_meter import RunProcesses, RunTotals
+from fastgshare_cli.run_meter import (
+    ArbiterTotals,
+    ArbiterUsageMeter,
+    RunProcesses,
+    RunTotals,
+    UsageAccount,
+    pod_usage,
+    with_arbiter_time,
+)
 from fastgshare_cli.run_session import STATE_DIR_ENV, RunSession, SessionError, default_state_dir
 
 GIB = 1 << 30
 SIMULATED = simulated_gpu("1x16GiB:80sm")
 REAL_GPU = GpuChoice(spec="real", simulated=False, uuid="GPU-1234", memory_bytes=80 * GIB, sm_count=132, mps=False)
 SUMMARY_KEYS = {"achievedShare", "peakMemoryBytes", "kernels", "exitCode", "throttledSeconds", "request", "limit",
-                "sm", "memoryLimitBytes", "gpu", "wallSeconds"}
+                "sm", "memoryLimitBytes", "gpu", "wallSeconds", "arbiterShare", "waitedSeconds", "tokens"}
 
 
 def options(*argv: str) -> RunOptions:
@@ -223,23 +233,44 @@ SHARE = ShareSpec(request_permille=300, limit_permille=300, sm_percent=100, memo
 
 def test_the_json_summary_has_every_field_and_the_share_is_gpu_time_over_wall_time() -> None:
     totals = RunTotals(busy_ns=900_000_000, kernels=900, memory_bytes=0, peak_memory_bytes=64 << 20)
-    summary = run_summary(share=SHARE, gpu=SIMULATED, totals=totals, wall_s=3.0, exit_code=0, pod="run/1")
+    arbiter = ArbiterTotals(used_s=0.93, tokens=300, waited_s=2.0, throttled_s=1.5)
+    summary = run_summary(share=SHARE, gpu=SIMULATED, totals=totals, arbiter=arbiter, wall_s=3.0, exit_code=0,
+                          pod="run/1")
     assert set(summary) >= SUMMARY_KEYS
-    assert summary["achievedShare"] == pytest.approx(0.3)
+    assert summary["achievedShare"] == pytest.approx(0.3)  # the simulated GPU's own measure
+    assert summary["arbiterShare"] == pytest.approx(0.31)  # what the hook reported
+    assert (summary["throttledSeconds"], summary["waitedSeconds"], summary["tokens"]) == (1.5, 2.0, 300)
     assert (summary["kernels"], summary["peakMemoryBytes"], summary["exitCode"]) == (900, 64 << 20, 0)
     assert (summary["request"], summary["limit"], summary["sm"], summary["memoryLimitBytes"]) == (0.3, 0.3, 100, GIB)
-    assert (summary["gpu"], summary["wallSeconds"], summary["throttledSeconds"]) == ("1x16GiB:80sm", 3.0, None)
+    assert (summary["gpu"], summary["wallSeconds"]) == ("1x16GiB:80sm", 3.0)
     line = summary_line(summary)
-    assert line.startswith("fastgshare run: exit 0 after 3.00 s; achieved share 0.300 of the GPU (request 0.3, "
-                           "limit 0.3, 100 % SM); 900 kernels; peak memory 64 MiB of 1 GiB")
-    assert "\n" not in line
+    assert line == ("fastgshare run: exit 0 after 3.00 s; achieved share 0.300 of the GPU (request 0.3, limit 0.3, "
+                    "100 % SM); the arbiter counted 0.310; 900 kernels; throttled 1.50 s; peak memory 64 MiB of 1 GiB; "
+                    "simulated GPU 1x16GiB:80sm")
 
 
-def test_on_a_real_gpu_what_is_not_measured_is_null_not_invented() -> None:
-    totals = RunTotals(busy_ns=None, kernels=None, memory_bytes=0, peak_memory_bytes=GIB)
-    summary = run_summary(share=SHARE, gpu=REAL_GPU, totals=totals, wall_s=2.0, exit_code=137, pod="run/1")
-    assert (summary["achievedShare"], summary["kernels"], summary["gpu"]) == (None, None, "real")
-    assert "achieved share not measured" in summary_line(summary)
+def test_on_a_real_gpu_the_share_is_what_the_hooks_reported_and_kernels_are_not_counted() -> None:
+    ledger = RunTotals(busy_ns=None, kernels=None, memory_bytes=0, peak_memory_bytes=GIB)
+    arbiter = ArbiterTotals(used_s=0.6, tokens=40, waited_s=1.0, throttled_s=0.75)
+    totals = with_arbiter_time(ledger, arbiter)
+    summary = run_summary(share=SHARE, gpu=REAL_GPU, totals=totals, arbiter=arbiter, wall_s=2.0, exit_code=137,
+                          pod="run/1")
+    assert (summary["achievedShare"], summary["arbiterShare"], summary["gpuSeconds"]) == (0.3, 0.3, 0.6)
+    assert (summary["kernels"], summary["throttledSeconds"], summary["gpu"]) == (None, 0.75, "real")
+    line = summary_line(summary)
+    assert "achieved share 0.300 of the GPU, as its hooks reported it (request 0.3" in line
+    assert "kernels not counted; throttled 0.75 s" in line
+    assert "the arbiter counted" not in line  # it is the achieved share
+
+
+def test_without_the_arbiters_usage_file_what_is_not_measured_is_null_not_invented() -> None:
+    totals = with_arbiter_time(RunTotals(busy_ns=None, kernels=None, memory_bytes=0, peak_memory_bytes=GIB), None)
+    summary = run_summary(share=SHARE, gpu=REAL_GPU, totals=totals, arbiter=None, wall_s=2.0, exit_code=0, pod="run/1")
+    assert [summary[key] for key in ("achievedShare", "gpuSeconds", "arbiterShare", "kernels", "throttledSeconds",
+                                     "waitedSeconds", "tokens")] == [None] * 7
+    line = summary_line(summary)
+    assert "achieved share not measured" in line
+    assert "throttled" not in line
 
 
 def test_the_status_line_shows_the_share_so_far() -> None:
@@ -275,7 +306,7 @@ def test_the_state_directory_is_the_users_own(tmp_path: Path) -> None:
 def test_a_state_directory_others_may_enter_is_made_private(tmp_path: Path) -> None:
     directory = tmp_path / "state"
     directory.mkdir(mode=0o755)
-    RunSession(directory, lambda sock, shares: [])._prepare()
+    RunSession(directory, lambda sock, shares, usage: [])._prepare()
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
 
 
@@ -283,7 +314,7 @@ def test_a_state_directory_that_is_a_symlink_is_refused(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(SessionError, match="not a directory"):
-        RunSession(tmp_path / "link", lambda sock, shares: [])._prepare()
+        RunSession(tmp_path / "link", lambda sock, shares, usage: [])._prepare()
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="giving a directory to another user needs root")
@@ -292,4 +323,55 @@ def test_a_state_directory_of_another_user_is_refused(tmp_path: Path) -> None:
     directory.mkdir(mode=0o700)
     os.chown(directory, 12345, 12345)
     with pytest.raises(SessionError, match="belongs to user id 12345"):
-        RunSession(directory, lambda sock, shares: [])._prepare()
+        RunSession(directory, lambda sock, shares, usage: [])._prepare()
+
+
+# --- the arbiter's usage file -------------------------------------------------------------
+def usage_document(sequence: int, *pods: tuple[str, float, int, float, float]) -> dict[str, object]:
+    return {"sequence": sequence, "pid": 1, "pods": [
+        {"pod": pod, "gpu": "GPU-x", "usedSeconds": used, "tokens": tokens, "waitedSeconds": waited,
+         "throttledSeconds": throttled} for pod, used, tokens, waited, throttled in pods]}
+
+
+def test_a_pods_counters_in_the_usage_file() -> None:
+    document = usage_document(4, ("run/1", 1.0, 10, 2.0, 1.5), ("run/2", 9.0, 90, 0, 0), ("run/1", 0.5, 5, 0, 0))
+    assert pod_usage(document, "run/1") == (4, ArbiterTotals(1.5, 15, 2.0, 1.5))  # on two GPUs: summed
+    assert pod_usage(document, "run/3") == (4, ArbiterTotals())  # not connected yet
+    assert pod_usage({"sequence": 1, "pods": [{"pod": "run/1", "usedSeconds": "x"}]}, "run/1") is None
+    assert pod_usage({"pods": []}, "run/1") is None
+    assert pod_usage([], "run/1") is None
+
+
+def test_the_account_counts_from_the_first_reading_and_each_new_arbiter_from_zero(tmp_path: Path) -> None:
+    account = UsageAccount()
+    assert account.total() is None
+    first, second = tmp_path / "usage-1.json", tmp_path / "usage-2.json"
+    account.feed(first, ArbiterTotals(5.0, 50, 1.0, 1.0), first_reading=True)  # a pod of this name before the run
+    account.feed(first, ArbiterTotals(6.0, 60, 1.5, 1.25), first_reading=False)
+    account.feed(second, ArbiterTotals(0.5, 5, 0.25, 0.0), first_reading=False)  # the arbiter was started again
+    assert account.total() == ArbiterTotals(1.5, 15, 0.75, 0.25)
+
+
+def test_the_meter_reads_the_run_and_asks_for_a_fresh_file_at_the_end(tmp_path: Path) -> None:
+    path = tmp_path / "usage-1.json"
+    path.write_text(json.dumps(usage_document(1, ("run/1", 0.25, 1, 0, 0))))
+    asked: list[bool] = []
+
+    def ask() -> bool:  # the arbiter writes its file on SIGUSR1
+        asked.append(True)
+        path.write_text(json.dumps(usage_document(3, ("run/1", 1.25, 9, 0.5, 0.25))))
+        return True
+
+    meter = ArbiterUsageMeter("run/1", lambda: path, ask)
+    assert meter.sample() == ArbiterTotals()  # the baseline
+    path.write_text(json.dumps(usage_document(2, ("run/1", 0.75, 5, 0, 0))))
+    assert meter.sample() == ArbiterTotals(0.5, 4)
+    assert meter.final(timeout_s=5) == ArbiterTotals(1.0, 8, 0.5, 0.25)
+    assert asked == [True]
+
+
+def test_without_a_usage_file_the_meter_knows_nothing(tmp_path: Path) -> None:
+    meter = ArbiterUsageMeter("run/1", lambda: tmp_path / "usage-1.json", lambda: False)
+    assert meter.sample() is None
+    assert meter.final(timeout_s=5) is None
+    assert ArbiterUsageMeter("run/1", lambda: None, lambda: False).final() is None
