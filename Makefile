@@ -18,7 +18,8 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,nvidia]'
+	$(BIN)/pip install --quiet --upgrade --no-deps --target $(VENV)/cuda-bindings-12.9 cuda-bindings==12.9.10
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,11 +1,12 @@
 /*
  * launch_hooks.c: the exported launch wrappers. Each passes the time-token gate (gate.h),
- * forwards to the real driver function of exactly the same ABI and tells the gate when the call
- * returned (the token's used time); nothing else. Their prototypes
+ * forwards (FGS_FORWARD: counted, counts.h) to the real driver function of exactly the same ABI
+ * and tells the gate when the call returned (the token's used time); nothing else. Their prototypes
  * are cuda.h's own (see entry.h), so a wrapper that drifted from its ABI would not compile.
  * Rows of hooked_symbols.def: cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel and
  * cuGraphLaunch, each also as the per-thread-default-stream _ptsz variant.
  */
+#include "counts.h"
 #include "entry.h"
 #include "gate.h"
 
@@ -20,7 +21,7 @@
             fgs_gate_leave();                                                                      \
             return CUDA_ERROR_NOT_FOUND;                                                           \
         }                                                                                          \
-        CUresult launch_result = fgs_real.symbol(__VA_ARGS__);                                     \
+        CUresult launch_result = FGS_FORWARD(symbol, __VA_ARGS__);                                 \
         fgs_gate_leave();                                                                          \
         return launch_result;                                                                      \
     } while (0)

@@ -36,10 +36,13 @@
  * Races: a free is untracked BEFORE the driver call (and put back if the call fails), because
  * once the driver has freed a pointer another thread may be handed the same value. Unmaps are
  * untracked after the call: mapped addresses belong to the application's own reservation.
+ *
+ * Every call of an allocation or free that reaches the driver goes through FGS_FORWARD (counts.h).
  */
 #include "entry.h"
 
 #include "alloc_table.h"
+#include "counts.h"
 #include "log.h"
 #include "mem_sizes.h"
 #include "memory.h"
@@ -211,31 +214,32 @@ static CUresult end_free(CUresult driver_result, int known, const struct fgs_all
 FGS_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     REAL_OR_RETURN(cuMemAlloc_v2);
-    ALLOC_TRACKED("cuMemAlloc_v2", bytesize, fgs_real.cuMemAlloc_v2(dptr, bytesize), *dptr);
+    ALLOC_TRACKED("cuMemAlloc_v2", bytesize, FGS_FORWARD(cuMemAlloc_v2, dptr, bytesize), *dptr);
 }
 
 FGS_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
     REAL_OR_RETURN(cuMemAlloc);
-    ALLOC_TRACKED("cuMemAlloc", bytesize, fgs_real.cuMemAlloc(dptr, bytesize), *dptr);
+    ALLOC_TRACKED("cuMemAlloc", bytesize, FGS_FORWARD(cuMemAlloc, dptr, bytesize), *dptr);
 }
 
 FGS_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     REAL_OR_RETURN(cuMemAllocManaged);
-    ALLOC_TRACKED("cuMemAllocManaged", bytesize, fgs_real.cuMemAllocManaged(dptr, bytesize, flags), *dptr);
+    ALLOC_TRACKED("cuMemAllocManaged", bytesize, FGS_FORWARD(cuMemAllocManaged, dptr, bytesize, flags), *dptr);
 }
 
 FGS_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     REAL_OR_RETURN(cuMemAllocAsync);
-    ALLOC_TRACKED("cuMemAllocAsync", bytesize, fgs_real.cuMemAllocAsync(dptr, bytesize, hStream), *dptr);
+    ALLOC_TRACKED("cuMemAllocAsync", bytesize, FGS_FORWARD(cuMemAllocAsync, dptr, bytesize, hStream), *dptr);
 }
 
 FGS_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     REAL_OR_RETURN(cuMemAllocAsync_ptsz);
-    ALLOC_TRACKED("cuMemAllocAsync_ptsz", bytesize, fgs_real.cuMemAllocAsync_ptsz(dptr, bytesize, hStream), *dptr);
+    ALLOC_TRACKED("cuMemAllocAsync_ptsz", bytesize, FGS_FORWARD(cuMemAllocAsync_ptsz, dptr, bytesize, hStream),
+                  *dptr);
 }
 
 FGS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -243,7 +247,7 @@ FGS_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, 
 {
     REAL_OR_RETURN(cuMemAllocFromPoolAsync);
     ALLOC_TRACKED("cuMemAllocFromPoolAsync", bytesize,
-                  fgs_real.cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream), *dptr);
+                  FGS_FORWARD(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream), *dptr);
 }
 
 FGS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
@@ -251,32 +255,32 @@ FGS_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes
 {
     REAL_OR_RETURN(cuMemAllocFromPoolAsync_ptsz);
     ALLOC_TRACKED("cuMemAllocFromPoolAsync_ptsz", bytesize,
-                  fgs_real.cuMemAllocFromPoolAsync_ptsz(dptr, bytesize, pool, hStream), *dptr);
+                  FGS_FORWARD(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream), *dptr);
 }
 
 FGS_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     REAL_OR_RETURN(cuMemFree_v2);
-    FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFree_v2", fgs_real.cuMemFree_v2(dptr));
+    FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFree_v2", FGS_FORWARD(cuMemFree_v2, dptr));
 }
 
 FGS_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
 {
     REAL_OR_RETURN(cuMemFree);
-    FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFree", fgs_real.cuMemFree(dptr));
+    FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFree", FGS_FORWARD(cuMemFree, dptr));
 }
 
 FGS_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
     REAL_OR_RETURN(cuMemFreeAsync);
-    FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFreeAsync", fgs_real.cuMemFreeAsync(dptr, hStream));
+    FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFreeAsync", FGS_FORWARD(cuMemFreeAsync, dptr, hStream));
 }
 
 FGS_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
     REAL_OR_RETURN(cuMemFreeAsync_ptsz);
     FREE_TRACKED(FGS_ALLOC_DEVPTR, (uint64_t)dptr, "cuMemFreeAsync_ptsz",
-                 fgs_real.cuMemFreeAsync_ptsz(dptr, hStream));
+                 FGS_FORWARD(cuMemFreeAsync_ptsz, dptr, hStream));
 }
 
 /* --- pitched memory ----------------------------------------------------------------------- */
@@ -306,14 +310,14 @@ FGS_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
     CUresult r = begin_alloc(guess, what);
     if (r != CUDA_SUCCESS)
         return r;
-    r = fgs_real.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    r = FGS_FORWARD(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r != CUDA_SUCCESS)
         return end_alloc(r, FGS_ALLOC_DEVPTR, 0, guess, NULL, what);
     uint64_t actual = fgs_mul_sat(*pPitch, Height);
     r = settle_pitch(guess, actual, what);
     if (r != CUDA_SUCCESS) { /* the driver's pitch needs more than the pod has left */
         if (fgs_real.cuMemFree_v2 != NULL)
-            fgs_real.cuMemFree_v2(*dptr);
+            FGS_FORWARD(cuMemFree_v2, *dptr);
         *dptr = 0;
         return end_alloc(r, FGS_ALLOC_DEVPTR, 0, guess, NULL, what);
     }
@@ -329,14 +333,14 @@ FGS_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, 
     CUresult r = begin_alloc(guess, what);
     if (r != CUDA_SUCCESS)
         return r;
-    r = fgs_real.cuMemAllocPitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    r = FGS_FORWARD(cuMemAllocPitch, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
     if (r != CUDA_SUCCESS)
         return end_alloc(r, FGS_ALLOC_DEVPTR, 0, guess, NULL, what);
     uint64_t actual = fgs_mul_sat(*pPitch, Height);
     r = settle_pitch(guess, actual, what);
     if (r != CUDA_SUCCESS) {
         if (fgs_real.cuMemFree != NULL)
-            fgs_real.cuMemFree(*dptr);
+            FGS_FORWARD(cuMemFree, *dptr);
         *dptr = 0;
         return end_alloc(r, FGS_ALLOC_DEVPTR, 0, guess, NULL, what);
     }
@@ -382,7 +386,7 @@ FGS_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t siz
         free(phys);
         return r;
     }
-    r = fgs_real.cuMemCreate(handle, size, prop, flags);
+    r = FGS_FORWARD(cuMemCreate, handle, size, prop, flags);
     if (r != CUDA_SUCCESS) {
         free(phys);
         return end_alloc(r, FGS_ALLOC_HANDLE, 0, bytes, NULL, what);
@@ -413,7 +417,7 @@ FGS_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     }
     pthread_mutex_unlock(&table_lock);
 
-    CUresult r = fgs_real.cuMemRelease(handle);
+    CUresult r = FGS_FORWARD(cuMemRelease, handle);
 
     uint64_t release = 0;
     pthread_mutex_lock(&table_lock);
@@ -439,7 +443,7 @@ FGS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
     REAL_OR_RETURN(cuMemMap);
     if (claim() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = fgs_real.cuMemMap(ptr, size, offset, handle, flags);
+    CUresult r = FGS_FORWARD(cuMemMap, ptr, size, offset, handle, flags);
     uint64_t release = 0;
     pthread_mutex_lock(&table_lock);
     struct fgs_alloc_entry *entry =
@@ -461,7 +465,7 @@ FGS_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemG
 FGS_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     REAL_OR_RETURN(cuMemUnmap);
-    CUresult r = fgs_real.cuMemUnmap(ptr, size);
+    CUresult r = FGS_FORWARD(cuMemUnmap, ptr, size);
     if (r != CUDA_SUCCESS)
         return r;
     /* The range covers whole mappings, back to back from ptr. */
@@ -486,7 +490,7 @@ FGS_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *ha
     REAL_OR_RETURN(cuMemRetainAllocationHandle);
     if (claim() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult r = fgs_real.cuMemRetainAllocationHandle(handle, addr);
+    CUresult r = FGS_FORWARD(cuMemRetainAllocationHandle, handle, addr);
     pthread_mutex_lock(&table_lock);
     int used_claim = 0;
     if (r == CUDA_SUCCESS && handle != NULL) {
@@ -532,7 +536,7 @@ FGS_EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPT
     REAL_OR_RETURN(cuArrayCreate_v2);
     const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
     uint64_t bytes = d != NULL ? fgs_array_bytes((unsigned int)d->Format, d->NumChannels, d->Width, d->Height, 1) : 0;
-    ARRAY_TRACKED("cuArrayCreate_v2", FGS_ALLOC_ARRAY, bytes, fgs_real.cuArrayCreate_v2(pHandle, pAllocateArray),
+    ARRAY_TRACKED("cuArrayCreate_v2", FGS_ALLOC_ARRAY, bytes, FGS_FORWARD(cuArrayCreate_v2, pHandle, pAllocateArray),
                   *pHandle);
 }
 
@@ -541,7 +545,7 @@ FGS_EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_
     REAL_OR_RETURN(cuArrayCreate);
     const CUDA_ARRAY_DESCRIPTOR_v1 *d = pAllocateArray;
     uint64_t bytes = d != NULL ? fgs_array_bytes((unsigned int)d->Format, d->NumChannels, d->Width, d->Height, 1) : 0;
-    ARRAY_TRACKED("cuArrayCreate", FGS_ALLOC_ARRAY, bytes, fgs_real.cuArrayCreate(pHandle, pAllocateArray),
+    ARRAY_TRACKED("cuArrayCreate", FGS_ALLOC_ARRAY, bytes, FGS_FORWARD(cuArrayCreate, pHandle, pAllocateArray),
                   *pHandle);
 }
 
@@ -553,7 +557,7 @@ FGS_EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESC
                          ? fgs_array_bytes((unsigned int)d->Format, d->NumChannels, d->Width, d->Height, d->Depth)
                          : 0;
     ARRAY_TRACKED("cuArray3DCreate_v2", FGS_ALLOC_ARRAY, bytes,
-                  fgs_real.cuArray3DCreate_v2(pHandle, pAllocateArray), *pHandle);
+                  FGS_FORWARD(cuArray3DCreate_v2, pHandle, pAllocateArray), *pHandle);
 }
 
 FGS_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *pAllocateArray)
@@ -563,7 +567,7 @@ FGS_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIP
     uint64_t bytes = d != NULL && !backed_later(d->Flags)
                          ? fgs_array_bytes((unsigned int)d->Format, d->NumChannels, d->Width, d->Height, d->Depth)
                          : 0;
-    ARRAY_TRACKED("cuArray3DCreate", FGS_ALLOC_ARRAY, bytes, fgs_real.cuArray3DCreate(pHandle, pAllocateArray),
+    ARRAY_TRACKED("cuArray3DCreate", FGS_ALLOC_ARRAY, bytes, FGS_FORWARD(cuArray3DCreate, pHandle, pAllocateArray),
                   *pHandle);
 }
 
@@ -577,20 +581,20 @@ FGS_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA
                                             d->Flags, numMipmapLevels)
                          : 0;
     ARRAY_TRACKED("cuMipmappedArrayCreate", FGS_ALLOC_MIPMAP, bytes,
-                  fgs_real.cuMipmappedArrayCreate(pHandle, pMipmappedArrayDesc, numMipmapLevels), *pHandle);
+                  FGS_FORWARD(cuMipmappedArrayCreate, pHandle, pMipmappedArrayDesc, numMipmapLevels), *pHandle);
 }
 
 FGS_EXPORT CUresult cuArrayDestroy(CUarray hArray)
 {
     REAL_OR_RETURN(cuArrayDestroy);
-    FREE_TRACKED(FGS_ALLOC_ARRAY, (uint64_t)(uintptr_t)hArray, "cuArrayDestroy", fgs_real.cuArrayDestroy(hArray));
+    FREE_TRACKED(FGS_ALLOC_ARRAY, (uint64_t)(uintptr_t)hArray, "cuArrayDestroy", FGS_FORWARD(cuArrayDestroy, hArray));
 }
 
 FGS_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
     REAL_OR_RETURN(cuMipmappedArrayDestroy);
     FREE_TRACKED(FGS_ALLOC_MIPMAP, (uint64_t)(uintptr_t)hMipmappedArray, "cuMipmappedArrayDestroy",
-                 fgs_real.cuMipmappedArrayDestroy(hMipmappedArray));
+                 FGS_FORWARD(cuMipmappedArrayDestroy, hMipmappedArray));
 }
 
 /* --- views -------------------------------------------------------------------------------- */
