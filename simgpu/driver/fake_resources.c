@@ -16,6 +16,7 @@
  */
 #include "modules.h"
 
+#include "fake_memory.h"
 #include "kernel_time.h"
 
 #include <fcntl.h>
@@ -76,7 +77,7 @@ void fake_module_free(struct fake_module *mod)
     pthread_mutex_unlock(&objects_lock);
     for (size_t i = 0; i < mod->image.global_count; i++)
         if (mod->globals[i].dptr != 0)
-            cuMemFree((CUdeviceptr_v1)mod->globals[i].dptr);
+            fake_device_free((uint64_t)mod->globals[i].dptr);
     free(mod->globals);
     image_free(&mod->image);
     free(mod);
@@ -324,11 +325,14 @@ CUresult fake_module_global(struct fake_module *mod, const char *name, CUdevicep
     CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&objects_lock);
     if (g->dptr == 0) {
-        CUdeviceptr_v1 p = 0; /* the v1 ABI's range: both cuModuleGetGlobal ABIs can answer */
-        r = cuMemAlloc(&p, (unsigned int)g->image->size);
+        /* In the v1 ABI's range, so both cuModuleGetGlobal ABIs can answer; through the internal
+         * allocator, not cuMemAlloc: the application did not allocate it (served counts). The
+         * pointer is the backing's address (fake_memory.h), zeroed: initialisers are not applied. */
+        uint64_t p = 0;
+        r = fake_device_alloc(g->image->size, 1, &p);
         if (r == CUDA_SUCCESS)
-            cuMemsetD8_v2(p, 0, g->image->size);
-        g->dptr = p;
+            memset((void *)(uintptr_t)p, 0, (size_t)g->image->size);
+        g->dptr = (CUdeviceptr)p;
     }
     pthread_mutex_unlock(&objects_lock);
     if (r != CUDA_SUCCESS)
@@ -412,7 +416,8 @@ CUresult fake_function_set_attribute(struct fake_function *f, CUfunction_attribu
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: return set_in_range(&f->cluster_width, value, 0, 16);
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: return set_in_range(&f->cluster_height, value, 0, 16);
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: return set_in_range(&f->cluster_depth, value, 0, 16);
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: return set_in_range(&f->non_portable_cluster, value, 0, 1);
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+        return set_in_range(&f->non_portable_cluster, value, 0, 1);
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: return set_in_range(&f->cluster_policy, value, 0, 2);
     default: return CUDA_ERROR_INVALID_VALUE;
     }

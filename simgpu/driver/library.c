@@ -318,7 +318,8 @@ static CUresult add_input(CUlinkState state, CUjitInputType type, const void *da
     if (type == CU_JIT_INPUT_NVVM) {
         state->merged.any_name = 1; /* LTO IR cannot be read: any kernel name resolves */
         r = CUDA_SUCCESS;
-    } else if (type == CU_JIT_INPUT_LIBRARY && size >= strlen(AR_MAGIC) && memcmp(data, AR_MAGIC, strlen(AR_MAGIC)) == 0) {
+    } else if (type == CU_JIT_INPUT_LIBRARY && size >= strlen(AR_MAGIC) &&
+               memcmp(data, AR_MAGIC, strlen(AR_MAGIC)) == 0) {
         r = merge_archive(state, data, size);
     } else {
         r = merge_image(state, data, size);

@@ -1,8 +1,8 @@
 /*
  * module_image.c: reads module images (module_image.h): FAKECUBIN, PTX text, ELF cubins, fatbins
- * and the fatbin wrapper, for kernel names, module-scope variables and parameter layouts; and
- * writes the ELF cubin cuLinkComplete returns. Every read is bounds-checked against the image's
- * size (given, or taken from its own headers when cuModuleLoadData passes none).
+ * and the fatbin wrapper, for kernel names, module-scope variables and parameter layouts. Every
+ * read is bounds-checked against the image's size (given, or taken from its own headers when
+ * cuModuleLoadData passes none).
  *
  * PTX: at brace depth 0, `[.visible|.weak] .entry NAME(params)` is a kernel (its `.param` list
  * gives offsets and sizes); `[.visible|.weak] .global|.const [.align N] [.vN] .TYPE NAME[dims]
@@ -11,7 +11,7 @@
  * (st_other 0x10; all defined functions when none is marked; the `.text.NAME` sections when there
  * is no symbol table) are the kernels, defined STT_OBJECT symbols the variables, and a kernel's
  * `.nv.info.NAME` EIATTR_KPARAM_INFO records its parameters. Fatbin: the union of its readable
- * (uncompressed) PTX and ELF entries.
+ * (uncompressed) PTX and ELF entries. The cubin cuLinkComplete returns is cubin_writer.c's.
  */
 #include "module_image.h"
 
@@ -24,14 +24,8 @@
 #define FATBIN_KIND_PTX 1u
 #define FATBIN_KIND_ELF 2u
 #define FATBIN_COMPRESSED (UINT64_C(0x2000) | UINT64_C(0x8000)) /* LZ4 (older), zstd (CUDA 12.x+) */
-#define EM_CUDA 190u
 #define MAX_IMAGE_BYTES (UINT64_C(1) << 30)
 #define MAX_NAME 4096u
-#define STO_CUDA_ENTRY 0x10u
-#define EIATTR_KPARAM_INFO 0x17u
-#define EIFMT_SVAL 4u
-#define MARK_ANY_NAME ".simgpu.any_name"
-#define MARK_SPIN ".simgpu.spin"
 
 /* --- lists ---------------------------------------------------------------------------------- */
 
@@ -497,7 +491,7 @@ struct elf {
 static int elf_header(const unsigned char *p)
 {
     return memcmp(p, "\177ELF", 4) == 0 && p[4] == 2 /* 64-bit */ && p[5] == 1 /* little-endian */ &&
-           read16(p + 18) == EM_CUDA;
+           read16(p + 18) == IMAGE_EM_CUDA;
 }
 
 static struct elf_section elf_section(const struct elf *e, uint16_t i)
@@ -567,10 +561,10 @@ static enum image_status elf_params(const struct elf *e, struct elf_section info
     const unsigned char *p = e->b.p + info.offset, *end = p + info.size;
     while (p + 4 <= end) {
         uint8_t format = p[0], attribute = p[1];
-        uint16_t len = format == EIFMT_SVAL ? read16(p + 2) : 0;
-        if (format == EIFMT_SVAL && (size_t)(end - p - 4) < len)
+        uint16_t len = format == IMAGE_EIFMT_SVAL ? read16(p + 2) : 0;
+        if (format == IMAGE_EIFMT_SVAL && (size_t)(end - p - 4) < len)
             break;
-        if (format == EIFMT_SVAL && attribute == EIATTR_KPARAM_INFO && len >= 12) {
+        if (format == IMAGE_EIFMT_SVAL && attribute == IMAGE_EIATTR_KPARAM_INFO && len >= 12) {
             uint16_t ordinal = read16(p + 8), offset = read16(p + 10);
             uint32_t size = (read32(p + 12) >> 18) & 0x3fff;
             if (ordinal < IMAGE_MAX_PARAMS) {
@@ -579,7 +573,7 @@ static enum image_status elf_params(const struct elf *e, struct elf_section info
                     count = ordinal + 1u;
             }
         }
-        p += 4 + (format == EIFMT_SVAL ? len : 0);
+        p += 4 + (format == IMAGE_EIFMT_SVAL ? len : 0);
     }
     return set_params(k, params, count) == 0 ? IMAGE_OK : IMAGE_NO_MEMORY;
 }
@@ -612,7 +606,7 @@ static enum image_status elf_symbols(const struct elf *e, struct elf_section sym
         const char *name = elf_string(e, strtab, read32(sym));
         if (name == NULL || shndx == 0 || name[0] == '\0')
             continue;
-        if (type == 2 && (!entries_only || (other & STO_CUDA_ENTRY))) {
+        if (type == 2 && (!entries_only || (other & IMAGE_STO_CUDA_ENTRY))) {
             if (add_kernel(info, name, strlen(name)) == NULL)
                 return IMAGE_NO_MEMORY;
         } else if (type == 1 && add_global(info, name, strlen(name), read64(sym + 16)) != 0) {
@@ -626,7 +620,7 @@ static int elf_has_entry_marks(const struct elf *e, struct elf_section symtab)
 {
     for (uint64_t at = 0; symtab.entsize == 24 && at + 24 <= symtab.size; at += 24) {
         const unsigned char *sym = e->b.p + symtab.offset + at;
-        if ((sym[4] & 0xf) == 2 && read16(sym + 6) != 0 && (sym[5] & STO_CUDA_ENTRY))
+        if ((sym[4] & 0xf) == 2 && read16(sym + 6) != 0 && (sym[5] & IMAGE_STO_CUDA_ENTRY))
             return 1;
     }
     return 0;
@@ -639,11 +633,12 @@ static enum image_status elf_sections(const struct elf *e, int have_symtab, stru
         const char *name = elf_section_name(e, elf_section(e, i));
         if (name == NULL)
             continue;
-        if (strcmp(name, MARK_ANY_NAME) == 0)
+        if (strcmp(name, IMAGE_MARK_ANY_NAME) == 0)
             info->any_name = 1;
-        else if (strcmp(name, MARK_SPIN) == 0)
+        else if (strcmp(name, IMAGE_MARK_SPIN) == 0)
             info->spin = 1;
-        else if (!have_symtab && strncmp(name, ".text.", 6) == 0 && add_kernel(info, name + 6, strlen(name + 6)) == NULL)
+        else if (!have_symtab && strncmp(name, ".text.", 6) == 0 &&
+                 add_kernel(info, name + 6, strlen(name + 6)) == NULL)
             return IMAGE_NO_MEMORY;
     }
     return IMAGE_OK;
@@ -771,204 +766,4 @@ enum image_status image_parse(const void *image, size_t size, struct image_info 
     if (status != IMAGE_OK)
         image_free(out);
     return status;
-}
-
-/* --- writing a cubin ------------------------------------------------------------------------ */
-
-struct buffer {
-    unsigned char *p;
-    size_t len, capacity;
-    int failed;
-};
-
-static size_t put(struct buffer *b, const void *data, size_t len)
-{
-    size_t at = b->len;
-    if (b->failed)
-        return at;
-    if (b->len + len > b->capacity) {
-        size_t wanted = b->capacity ? b->capacity : 1024;
-        while (wanted < b->len + len)
-            wanted *= 2;
-        unsigned char *bigger = realloc(b->p, wanted);
-        if (bigger == NULL) {
-            b->failed = 1;
-            return at;
-        }
-        b->p = bigger;
-        b->capacity = wanted;
-    }
-    if (data != NULL)
-        memcpy(b->p + b->len, data, len);
-    else
-        memset(b->p + b->len, 0, len);
-    b->len += len;
-    return at;
-}
-
-static void put16(struct buffer *b, uint16_t v)
-{
-    unsigned char bytes[2] = {(unsigned char)v, (unsigned char)(v >> 8)};
-    put(b, bytes, 2);
-}
-
-static void put32(struct buffer *b, uint32_t v)
-{
-    put16(b, (uint16_t)v);
-    put16(b, (uint16_t)(v >> 16));
-}
-
-static void put64(struct buffer *b, uint64_t v)
-{
-    put32(b, (uint32_t)v);
-    put32(b, (uint32_t)(v >> 32));
-}
-
-static uint32_t put_string(struct buffer *strings, const char *prefix, const char *s)
-{
-    uint32_t at = (uint32_t)put(strings, prefix, strlen(prefix));
-    put(strings, s, strlen(s) + 1);
-    return at;
-}
-
-struct section_out {
-    uint32_t name, type, link, info;
-    uint64_t offset, size, entsize;
-};
-
-static void put_section_header(struct buffer *b, struct section_out s)
-{
-    put32(b, s.name);
-    put32(b, s.type);
-    put64(b, 0); /* flags */
-    put64(b, 0); /* address */
-    put64(b, s.offset);
-    put64(b, s.size);
-    put32(b, s.link);
-    put32(b, s.info);
-    put64(b, 8); /* alignment */
-    put64(b, s.entsize);
-}
-
-static void put_symbol(struct buffer *b, uint32_t name, uint8_t type, uint8_t other, uint16_t shndx, uint64_t size)
-{
-    put32(b, name);
-    unsigned char info_other[2] = {(unsigned char)(0x10 | type) /* STB_GLOBAL */, other};
-    put(b, info_other, 2);
-    put16(b, shndx);
-    put64(b, 0);
-    put64(b, size);
-}
-
-static void put_param_info(struct buffer *b, const struct image_kernel *k)
-{
-    for (uint32_t i = 0; i < k->param_count; i++) {
-        unsigned char head[4] = {EIFMT_SVAL, EIATTR_KPARAM_INFO, 12, 0};
-        put(b, head, 4);
-        put32(b, 0);
-        put16(b, (uint16_t)i);
-        put16(b, (uint16_t)k->params[i].offset);
-        put32(b, (k->params[i].size & 0x3fff) << 18 | 0x1f000);
-    }
-}
-
-enum { SEC_NULL, SEC_SHSTRTAB, SEC_STRTAB, SEC_SYMTAB, SEC_TEXT, SEC_GLOBAL, SEC_FIXED };
-
-void *image_write_cubin(const struct image_info *info, size_t *size)
-{
-    struct buffer shstr = {0}, str = {0}, sym = {0}, nvinfo = {0}, out = {0}, header = {0};
-    struct section_out sections[SEC_FIXED + 2] = {{0}};
-    size_t extra = 0;
-    put(&shstr, "", 1);
-    put(&str, "", 1);
-    put_symbol(&sym, 0, 0, 0, 0, 0);
-    sections[SEC_SHSTRTAB].name = put_string(&shstr, "", ".shstrtab");
-    sections[SEC_STRTAB].name = put_string(&shstr, "", ".strtab");
-    sections[SEC_SYMTAB].name = put_string(&shstr, "", ".symtab");
-    sections[SEC_TEXT].name = put_string(&shstr, "", ".text");
-    sections[SEC_GLOBAL].name = put_string(&shstr, "", ".nv.global");
-    if (info->any_name)
-        sections[SEC_FIXED + extra++].name = put_string(&shstr, "", MARK_ANY_NAME);
-    if (info->spin)
-        sections[SEC_FIXED + extra++].name = put_string(&shstr, "", MARK_SPIN);
-    for (size_t i = 0; i < info->kernel_count; i++)
-        put_symbol(&sym, put_string(&str, "", info->kernels[i].name), 2, STO_CUDA_ENTRY, SEC_TEXT, 0);
-    for (size_t i = 0; i < info->global_count; i++)
-        put_symbol(&sym, put_string(&str, "", info->globals[i].name), 1, 0, SEC_GLOBAL, info->globals[i].size);
-    /* One .nv.info.<kernel> section a kernel with a known layout, after the fixed ones. */
-    size_t info_sections = 0;
-    for (size_t i = 0; i < info->kernel_count; i++)
-        info_sections += info->kernels[i].params_known;
-    size_t total = SEC_FIXED + extra + info_sections;
-    struct section_out *all = calloc(total, sizeof *all);
-    if (all == NULL)
-        goto fail;
-    memcpy(all, sections, (SEC_FIXED + extra) * sizeof *all);
-    size_t at = SEC_FIXED + extra;
-    for (size_t i = 0; i < info->kernel_count; i++) {
-        if (!info->kernels[i].params_known)
-            continue;
-        all[at].name = put_string(&shstr, ".nv.info.", info->kernels[i].name);
-        all[at].offset = nvinfo.len; /* relative until placed */
-        put_param_info(&nvinfo, &info->kernels[i]);
-        all[at].size = nvinfo.len - all[at].offset;
-        all[at].type = 0x70000000; /* SHT_LOPROC, as NVIDIA's .nv.info sections */
-        at++;
-    }
-    put(&out, NULL, 64); /* the ELF header, written last */
-    all[SEC_SHSTRTAB] = (struct section_out){all[SEC_SHSTRTAB].name, 3, 0, 0, put(&out, shstr.p, shstr.len), shstr.len, 0};
-    all[SEC_STRTAB] = (struct section_out){all[SEC_STRTAB].name, 3, 0, 0, put(&out, str.p, str.len), str.len, 0};
-    all[SEC_SYMTAB] = (struct section_out){all[SEC_SYMTAB].name, 2, SEC_STRTAB, 1, put(&out, sym.p, sym.len), sym.len, 24};
-    all[SEC_TEXT].type = 1;
-    all[SEC_TEXT].offset = out.len;
-    all[SEC_GLOBAL].type = 8;
-    all[SEC_GLOBAL].offset = out.len;
-    for (size_t i = SEC_FIXED; i < SEC_FIXED + extra; i++) {
-        all[i].type = 1;
-        all[i].offset = out.len;
-    }
-    size_t nvinfo_at = put(&out, nvinfo.p, nvinfo.len);
-    for (size_t i = SEC_FIXED + extra; i < total; i++)
-        all[i].offset += nvinfo_at;
-    put(&out, NULL, (8 - out.len % 8) % 8);
-    size_t shoff = out.len;
-    for (size_t i = 0; i < total; i++)
-        put_section_header(&out, all[i]);
-    if (out.failed || shstr.failed || str.failed || sym.failed || nvinfo.failed || total > 0xff00)
-        goto fail;
-    unsigned char *h = out.p;
-    memcpy(h, "\177ELF\2\1\1\101\10", 9); /* 64-bit, LE, version 1, NVIDIA's OS/ABI and ABI version */
-    put16(&header, 2);       /* ET_EXEC */
-    put16(&header, EM_CUDA); /* e_machine */
-    put32(&header, 1);       /* e_version */
-    put64(&header, 0);       /* e_entry */
-    put64(&header, 0);       /* e_phoff */
-    put64(&header, shoff);   /* e_shoff */
-    put32(&header, 0x5a05a); /* e_flags: sm_90-like */
-    put16(&header, 64);      /* e_ehsize */
-    put16(&header, 56);      /* e_phentsize */
-    put16(&header, 0);       /* e_phnum */
-    put16(&header, 64);      /* e_shentsize */
-    put16(&header, (uint16_t)total);
-    put16(&header, SEC_SHSTRTAB);
-    if (header.failed)
-        goto fail;
-    memcpy(h + 16, header.p, header.len);
-    free(header.p);
-    free(all);
-    free(shstr.p);
-    free(str.p);
-    free(sym.p);
-    free(nvinfo.p);
-    *size = out.len;
-    return out.p;
-fail:
-    free(header.p);
-    free(all);
-    free(shstr.p);
-    free(str.p);
-    free(sym.p);
-    free(nvinfo.p);
-    free(out.p);
-    return NULL;
 }

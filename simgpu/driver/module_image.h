@@ -18,6 +18,14 @@
 
 #define IMAGE_MAX_PARAMS 256
 
+/* What module_image.c reads in an ELF cubin and cubin_writer.c writes. */
+#define IMAGE_EM_CUDA 190u               /* e_machine of NVIDIA's cubins */
+#define IMAGE_STO_CUDA_ENTRY 0x10u       /* st_other of a kernel's STT_FUNC symbol */
+#define IMAGE_EIFMT_SVAL 4u              /* an .nv.info record with a u16 size and that many bytes */
+#define IMAGE_EIATTR_KPARAM_INFO 0x17u   /* .nv.info: u32 0, u16 ordinal, u16 offset, u32 size << 18 */
+#define IMAGE_MARK_ANY_NAME ".simgpu.any_name" /* our linker's output: every kernel name resolves */
+#define IMAGE_MARK_SPIN ".simgpu.spin"         /* our linker's output: FAKECUBIN spin kernels */
+
 enum image_status {
     IMAGE_OK = 0,
     IMAGE_INVALID, /* not an image of any known format, or a malformed one */
@@ -66,8 +74,9 @@ const struct image_global *image_find_global(const struct image_info *info, cons
 
 void image_free(struct image_info *info);
 
-/* Serialises info as an ELF cubin that image_parse reads back to the same names, globals and
- * flags (cuLinkComplete's output). NULL when out of memory; *size set on success. */
+/* Serialises info as an ELF cubin that image_parse reads back to the same names, globals,
+ * parameter layouts and flags (cuLinkComplete's output; cubin_writer.c). NULL when out of
+ * memory; *size set on success. */
 void *image_write_cubin(const struct image_info *info, size_t *size);
 
 #endif

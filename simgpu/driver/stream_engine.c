@@ -274,31 +274,41 @@ static void fences_release_locked(struct work *w)
     w->fence_count = 0;
 }
 
+/* The legacy stream's rule for work submitted to s: fences on the streams it must wait for, into
+ * out (NULL: only count them). How many. */
+static size_t legacy_fences_locked(struct fake_stream *s, struct fence *out)
+{
+    size_t n = 0;
+    if (s->kind == STREAM_LEGACY) {
+        for (struct fake_stream *o = eng.streams; o != NULL; o = o->next)
+            if (o != s && blocking(o) && o->completed < o->submitted) {
+                if (out != NULL)
+                    out[n] = fence_on_locked(o);
+                n++;
+            }
+    } else if (blocking(s) && eng.legacy != NULL && eng.legacy->completed < eng.legacy->submitted) {
+        if (out != NULL)
+            out[n] = fence_on_locked(eng.legacy);
+        n++;
+    }
+    return n;
+}
+
 /* What work submitted to s must wait for besides s's own order: the legacy stream's rule, and
  * `extra` (an event's record; its reference is taken here). -1 when out of memory. */
 static int collect_fences_locked(struct work *w, struct fake_stream *s, const struct fence *extra)
 {
-    size_t capacity = 1;
-    if (s->kind == STREAM_LEGACY)
-        for (struct fake_stream *o = eng.streams; o != NULL; o = o->next)
-            capacity++;
-    else
-        capacity++;
-    struct fence *fences = calloc(capacity, sizeof *fences);
+    int with_extra = extra != NULL && extra->stream != NULL && extra->stream != s && !fence_done_locked(extra);
+    size_t count = legacy_fences_locked(s, NULL) + (size_t)with_extra;
+    if (count == 0)
+        return 0; /* the common case: nothing to allocate */
+    struct fence *fences = calloc(count, sizeof *fences);
     if (fences == NULL)
         return -1;
-    size_t n = 0;
-    if (s->kind == STREAM_LEGACY) {
-        for (struct fake_stream *o = eng.streams; o != NULL; o = o->next)
-            if (o != s && blocking(o) && (fences[n] = fence_on_locked(o)).stream != NULL)
-                n++;
-    } else if (blocking(s) && (fences[n] = fence_on_locked(eng.legacy)).stream != NULL) {
-        n++;
-    }
-    if (extra != NULL && extra->stream != NULL && extra->stream != s && !fence_done_locked(extra)) {
-        fences[n] = *extra;
+    size_t n = legacy_fences_locked(s, fences);
+    if (with_extra) {
+        fences[n++] = *extra;
         extra->stream->refs++;
-        n++;
     }
     w->fences = fences;
     w->fence_count = n;
@@ -388,8 +398,7 @@ static int start_worker_locked(struct fake_stream *s)
     sigfillset(&all);
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED); /* the default stack: callbacks run here */
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t thread;
     s->refs++;

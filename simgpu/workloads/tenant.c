@@ -14,7 +14,12 @@
  *   --api kernel|ex|coop|graph   cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel,
  *                           cuGraphLaunch (a graph of --graph-nodes kernel nodes)
  *
- * A fake kernel runs --duration-us microseconds (its first parameter, see the fake driver).
+ * A fake kernel runs --duration-us microseconds (its first parameter: the simulated GPU's spin
+ * kernel, see the fake driver). Launches are asynchronous, as on a real GPU; --sync says when the
+ * tenant waits for its kernels (cuStreamSynchronize of the stream it launches on, which the hook
+ * does not gate): each (default: after every launch, as a tenant that times its kernels does),
+ * end (once, when its launches are done, so the final counts include every kernel) or none (it
+ * exits with its kernels still queued, which the driver then drops).
  * It runs --launches N launches (default 10), or for --seconds S, optionally in bursts
  * (--burst-on-ms / --burst-off-ms) from --threads T threads, after allocating --alloc SIZE bytes
  * (plain, or with a suffix k/K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024); or
@@ -35,7 +40,7 @@
  *   the final line, always last: pid, api, path, ptsz, threads, launches (successful), errors,
  *   first_error (+ _name), alloc_error, resolved, elapsed_s, terminated (by SIGTERM), first_launch_ms
  *   (wall time of the first launch call, which connects to the arbiter), max_later_launch_ms (the
- *   longest of the other launch calls: kernel time plus any wait for a token or for SM units).
+ *   longest of the other launch calls: any wait for a token, or for room in the stream's queue).
  * Exit: 0 ok (or stopped by SIGTERM), 1 setup failed, 2 launch errors, 3 the entry point could
  * not be resolved, 64 bad usage.
  */
@@ -64,6 +69,8 @@ CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned int, unsign
 CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 
 enum api { API_KERNEL, API_EX, API_COOP, API_GRAPH };
+enum sync { SYNC_EACH, SYNC_END, SYNC_NONE };
+static const char *const syncs[] = {"each", "end", "none"};
 
 struct api_info {
     const char *option, *symbol, *symbol_ptsz, *base;
@@ -91,7 +98,7 @@ struct tenant {
     /* options */
     enum api api;
     enum path path;
-    int ptsz, procaddr_version, threads, graph_nodes, keep_going;
+    int ptsz, procaddr_version, threads, graph_nodes, keep_going, sync;
     unsigned long long duration_us;
     long launches;
     double seconds, burst_on_ms, burst_off_ms, report_interval_s;
@@ -206,7 +213,7 @@ static void usage(void)
                     "procaddr-legacy|procaddr-v2] [--ptsz] [--procaddr-version N] [--duration-us N] "
                     "[--launches N] [--seconds S] [--burst-on-ms A --burst-off-ms B] [--threads T] "
                     "[--graph-nodes K] [--alloc SIZE | --alloc-mb M] [--start-at-ns T] [--keep-going] "
-                    "[--report-interval-s R]\n");
+                    "[--report-interval-s R] [--sync each|end|none]\n");
     exit(64);
 }
 
@@ -221,7 +228,7 @@ static void parse_options(int argc, char **argv, struct tenant *t)
         {"graph-nodes", required_argument, 0, 'g'}, {"alloc-mb", required_argument, 0, 'm'},
         {"start-at-ns", required_argument, 0, 'w'}, {"keep-going", no_argument, 0, 'k'},
         {"alloc", required_argument, 0, 'A'},       {"report-interval-s", required_argument, 0, 'r'},
-        {0, 0, 0, 0},
+        {"sync", required_argument, 0, 'S'},        {0, 0, 0, 0},
     };
     *t = (struct tenant){.api = API_KERNEL, .path = PATH_LINKED, .threads = 1, .graph_nodes = 1,
                          .duration_us = 1000, .launches = -1};
@@ -244,6 +251,7 @@ static void parse_options(int argc, char **argv, struct tenant *t)
         case 'r': t->report_interval_s = atof(optarg); break;
         case 'w': t->start_at_ns = strtoull(optarg, NULL, 10); break;
         case 'k': t->keep_going = 1; break;
+        case 'S': if ((value = lookup(optarg, syncs, 3)) < 0) usage(); t->sync = value; break;
         default: usage();
         }
     }
@@ -416,6 +424,13 @@ static void note_latency(struct tenant *t, uint64_t took_ns)
         ;
 }
 
+/* Waits for this thread's kernels: the stream it launches on (NULL through a _ptsz entry point is
+ * the thread's per-thread default stream). */
+static void wait_for_kernels(const struct tenant *t)
+{
+    cuStreamSynchronize(t->ptsz ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY);
+}
+
 static void launch_loop(struct tenant *t)
 {
     if (cuCtxSetCurrent(t->ctx) != CUDA_SUCCESS)
@@ -427,6 +442,8 @@ static void launch_loop(struct tenant *t)
         note_latency(t, now_ns() - called);
         if (r == CUDA_SUCCESS) {
             __atomic_fetch_add(&t->ok, 1, __ATOMIC_RELAXED);
+            if (t->sync == SYNC_EACH)
+                wait_for_kernels(t);
             continue;
         }
         __atomic_fetch_add(&t->errors, 1, __ATOMIC_RELAXED);
@@ -441,6 +458,8 @@ static void *worker(void *arg)
 {
     struct tenant *t = arg;
     launch_loop(t);
+    if (t->sync != SYNC_NONE)
+        wait_for_kernels(t);
     worker_done(t);
     return NULL;
 }

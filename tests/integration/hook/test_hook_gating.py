@@ -65,8 +65,11 @@ def test_a_valid_token_costs_no_request(build: Build, gpu_dir: Path, start_arbit
 
 
 def _syscalls(build: Build, gpu_dir: Path, arbiter: FakeArbiter, launches: int, out: Path) -> int:
-    subprocess.run(["strace", "-f", "-c", "-o", str(out), str(build.tenant), "--launches", str(launches),
-                    "--duration-us", "0"], env=tenant_env(build, gpu_dir, hook=True, arbiter=arbiter),
+    # futex is not counted: launches are asynchronous, and the simulated driver wakes its stream
+    # worker, and the tenant waits for its kernel, on condition variables (a real driver rings a
+    # doorbell in mapped memory). The hook's valid-token path takes no lock at all.
+    subprocess.run(["strace", "-f", "-c", "-e", "trace=!futex", "-o", str(out), str(build.tenant), "--launches",
+                    str(launches), "--duration-us", "0"], env=tenant_env(build, gpu_dir, hook=True, arbiter=arbiter),
                    capture_output=True, text=True, timeout=60, check=True)
     total = [line for line in out.read_text().splitlines() if line.rstrip().endswith("total")]
     return int(total[-1].split()[3])
@@ -99,16 +102,18 @@ def test_used_time_of_each_returned_token_is_reported(build: Build, gpu_dir: Pat
     assert all(5 * MS <= u < 7 * MS for u in used[1:]), used
 
 
-@pytest.mark.parametrize(("setting", "syncs"), [(None, 4), ("1", 4), ("0", 0)])
+@pytest.mark.parametrize(("setting", "syncs"), [(None, {4, 5}), ("1", {4, 5}), ("0", {0})])
 def test_sync_at_token_end_synchronises_before_returning_a_token(build: Build, gpu_dir: Path,
                                                                  start_arbiter: StartArbiter, setting: str | None,
-                                                                 syncs: int) -> None:
-    """On by default (a real GPU's queued kernels must not outlive the token); 0 turns it off."""
+                                                                 syncs: set[int]) -> None:
+    """On by default (a real GPU's queued kernels must not outlive the token); 0 turns it off. Each
+    of the five 1 ns tokens is synchronised once when it ends: the first four before their renewal,
+    the last one too unless the tenant exits first."""
     arbiter = start_arbiter(Script(token_ns=1))
     result = run_tenant(build, gpu_dir, "--launches", "5", "--duration-us", "100", arbiter=arbiter,
                         env={} if setting is None else {"FASTGSHARE_SYNC_AT_TOKEN_END": setting})
     assert result.returncode == 0, result.stderr
-    assert read_state(gpu_dir).by_pid(result.summary["pid"]).ctx_syncs == syncs
+    assert read_state(gpu_dir).by_pid(result.summary["pid"]).ctx_syncs in syncs
 
 
 @pytest.mark.parametrize("path", ["procaddr-legacy", "procaddr-v2"])
