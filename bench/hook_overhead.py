@@ -1,7 +1,8 @@
 """Cost of the hook per kernel launch: the same program with and without it, in one run.
 
-The tenant program launches N empty kernels (0 µs) on the fake GPU, so the time per launch is
-the launch path itself: the fake driver alone ("no_hook"), and through the C hook holding a
+The tenant program launches N empty kernels (0 µs) on the simulated GPU and waits for them once, at
+the end (``--sync end``; the simulated GPU's launches are asynchronous, with a bounded queue), so
+the time per launch is the launch path itself: the simulated driver alone ("no_hook"), and through the C hook holding a
 token ("hook"): one clock read and one atomic load per launch, plus a token renewal (a round
 trip to the arbiter) every window. Two hook settings: the default 100 ms window, and a 10 s
 window where the run holds one token throughout (the pure hot path). Each figure is the
@@ -24,7 +25,8 @@ def ns_per_launch(build: HookBuild, launches: int, repeats: int, *, hook: bool, 
     samples = []
     with sandbox(build, [SPEC], arbiter=hook, window_ms=window_ms) as box:
         for _ in range(repeats):
-            summary = box.run_tenant(SPEC, "--launches", str(launches), "--duration-us", "0", hook=hook)
+            summary = box.run_tenant(SPEC, "--launches", str(launches), "--duration-us", "0", "--sync", "end",
+                                     hook=hook)
             if summary["launches"] != launches:
                 raise RuntimeError(f"tenant launched {summary['launches']} of {launches}: {summary}")
             samples.append(float(summary["elapsed_s"]) * 1e9 / launches)  # type: ignore[arg-type]

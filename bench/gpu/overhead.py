@@ -27,7 +27,9 @@ def argv(program: Program, mode: str, count: int) -> list[str]:
     if program.kind == DAY:
         return [program.binary, "--ptx", str(program.ptx), "--kernel", "empty", "--timing", "none",
                 "--depth", "0" if mode == "launch" else "1", "--launches", str(count)]
-    return [program.binary, "--launches", str(count), "--duration-us", "0"]  # synchronous launches: one mode
+    # the simulated GPU's tenant: launches only, one wait at the end; or a wait after each launch
+    sync = "end" if mode == "launch" else "each"
+    return [program.binary, "--launches", str(count), "--duration-us", "0", "--sync", sync]
 
 
 def measure(program: Program, gpu: Gpu, env: dict[str, str], mode: str, count: int) -> JsonDict:
@@ -52,7 +54,7 @@ def overhead(ctx: PartContext, progress: Progress) -> JsonDict:
     program = choose_program(ctx)
     progress.put("tenant", program.to_json())
     progress.put("launches", launches(ctx))
-    modes = launches(ctx) if program.kind == DAY else {"launch_sync": launches(ctx)["launch_sync"]}
+    modes = launches(ctx)
     for way, (hooked, sync) in WAYS.items():
         gpu = fresh_gpu(ctx, f"overhead-{way}")
         figures: JsonDict = {}

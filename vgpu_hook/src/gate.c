@@ -33,7 +33,7 @@
  *
  * A lost connection (the node agent restarts: the socket closes, or the arbiter stops
  * answering) is not a failure yet: the gate reconnects and says HELLO again with backoff for up
- * to FASTGSHARE_HOOK_RECONNECT_S (default 30 s), launches waiting meanwhile, then asks for a
+ * to FASTGSHARE_HOOK_RECONNECT_S (default 120 s), launches waiting meanwhile, then asks for a
  * token again; one stderr line says the link was lost and one that it is back. Past the bound,
  * or when the arbiter answers with an ERROR (it refuses this process), the failure is permanent
  * for the process: the application sees launch errors, which frameworks treat as fatal, rather
