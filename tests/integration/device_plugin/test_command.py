@@ -63,10 +63,11 @@ def test_missing_hook_library(tmp_path: Path) -> None:
 
 def test_a_kubeconfig_that_is_not_there_is_one_clear_line(tmp_path: Path) -> None:
     """Issue 15, defect 7: it was a traceback ending in 'Invalid kube-config file. No configuration found.'"""
-    hook = Path(__file__).resolve().parents[3] / "vgpu_hook" / "build" / "libfastgshare-hook.so"
+    repo = Path(__file__).resolve().parents[3]
+    hook = repo / "vgpu_hook" / "build" / "libfastgshare-hook.so"
     result = _run("--node-name", "n1", "--fake-gpus", "1x8GiB:10sm", "--state-dir", str(tmp_path),
                   "--hook-library", str(hook if hook.exists() else "/bin/true"),
-                  "--kubeconfig", "/nonexistent/kubeconfig")
+                  "--fake-driver-dir", str(repo / "simgpu" / "build"), "--kubeconfig", "/nonexistent/kubeconfig")
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     # One error line (the arbiter starts first and says where it listens, at info level).
