@@ -178,12 +178,19 @@ CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 
 /* --- properties ----------------------------------------------------------------------------- */
 
+/* The getters' common start: the stream resolved, and somewhere to write the answer. */
+static CUresult resolve_for_answer(CUstream hStream, int per_thread, const void *out, struct fake_stream **s)
+{
+    CUresult r = engine_resolve(hStream, per_thread, s);
+    if (r == CUDA_SUCCESS && out == NULL)
+        r = CUDA_ERROR_INVALID_VALUE;
+    return r;
+}
+
 static CUresult get_flags(CUstream hStream, unsigned int *flags, int per_thread)
 {
     struct fake_stream *s;
-    CUresult r = engine_resolve(hStream, per_thread, &s);
-    if (r == CUDA_SUCCESS && flags == NULL)
-        r = CUDA_ERROR_INVALID_VALUE;
+    CUresult r = resolve_for_answer(hStream, per_thread, flags, &s);
     if (r == CUDA_SUCCESS)
         *flags = engine_stream_flags(s);
     return r;
@@ -202,9 +209,7 @@ CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
 static CUresult get_priority(CUstream hStream, int *priority, int per_thread)
 {
     struct fake_stream *s;
-    CUresult r = engine_resolve(hStream, per_thread, &s);
-    if (r == CUDA_SUCCESS && priority == NULL)
-        r = CUDA_ERROR_INVALID_VALUE;
+    CUresult r = resolve_for_answer(hStream, per_thread, priority, &s);
     if (r == CUDA_SUCCESS)
         *priority = engine_stream_priority(s);
     return r;
@@ -223,9 +228,7 @@ CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
 static CUresult get_id(CUstream hStream, unsigned long long *id, int per_thread)
 {
     struct fake_stream *s;
-    CUresult r = engine_resolve(hStream, per_thread, &s);
-    if (r == CUDA_SUCCESS && id == NULL)
-        r = CUDA_ERROR_INVALID_VALUE;
+    CUresult r = resolve_for_answer(hStream, per_thread, id, &s);
     if (r == CUDA_SUCCESS)
         *id = engine_stream_id(s);
     return r;
@@ -244,9 +247,7 @@ CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
 static CUresult get_ctx(CUstream hStream, CUcontext *pctx, int per_thread)
 {
     struct fake_stream *s;
-    CUresult r = engine_resolve(hStream, per_thread, &s);
-    if (r == CUDA_SUCCESS && pctx == NULL)
-        r = CUDA_ERROR_INVALID_VALUE;
+    CUresult r = resolve_for_answer(hStream, per_thread, pctx, &s);
     if (r == CUDA_SUCCESS) {
         CUcontext ctx = engine_stream_ctx(s);
         *pctx = ctx != NULL ? ctx : fake_current_context();
@@ -283,9 +284,7 @@ CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx, CUgreenCtx *p
 static CUresult get_device(CUstream hStream, CUdevice *device, int per_thread)
 {
     struct fake_stream *s;
-    CUresult r = engine_resolve(hStream, per_thread, &s);
-    if (r == CUDA_SUCCESS && device == NULL)
-        r = CUDA_ERROR_INVALID_VALUE;
+    CUresult r = resolve_for_answer(hStream, per_thread, device, &s);
     if (r == CUDA_SUCCESS)
         *device = 0; /* the one device */
     return r;

@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from device_plugin.arbiter.client import ArbiterError, HookClient
 from fastgshare.protocol import ErrorCode
+from tests.integration.hook.fake_arbiter import wait_until
 
 GPU = "GPU-sim-0"
 MS = 1_000_000
@@ -78,15 +78,6 @@ def standalone(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], Standalone
         arbiter.stop()
 
 
-def eventually(check: Callable[[], bool], within_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def says_hello(arbiter: Standalone, pod: str) -> bool:
     client = HookClient(arbiter.socket, timeout_s=5)
     try:
@@ -110,14 +101,14 @@ def test_sighup_serves_the_shares_file_again_and_keeps_every_connection(
     assert not says_hello(arbiter, "run/2")
     write_shares(arbiter.shares, {"run/1": "0.2", "run/2": "0.5"})
     arbiter.signal(signal.SIGHUP)
-    assert eventually(lambda: says_hello(arbiter, "run/2"))
+    assert wait_until(lambda: says_hello(arbiter, "run/2"))
     assert going.token(1 * MS) > 0  # the connection that was going goes on
     newcomer = HookClient(arbiter.socket, timeout_s=5)
     assert newcomer.hello("run/1", GPU).limit_permille == 200  # the pod's new share
     newcomer.close()
     write_shares(arbiter.shares, {"run/2": "0.5"})
     arbiter.signal(signal.SIGHUP)
-    assert eventually(lambda: not says_hello(arbiter, "run/1"))
+    assert wait_until(lambda: not says_hello(arbiter, "run/1"))
     going.ping()  # a pod dropped from the file keeps the connection it has
     going.close()
     assert arbiter.process.poll() is None
@@ -128,7 +119,7 @@ def test_a_shares_file_it_cannot_serve_leaves_the_shares_it_had(
     arbiter = standalone({"run/1": "0.5"})
     arbiter.shares.write_text("{broken")
     arbiter.signal(signal.SIGHUP)
-    assert eventually(lambda: "still serving the shares read before" in arbiter.log.read_text())
+    assert wait_until(lambda: "still serving the shares read before" in arbiter.log.read_text())
     assert says_hello(arbiter, "run/1")
     assert arbiter.process.poll() is None
 
@@ -136,7 +127,7 @@ def test_a_shares_file_it_cannot_serve_leaves_the_shares_it_had(
 def test_the_usage_file_has_each_pods_gpu_time_tokens_and_waits(
         standalone: Callable[[dict[str, str]], Standalone]) -> None:
     arbiter = standalone({"run/1": "0.5"})
-    assert eventually(arbiter.usage.exists)
+    assert wait_until(arbiter.usage.exists)
     client = HookClient(arbiter.socket, timeout_s=5)
     client.hello("run/1", GPU)
     client.token()
@@ -144,7 +135,7 @@ def test_the_usage_file_has_each_pods_gpu_time_tokens_and_waits(
         client.token(2 * MS)  # each reports what the token before it used
     sequence = arbiter.read_usage()["sequence"]
     arbiter.signal(signal.SIGUSR1)
-    assert eventually(lambda: arbiter.read_usage()["sequence"] > sequence)
+    assert wait_until(lambda: arbiter.read_usage()["sequence"] > sequence)
     entry = arbiter.pod_usage("run/1")
     assert (entry["gpu"], entry["usedSeconds"], entry["tokens"]) == (GPU, pytest.approx(0.018), 10)
     assert entry["waitedSeconds"] >= entry["throttledSeconds"] >= 0
