@@ -172,7 +172,12 @@ def test_prometheus_and_inspect_show_what_each_pod_was_promised_and_got(
         for name, value in scraped.items():
             request, limit, _sm, _memory = share_of[name]
             assert request - 0.03 <= value <= limit + 0.03, (name, value)
-            assert abs(value - by_name[name]) <= 0.02, (name, value, by_name[name])
+            # The hook charges a token from its grant to its last launch's return: the GPU's kernel
+            # time plus the tenant's own CPU time between a sync's return and its next launch, idle
+            # GPU time the pod held. That gap grows with the node's CPU load (2.2 points for the
+            # pod at 1.0 on a loaded CI machine), so the charge may exceed the GPU's time by more
+            # than it may fall short of it.
+            assert -0.02 <= value - by_name[name] <= 0.035, (name, value, by_name[name])
 
         assert prometheus.targets_up() == dict.fromkeys(jobs, "up")
         totals = {expr: sum(value for _labels, value in prometheus.query(f"sum({expr})")) for expr in (
