@@ -39,6 +39,13 @@ DEFAULT_NODE_METRICS_PORT: Final = 9401
 POD_ASSIGNMENT_ANNOTATION: Final = f"{ANNOTATION_PREFIX}assignment"
 # Pod: set by the node agent once kubelet's Allocate has been answered for the pod.
 POD_ALLOCATED_ANNOTATION: Final = f"{ANNOTATION_PREFIX}allocated"
+# Pod: the extender's signature over its assignment (HMAC-SHA256 with the assignment key, which
+# only the extender and the node agents can read), bound to the pod's uid, node, GPU and share.
+POD_ASSIGNMENT_SIGNATURE_ANNOTATION: Final = f"{ANNOTATION_PREFIX}assignment-signature"
+# What only our components may write (the admission webhook refuses anyone else, admins included).
+SYSTEM_POD_ANNOTATIONS: Final = (POD_ASSIGNMENT_ANNOTATION, POD_ASSIGNMENT_SIGNATURE_ANNOTATION,
+                                 POD_ALLOCATED_ANNOTATION)
+SYSTEM_NODE_ANNOTATIONS: Final = (NODE_GPU_INFO_ANNOTATION, NODE_METRICS_PORT_ANNOTATION)
 
 # --- FaSTPod custom resource -----------------------------------------------------------
 FASTPOD_GROUP: Final = API_GROUP
@@ -84,6 +91,19 @@ DEFAULT_GATEWAY_PORT: Final = 8080
 # --- scheduling and deployment ---------------------------------------------------------
 SCHEDULER_NAME: Final = "fastgshare-scheduler"
 SYSTEM_NAMESPACE: Final = "fastgshare-system"
+# Who may write SYSTEM_POD_ANNOTATIONS / SYSTEM_NODE_ANNOTATIONS: the extender's and the node agent's
+# service accounts (the webhook's default; the extender's --system-writers changes it).
+SCHEDULER_SERVICE_ACCOUNT: Final = "fastgshare-scheduler"
+NODE_AGENT_SERVICE_ACCOUNT: Final = "fastgshare-node-agent"
+# The gateway's credentials, as OpenFaaS names them: Secret `basic-auth` in the gateway's namespace
+# (SYSTEM_NAMESPACE), mounted as files named after its keys (the gateway's --basic-auth-dir).
+BASIC_AUTH_SECRET: Final = "basic-auth"
+BASIC_AUTH_USER_KEY: Final = "basic-auth-user"
+BASIC_AUTH_PASSWORD_KEY: Final = "basic-auth-password"
+# The key the extender signs assignments with and the node agents verify them with: Secret in
+# SYSTEM_NAMESPACE, key ASSIGNMENT_KEY_SECRET_KEY, a file for --assignment-key-file.
+ASSIGNMENT_KEY_SECRET: Final = "fastgshare-assignment-key"
+ASSIGNMENT_KEY_SECRET_KEY: Final = "key"
 
 # --- environment handed to GPU containers by the node agent ----------------------------
 ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
