@@ -5,7 +5,10 @@ kube-scheduler (a ``default-scheduler`` profile and the ``fastgshare-scheduler``
 our extender), our extender and FaSTPod controller, the function controller and the function
 gateway (on ``127.0.0.1:8080`` by default), containerd with a CNI bridge, a real kubelet, and our
 node agent with simulated GPUs; it installs the FaSTPod and FaSTFunc CRDs, creates the function
-namespace ``fast-gshare-fn`` and imports the pause, tenant and fake-fn images. Every process logs
+namespace ``fast-gshare-fn`` and imports the pause, tenant and fake-fn images. Our components run
+as their own ServiceAccounts with the shipped RBAC, the admission webhook is registered, and the
+Secrets ``basic-auth`` and ``fastgshare-assignment-key`` exist (:mod:`fastgshare_cluster.identities`,
+:mod:`fastgshare_cluster.admission`). Every process logs
 to ``<state-dir>/logs`` and is recorded with its PID and start time in ``<state-dir>/cluster.json``,
 together with the host state found before ``up``, so that ``down`` (another process, later) stops
 exactly those and puts the host back.
@@ -35,8 +38,9 @@ import yaml
 
 from fastgshare import keys
 from fastgshare.inventory import parse_gpu_spec
-from fastgshare_cluster import images, manifests, node
+from fastgshare_cluster import admission, identities, images, manifests, node
 from fastgshare_cluster.controlplane import (
+    HOST_PROCESS_CONTROLLERS,
     WORKLOAD_CONTROLLERS,
     Binaries,
     ClusterUnavailable,
@@ -391,7 +395,7 @@ class _Startup:
         self.record(kubelet.process)
         self.record(start_controller_manager(
             binaries, plane, self.dir / "controller-manager", self.processes, wait=False, log_dir=self.logs,
-            **({"controllers": WORKLOAD_CONTROLLERS} if from_manifests else {})))
+            controllers=WORKLOAD_CONTROLLERS if from_manifests else HOST_PROCESS_CONTROLLERS))
         return kubelet
 
     def _start_default_scheduler(self, binaries: Binaries, kubeconfig: Path) -> None:
@@ -407,6 +411,28 @@ class _Startup:
             f"--authorization-kubeconfig={kubeconfig}", f"--cert-dir={self.dir / 'kube-scheduler-certs'}"])
         wait_until(lambda: http_ok(f"http://{LOOPBACK}:{health_port}/healthz"), what="kube-scheduler /healthz",
                    timeout_s=60, watched=scheduler)
+
+    def _identities(self, api: ApiClient, plane: ControlPlane, kubeconfig: Path) -> dict[str, Path]:
+        """The CRDs, namespaces and shipped RBAC; a kubeconfig per component (its own ServiceAccount),
+        the gateway's credentials and the assignment key as files. Keys: the component names of
+        :data:`identities.COMPONENT_ACCOUNTS`, ``gateway-auth`` (a directory), ``assignment-key``."""
+        core = rest.core_v1(api)
+        _install_crds(api)
+        _create_namespace(core, keys.DEFAULT_FUNCTION_NAMESPACE)
+        identities.apply_shipped_rbac(kubeconfig)
+        accounts = self.dir / "accounts"
+        accounts.mkdir(mode=0o700, exist_ok=True)
+        found = {component: identities.service_account_kubeconfig(
+                     core, plane, keys.SYSTEM_NAMESPACE, account, accounts / f"{component}.kubeconfig")
+                 for component, account in identities.COMPONENT_ACCOUNTS.items()}
+        found["gateway-auth"] = identities.ensure_secret_files(
+            core, keys.BASIC_AUTH_SECRET, identities.gateway_credentials(), self.dir / "gateway-auth")
+        key_dir = identities.ensure_secret_files(core, keys.ASSIGNMENT_KEY_SECRET, identities.assignment_key(),
+                                                 self.dir / "assignment-key")
+        found["assignment-key"] = key_dir / keys.ASSIGNMENT_KEY_SECRET_KEY
+        self.step(f"CRDs, namespaces and the shipped RBAC applied; each component has its ServiceAccount in "
+                  f"{keys.SYSTEM_NAMESPACE}; Secrets {keys.BASIC_AUTH_SECRET} and {keys.ASSIGNMENT_KEY_SECRET}")
+        return found
 
     def _install_from_manifests(self, binaries: Binaries, plane: ControlPlane, pki: KubeletPki, kubeconfig: Path,
                                 containerd_socket: Path, *, network: node.NodeNetwork) -> Cluster:
@@ -441,12 +467,17 @@ class _Startup:
                                  containerd_socket: Path, *, network: node.NodeNetwork) -> Cluster:
         options = self.options
         kubelet = self._start_node(binaries, plane, pki, containerd_socket, network)
-        extender_port, scheduler_port, scheduler_health, controller_health, agent_metrics, function_health = \
-            free_ports(6)
+        with plane.api_client() as api:
+            identities = self._identities(api, plane, kubeconfig)
+        extender_port, scheduler_port, scheduler_health, controller_health, agent_metrics, function_health, \
+            webhook_port = free_ports(7)
         extender_url = f"http://{LOOPBACK}:{extender_port}"
+        webhook_cert, webhook_key = admission.serving_certificate(self.dir / "webhook-tls", LOOPBACK)
         extender = self.start("fastgshare-extender", [
-            _command("fastgshare-extender"), "--kubeconfig", str(kubeconfig), "--listen",
-            f"{LOOPBACK}:{extender_port}"])
+            _command("fastgshare-extender"), "--kubeconfig", str(identities["fastgshare-extender"]), "--listen",
+            f"{LOOPBACK}:{extender_port}", "--assignment-key-file", str(identities["assignment-key"]),
+            "--webhook-listen", f"{LOOPBACK}:{webhook_port}", "--webhook-cert", str(webhook_cert),
+            "--webhook-key", str(webhook_key)])
         scheduler_file = self.dir / "kube-scheduler.yaml"
         scheduler_file.write_text(yaml.safe_dump(scheduler_config(_scheduler_document(extender_url), kubeconfig,
                                                                   scheduler_health)))
@@ -455,11 +486,14 @@ class _Startup:
             f"--secure-port={scheduler_port}", f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", f"--cert-dir={self.dir / 'kube-scheduler-certs'}"])
         controller = self.start("fastgshare-controller", [
-            _command("fastgshare-controller"), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
+            _command("fastgshare-controller"), "--kubeconfig", str(identities["fastgshare-controller"]),
+            "--no-leader-elect",
             "--health-address", f"{LOOPBACK}:{controller_health}"])
         agent_state = self.dir / "node-agent"
         agent = self.start("node-agent", [
-            _command("fastgshare-node-agent"), "--node-name", node.NODE_NAME, "--kubeconfig", str(kubeconfig),
+            _command("fastgshare-node-agent"), "--node-name", node.NODE_NAME,
+            "--kubeconfig", str(identities["fastgshare-node-agent"]),
+            "--assignment-key-file", str(identities["assignment-key"]),
             "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
             "--pod-resources-socket", str(kubelet.root_dir / "pod-resources" / "kubelet.sock"),
             "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", str(self.dir / "nvidia-mps"),
@@ -467,19 +501,20 @@ class _Startup:
             "--fake-driver-dir", str(options.simgpu_build),
             "--metrics-listen", f"{network.node_ip}:{agent_metrics}"])
         with plane.api_client() as api:
-            _install_crds(api)
             core = rest.core_v1(api)
-            _create_namespace(core, keys.DEFAULT_FUNCTION_NAMESPACE)
             gateway_url = f"http://{options.gateway_listen}"
             functions = self.start("fastgshare-function-controller", [
-                _command("fastgshare-function-controller"), "--kubeconfig", str(kubeconfig), "--no-leader-elect",
+                _command("fastgshare-function-controller"),
+                "--kubeconfig", str(identities["fastgshare-function-controller"]), "--no-leader-elect",
                 "--health-address", f"{LOOPBACK}:{function_health}", "--gateway-url", gateway_url])
             gateway = self.start("fastgshare-gateway", [
-                _command("fastgshare-gateway"), "--kubeconfig", str(kubeconfig), "--listen", options.gateway_listen])
-            self.step(f"components started, FaSTPod and FaSTFunc CRDs installed, namespace "
-                      f"{keys.DEFAULT_FUNCTION_NAMESPACE} created")
+                _command("fastgshare-gateway"), "--kubeconfig", str(identities["fastgshare-gateway"]),
+                "--listen", options.gateway_listen, "--basic-auth-dir", str(identities["gateway-auth"])])
+            self.step("components started, each as its own ServiceAccount")
             wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",
                        timeout_s=60, watched=extender)
+            admission.register(api, f"https://{LOOPBACK}:{webhook_port}", webhook_cert.read_bytes())
+            self.step(f"admission webhook registered (https://{LOOPBACK}:{webhook_port}/validate)")
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{scheduler_health}/healthz"),
                        what="kube-scheduler /healthz", timeout_s=60, watched=scheduler)
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{controller_health}/healthz"),

@@ -64,6 +64,10 @@ def apiextensions_v1(api: ApiClient) -> Any:
     return client.ApiextensionsV1Api(api)
 
 
+def admissionregistration_v1(api: ApiClient) -> Any:
+    return client.AdmissionregistrationV1Api(api)
+
+
 def api_error(error: ApiException) -> ApiError:
     """The :class:`ApiError` of a client exception, with the server's ``Status`` message and causes."""
     message = ""

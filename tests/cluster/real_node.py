@@ -5,6 +5,7 @@ cluster, and the share of GPU time each pod got, measured by the simulated GPU i
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -31,8 +32,11 @@ from fastgshare.codec import PodAssignment, decode_assignment
 from fastgshare_cli import pod_shares
 from fastgshare_cli.pod_shares import use_by_pod
 from fastgshare_cluster import cluster as local_cluster
+from fastgshare_cluster import identities
 from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.controlplane import write_kubeconfig
 from fastgshare_cluster.images import TENANT_IMAGE_SHORT
+from fastgshare_kube import rest
 from tests.cluster.controlplane import wait_until
 
 _POD_UID = re.compile(r"/pod([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(/|$)")
@@ -216,6 +220,41 @@ def real_node_namespace(cluster: Cluster, core: kubernetes.client.CoreV1Api, nam
                                  for c in exited)
 
 
+@contextmanager
+def second_team(cluster: Cluster, core: kubernetes.client.CoreV1Api, name: str) -> Iterator[tuple[str, Path]]:
+    """A second team as a user's cluster has one: namespace ``name`` (emptied afterwards as
+    :func:`real_node_namespace` does), a ServiceAccount there bound to the standard ``edit``
+    ClusterRole in that namespace only, and a kubeconfig that authenticates with its token (the
+    token controller made it). Yields (namespace, kubeconfig)."""
+    with real_node_namespace(cluster, core, name):
+        core.create_namespaced_service_account(name, {"metadata": {"name": "team"}})
+        rbac = kubernetes.client.RbacAuthorizationV1Api(core.api_client)
+        rbac.create_namespaced_role_binding(name, {
+            "metadata": {"name": "team-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"kind": "ServiceAccount", "name": "team", "namespace": name}]})
+        plane = json.loads(Path(cluster.kubeconfig).read_text())["clusters"][0]["cluster"]
+        token = identities.service_account_token(local_api(core), name, "team")
+        path = cluster.state_dir / f"{name}.kubeconfig"
+        write_kubeconfig(path, host=plane["server"], token=token, ca_cert=Path(plane["certificate-authority"]))
+        try:
+            yield name, path
+        finally:
+            path.unlink(missing_ok=True)
+
+
+def gateway_credentials(core: kubernetes.client.CoreV1Api) -> tuple[str, str]:
+    """(user, password) of the gateway, from the Secret ``basic-auth`` as faas-cli users read it."""
+    data = core.read_namespaced_secret(keys.BASIC_AUTH_SECRET, keys.SYSTEM_NAMESPACE).data
+    return (base64.b64decode(data[keys.BASIC_AUTH_USER_KEY]).decode(),
+            base64.b64decode(data[keys.BASIC_AUTH_PASSWORD_KEY]).decode())
+
+
+def local_api(core: kubernetes.client.CoreV1Api) -> Any:
+    """The same API as ``core``, for :mod:`fastgshare_kube.rest` calls (dict answers)."""
+    return rest.core_v1(core.api_client)
+
+
 def _tail(path: str, lines: int = 30) -> str:
     try:
         return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
@@ -261,9 +300,13 @@ def assert_tenants_never_failed(cluster: Cluster, core: kubernetes.client.CoreV1
 
 
 def http(url: str, *, method: str = "GET", body: bytes | None = None,
-         timeout_s: float = 30) -> tuple[int, bytes]:
-    """One JSON request; the status and the body, also for an HTTP error."""
-    request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
+         timeout_s: float = 30, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
+    """One JSON request (with HTTP basic ``auth`` (user, password) if given); the status and the
+    body, also for an HTTP error."""
+    headers = {"Content-Type": "application/json"}
+    if auth is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, response.read()

@@ -1,0 +1,174 @@
+"""A second team on the real node (issue 37): what a user with ``edit`` in their own namespace only
+can and cannot do to the first team through our components.
+
+Team B is a ServiceAccount bound to the standard ``edit`` ClusterRole in its namespace, with the
+token the token controller gave it, on the one-machine cluster where every one of our components
+runs as its own ServiceAccount and the admission webhook is registered as deploy/ registers it.
+Each test is one row of docs/security.md's threat table.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import time
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import attrs
+import kubernetes.client
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from fastgshare import keys
+from fastgshare.codec import encode_assignment
+from fastgshare.share import ShareSpec
+from fastgshare_cluster.cluster import Cluster
+from fastgshare_kube.client import load_api_client
+from tests.cluster.real_node import (  # noqa: F401 - the fixture core
+    apply,
+    assignment_of,
+    fastpod,
+    gateway_credentials,
+    gpu_pod,
+    http,
+    real_node_core,
+    real_node_namespace,
+    running_pods,
+    second_team,
+    share_annotations,
+    tenant_container,
+)
+
+pytestmark = pytest.mark.realnode
+
+SMALL = share_annotations(0.1, 0.2, 10, "256Mi")
+
+
+@pytest.fixture(scope="module")
+def team_a(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """Team A's namespace, with one running FaSTPod pod (a share of 0.3..0.5)."""
+    with real_node_namespace(real_cluster, core, "team-a") as namespace:
+        apply(real_cluster, namespace, fastpod("steady", share_annotations(0.3, 0.5, 30, "1Gi"),
+                                               {"TENANT_KERNEL_US": "2000"}))
+        running_pods(core, namespace, 1)
+        yield namespace
+
+
+@pytest.fixture(scope="module")
+def team_b(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[tuple[str, Path]]:
+    with second_team(real_cluster, core, "team-b") as team:
+        yield team
+
+
+def team_api(team: tuple[str, Path]) -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api(load_api_client(str(team[1])))
+
+
+def denial(call: Any) -> tuple[int, str]:
+    """(HTTP status, the API server's message) of a refused call; (0, '') when it succeeds."""
+    try:
+        call()
+    except ApiException as error:
+        return error.status, str(json.loads(error.body or "{}").get("message", ""))
+    return 0, ""
+
+
+def assert_refused(call: Any, annotation: str) -> str:
+    """The call is refused by admission, with a message naming ``annotation``; returns the message."""
+    status, message = denial(call)
+    assert status in {400, 403}, (status, message)
+    assert annotation in message, message
+    return message
+
+
+def forged_assignment(core: kubernetes.client.CoreV1Api, team_a: str) -> str:
+    """Team A's pod's assignment, raised to the whole GPU: what team B would like to have."""
+    assignment = assignment_of(core.list_namespaced_pod(team_a).items[0])
+    whole = ShareSpec(request_permille=1000, limit_permille=1000, sm_percent=100, memory_bytes=16 << 30)
+    return encode_assignment(attrs.evolve(assignment, share=whole))
+
+
+def test_the_gateway_deploys_nothing_without_credentials(real_cluster: Cluster,
+                                                        core: kubernetes.client.CoreV1Api) -> None:
+    gateway = real_cluster.gateway_url
+    deployment = {"service": "intruder", "image": "fastgshare/fake-fn:latest", "namespace": "fast-gshare-fn",
+                  "labels": {"com.openfaas.scale.min": "10000"}}
+    body = json.dumps(deployment).encode()
+    assert http(f"{gateway}/system/functions")[0] == 401
+    assert http(f"{gateway}/system/functions", method="POST", body=body)[0] == 401
+    assert http(f"{gateway}/system/functions", method="POST", body=body, auth=("admin", "guess"))[0] == 401
+    user, password = gateway_credentials(core)
+    status, answer = http(f"{gateway}/system/functions", method="POST", body=body, auth=(user, password))
+    assert status == 400, answer
+    assert b"replicas" in answer, answer
+    status, _ = http(f"{gateway}/system/functions", auth=(user, password))
+    assert status == 200
+
+
+def test_our_annotations_are_written_by_our_components_only(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    namespace, _ = team_b
+    b_core = team_api(team_b)
+    forged = forged_assignment(core, team_a)
+    # on create: a pod carrying a copied, raised assignment
+    pod = gpu_pod("forged", {**SMALL, keys.POD_ASSIGNMENT_ANNOTATION: forged}, tenant_container())
+    assert_refused(lambda: b_core.create_namespaced_pod(namespace, pod), keys.POD_ASSIGNMENT_ANNOTATION)
+    # on a running pod of its own, correctly scheduled
+    b_core.create_namespaced_pod(namespace, gpu_pod("honest", SMALL, tenant_container()))
+    running_pods(core, namespace, 1)
+    patch = {"metadata": {"annotations": {keys.POD_ASSIGNMENT_ANNOTATION: forged}}}
+    assert_refused(lambda: b_core.patch_namespaced_pod("honest", namespace, patch), keys.POD_ASSIGNMENT_ANNOTATION)
+    # cluster admins included (DESIGN.md: only the extender's and node agent's service accounts)
+    assert_refused(lambda: core.patch_namespaced_pod("honest", namespace, patch), keys.POD_ASSIGNMENT_ANNOTATION)
+    # the node's inventory too
+    node_patch = {"metadata": {"annotations": {keys.NODE_GPU_INFO_ANNOTATION: "{}"}}}
+    assert_refused(lambda: core.patch_node(real_cluster.node_name, node_patch), keys.NODE_GPU_INFO_ANNOTATION)
+    # what a user may still do: change its own pod's share annotations (the live share path re-checks)
+    b_core.patch_namespaced_pod("honest", namespace, {"metadata": {"annotations": {keys.GPU_QUOTA_LIMIT: "0.3"}}})
+    # and team B manages FaSTPods in its own namespace (edit aggregates our roles), not in team A's
+    custom = kubernetes.client.CustomObjectsApi(b_core.api_client)
+    mine = fastpod("mine", SMALL, {}, replicas=0)
+    custom.create_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, namespace,
+                                           keys.FASTPOD_PLURAL, mine)
+    status, _ = denial(lambda: custom.create_namespaced_custom_object(
+        keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, team_a, keys.FASTPOD_PLURAL, mine))
+    assert status == 403
+
+
+def webhook_address(core: kubernetes.client.CoreV1Api) -> tuple[str, int]:
+    registrations = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
+    config = registrations.read_validating_webhook_configuration("fastgshare-validate")
+    url = urllib.parse.urlsplit(config.webhooks[0].client_config.url)
+    assert url.hostname, url
+    assert url.port, url
+    return url.hostname, url.port
+
+
+def test_idle_and_slow_connections_do_not_stall_the_webhook(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    namespace, _ = team_b
+    b_core = team_api(team_b)
+    host, port = webhook_address(core)
+    forged = forged_assignment(core, team_a)
+    with ExitStack() as held:
+        for _ in range(50):  # idle: connected, nothing sent (the TLS handshake never starts)
+            held.enter_context(socket.create_connection((host, port), timeout=5))
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        for _ in range(10):  # slow: a TLS session that sends half a request's headers
+            tls = held.enter_context(context.wrap_socket(socket.create_connection((host, port), timeout=5)))
+            tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n")
+        for attempt in range(3):
+            pod = gpu_pod(f"forged-{attempt}", {**SMALL, keys.POD_ASSIGNMENT_ANNOTATION: forged}, tenant_container())
+            started = time.monotonic()
+            # still validated (with the webhook stalled, failurePolicy Ignore would have admitted it)
+            assert_refused(lambda: b_core.create_namespaced_pod(namespace, pod),  # noqa: B023
+                           keys.POD_ASSIGNMENT_ANNOTATION)
+            print(f"refused in {time.monotonic() - started:.3f} s with 60 connections held open")
