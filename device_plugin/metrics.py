@@ -13,10 +13,8 @@ The only module of the agent that imports ``prometheus_client``.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -27,11 +25,15 @@ from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.arbiter.shares import share_of
 from fastgshare.inventory import NodeInventory
 from fastgshare.usage import WAIT_BUCKETS_S
+from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
 
 log = logging.getLogger(__name__)
 
 POD_LABELS = ("namespace", "pod", "gpu")
 _FINISHED = ("Succeeded", "Failed")
+# Prometheus and the kubelet's probe: a few threads; no client holds one (see MetricsServer).
+LIMITS = Limits(max_connections=256, workers=4, idle_timeout_s=30.0, header_timeout_s=5.0, body_timeout_s=5.0,
+                max_body_bytes=64 * 1024)
 
 
 class PodSource(Protocol):
@@ -132,42 +134,41 @@ class NodeMetrics:
 
 
 class MetricsServer:
-    """``GET /metrics`` and ``GET /healthz`` (200 while ``healthy()`` says so) on a daemon thread."""
+    """``GET /metrics`` and ``GET /healthz`` (200 while ``healthy()`` says so), served by
+    :class:`~fastgshare_kube.guarded_http.GuardedHttpServer`: any pod on the node's network can
+    connect, so idle and slow clients are closed on deadlines, connections are capped and a few
+    threads serve every request (issue 37: 400 idle connections were 400 threads)."""
 
-    def __init__(self, host: str, port: int, collector: NodeMetrics, healthy: Callable[[], bool]) -> None:
+    def __init__(self, host: str, port: int, collector: NodeMetrics, healthy: Callable[[], bool],
+                 *, limits: Limits = LIMITS) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # the name http.server calls
-                if self.path.split("?")[0] == "/metrics":
-                    body, status, kind = generate_latest(registry), 200, CONTENT_TYPE_LATEST
-                elif self.path.split("?")[0] == "/healthz":
-                    ok = healthy()
-                    body, status, kind = (b"ok\n" if ok else b"unhealthy\n"), (200 if ok else 503), "text/plain"
-                else:
-                    self.send_error(404, "only /metrics and /healthz")
-                    return
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ["PATH_INFO"]
+            if path == "/metrics":
+                body, status, kind = generate_latest(registry), "200 OK", CONTENT_TYPE_LATEST
+            elif path == "/healthz":
+                ok = healthy()
+                body, status, kind = ((b"ok\n", "200 OK", "text/plain") if ok
+                                      else (b"unhealthy\n", "503 Service Unavailable", "text/plain"))
+            else:
+                body, status, kind = b"only /metrics and /healthz\n", "404 Not Found", "text/plain"
+            start_response(status, [("Content-Type", kind)])
+            return [body]
 
-            def log_message(self, format: str, *args: object) -> None:
-                log.debug("metrics %s", format % args)
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+        self._server = GuardedHttpServer(app, host, port, name="metrics", limits=limits)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
+
+    @property
+    def connections(self) -> int:
+        return self._server.connections
 
     def start(self) -> None:
-        self._thread.start()
+        self._server.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()

@@ -1,7 +1,10 @@
 """What ``fastgshare inspect`` reads, all through the API server so it works from a laptop with a
 kubeconfig: the nodes' GPU inventories (``fastgshare/gpu_info``), the pods' assignments
-(``fastgshare/assignment``) and each node agent's ``/metrics`` through the API server's node proxy
-(``/api/v1/nodes/<node>:<port>/proxy/metrics``, the port from the node's ``fastgshare/metrics_port``).
+(``fastgshare/assignment``) and each node agent's ``/metrics`` through the API server, on the port
+from the node's ``fastgshare/metrics_port``: where the agent runs as a pod (the DaemonSet, which has
+no hostPort: its metrics are on the pod's own address only) through the pod proxy
+(``/api/v1/namespaces/<ns>/pods/<pod>:<port>/proxy/metrics``), else (an agent run as a host process,
+``fastgshare cluster up``) through the node proxy (``/api/v1/nodes/<node>:<port>/proxy/metrics``).
 
 The inspect command's only adapter to Kubernetes; the metrics are parsed with prometheus-client's
 text parser. Nodes are scraped in parallel, each with a timeout; a node whose agent does not answer
@@ -24,6 +27,7 @@ from fastgshare_kube import rest
 from fastgshare_kube.errors import UNREACHABLE, ApiError
 
 SCRAPE_TIMEOUT_S = 5.0
+AGENT_POD_SELECTOR = "app.kubernetes.io/name=fastgshare-node-agent"  # deploy/node-agent/daemonset.yaml
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
@@ -48,9 +52,10 @@ def read_cluster(api: rest.ApiClient, *, node: str | None = None) -> ClusterFact
         if error.status == UNREACHABLE:
             raise ReadError(f"cannot reach the API server at {api.configuration.host}: {error.message}") from None
         raise
+    agents = _agent_pods(core)
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(nodes)))) as pool:
-        scraped = dict(zip((entry.name for entry, _ in nodes), pool.map(lambda n: _scrape(core, n), nodes),
-                           strict=True))
+        scraped = dict(zip((entry.name for entry, _ in nodes),
+                           pool.map(lambda n: _scrape(core, n, agents.get(n[0].name)), nodes), strict=True))
     facts = [attrs.evolve(entry, metrics_error=scraped[entry.name][1]) for entry, _ in nodes]
     return ClusterFacts(nodes=facts, pods=pods, samples={name: found[0] for name, found in scraped.items()})
 
@@ -117,13 +122,33 @@ def _pods(core: Any, node: str | None) -> list[PodFacts]:
     return found
 
 
-def _scrape(core: Any, node: tuple[NodeFacts, int]) -> tuple[NodeSamples, str]:
+def _agent_pods(core: Any) -> dict[str, tuple[str, str]]:
+    """node -> (namespace, name) of the running node agent pod there; empty where none can be listed
+    (agents run as host processes, or this account may not list them: the node proxy is tried)."""
+    try:
+        listed = rest.call(core.list_pod_for_all_namespaces, label_selector=AGENT_POD_SELECTOR)["items"]
+    except ApiError:
+        return {}
+    found = {}
+    for pod in listed:
+        metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") == "Running" and spec.get("nodeName"):
+            found[str(spec["nodeName"])] = (str(metadata.get("namespace")), str(metadata.get("name")))
+    return found
+
+
+def _scrape(core: Any, node: tuple[NodeFacts, int], agent_pod: tuple[str, str] | None) -> tuple[NodeSamples, str]:
     facts, port = node
     if facts.inventory is None:
         return NodeSamples(), ""
     try:
-        text = rest.call_text(core.connect_get_node_proxy_with_path, f"{facts.name}:{port}", "metrics",
-                              timeout_s=SCRAPE_TIMEOUT_S)
+        if agent_pod is not None:
+            namespace, pod = agent_pod
+            text = rest.call_text(core.connect_get_namespaced_pod_proxy_with_path, f"{pod}:{port}", namespace,
+                                  "metrics", timeout_s=SCRAPE_TIMEOUT_S)
+        else:
+            text = rest.call_text(core.connect_get_node_proxy_with_path, f"{facts.name}:{port}", "metrics",
+                                  timeout_s=SCRAPE_TIMEOUT_S)
     except ApiError as error:
         return NodeSamples(), f"the node agent's metrics on port {port}: {_api_reason(error)}"
     try:
@@ -168,5 +193,6 @@ def _api_reason(error: ApiError) -> str:
         return error.message
     reason = f"{error.status} {error.reason}"
     if error.status == 403:
-        return f"{reason}: this account may not; it needs get/list on nodes and pods and get on nodes/proxy"
+        return (f"{reason}: this account may not; it needs get/list on nodes and pods, and get on pods/proxy "
+                "(agent pods) or nodes/proxy (agents run as host processes)")
     return reason

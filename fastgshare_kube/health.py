@@ -2,60 +2,63 @@
 (200 while the process is sound, else 503) and, where a service has them, ``/metrics`` for
 Prometheus. What "sound" means is the service's: the controllers count a standby replica (not the
 leader) as healthy, and the leader while its watches and workers are alive. Served on the
-``--health-address`` a service takes (:func:`parse_address`).
+``--health-address`` a service takes (:func:`parse_address`), by
+:class:`~fastgshare_kube.guarded_http.GuardedHttpServer`, which no idle or slow client can hold.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
 
 log = logging.getLogger(__name__)
+
+# Probes and scrapes are small and few: a handful of threads, and no one client can hold them
+# (fastgshare_kube.guarded_http: deadlines on idle, slow heads and bodies; a connection cap).
+LIMITS = Limits(max_connections=256, workers=4, idle_timeout_s=30.0, header_timeout_s=5.0, body_timeout_s=5.0,
+                max_body_bytes=64 * 1024)
 
 
 class HealthServer:
     """Serves ``GET /healthz`` (and ``/readyz``) from ``check`` and ``GET /metrics`` from
-    ``metrics`` (the text format and its content type) in a daemon thread."""
+    ``metrics`` (the text format and its content type) from a :class:`GuardedHttpServer`."""
 
     def __init__(self, host: str, port: int, check: Callable[[], bool],
-                 metrics: Callable[[], tuple[bytes, str]] | None = None) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # the name http.server calls
-                if self.path == "/metrics" and metrics is not None:
-                    body, content_type = metrics()
-                    self.send_response(200)
-                    self.send_header("Content-Type", content_type)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                    return
-                if self.path not in ("/healthz", "/readyz"):
-                    self.send_error(404)
-                    return
-                ok = check()
-                self.send_response(200 if ok else 503)
-                self.send_header("Content-Type", "text/plain")
-                self.end_headers()
-                self.wfile.write(b"ok\n" if ok else b"unhealthy\n")
+                 metrics: Callable[[], tuple[bytes, str]] | None = None, *, limits: Limits = LIMITS) -> None:
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            path = environ["PATH_INFO"]
+            if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
+                start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "GET, HEAD")])
+                return [b"only GET\n"]
+            if path == "/metrics" and metrics is not None:
+                body, content_type = metrics()
+                start_response("200 OK", [("Content-Type", content_type)])
+                return [body]
+            if path not in ("/healthz", "/readyz"):
+                start_response("404 Not Found", [("Content-Type", "text/plain")])
+                return [b"not found\n"]
+            ok = check()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ok\n" if ok else b"unhealthy\n"]
 
-            def log_message(self, format: str, *args: object) -> None:
-                log.debug("health %s", format % args)
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="health", daemon=True)
+        self._server = GuardedHttpServer(app, host, port, name="health", limits=limits)
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
+
+    @property
+    def connections(self) -> int:
+        return self._server.connections
 
     def start(self) -> None:
-        self._thread.start()
+        self._server.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
 
 
 def parse_address(text: str) -> tuple[str, int] | None:

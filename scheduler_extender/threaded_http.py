@@ -2,7 +2,8 @@
 
 kube-scheduler calls ``/filter`` and ``/prioritize`` for every pod on a few kept-alive
 connections, with bodies of ~70 KB at 5,000 nodes, and waits for each answer. Cheroot (which
-still serves the webhook over TLS and the status listener, :mod:`.server`) hands every request
+served the webhook and the status listener until issue 37; :mod:`.server` now uses
+``fastgshare_kube.guarded_http``) hands every request
 from its selector thread to a worker thread and back, reads through Python's pure-Python ``_pyio``
 buffers, and writes the head and the body separately. Measured on loopback with a C client, the
 same 70 KB request and 65 KB answer from a WSGI app that does nothing else: Cheroot 0.58–0.75 ms
@@ -23,8 +24,11 @@ What it speaks:
   returned; a ``HEAD`` answer keeps the app's and sends no body) and a ``Date``.
 - A body the app did not read is read and dropped when it is small (64 KiB), else the connection closes.
 - A connection that sends nothing for ``idle_timeout_s`` (between requests or in the middle of one)
-  is closed. At most ``max_connections`` connections are served at once; more wait in the listen
-  backlog until one ends.
+  is closed; once a request's first byte came, its whole head must within ``header_timeout_s`` and
+  its body within ``body_timeout_s`` (deadlines: trickling bytes does not extend them). At most
+  ``max_connections`` connections are served at once; more wait in the listen backlog until one
+  ends. This listener is on the pod's loopback (only the scheduler reaches it); what faces the pod
+  network is ``fastgshare_kube.guarded_http``.
 - An app that raises gets a 500 with a JSON error and no traceback (that goes to the log).
 - :meth:`~ThreadedHttpServer.stop` stops accepting, closes idle connections at once, and gives
   requests in progress up to 5 s to finish.
@@ -53,6 +57,8 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 MAX_CONNECTIONS = 128
 IDLE_TIMEOUT_S = 60.0
+HEADER_TIMEOUT_S = 10.0  # from a request's first byte to the end of its head
+BODY_TIMEOUT_S = 30.0  # from the end of the head to the end of the body (~70 KB from kube-scheduler)
 STOP_GRACE_S = 5.0
 BACKLOG = 128
 MAX_HEAD_BYTES = 64 * 1024
@@ -83,10 +89,13 @@ class ThreadedHttpServer:
     """``app`` on ``host:port`` (port 0 picks a free one; see :attr:`port`); bound at construction."""
 
     def __init__(self, app: WsgiApp, host: str, port: int, *, name: str = "extender-http",
-                 max_connections: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+                 max_connections: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
         self._app = app
         self._name = name
         self._idle_timeout_s = idle_timeout_s
+        self._header_timeout_s = header_timeout_s
+        self._body_timeout_s = body_timeout_s
         host = host or "0.0.0.0"
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
         self._listener = socket.create_server((host, port), family=family, backlog=BACKLOG)
@@ -179,7 +188,7 @@ class _Connection:
         self.peer = peer
         self.idle = False
         self.thread = threading.Thread(target=self._run, name=f"{server._name}-connection", daemon=True)
-        self._reader = _Reader(sock)
+        self._reader = _Reader(sock, server._idle_timeout_s)
 
     def shut(self) -> None:
         with contextlib.suppress(OSError):
@@ -216,11 +225,12 @@ class _Connection:
         """Read one request and answer it; whether the connection stays open for another."""
         try:
             try:
-                head = self._reader.head(MAX_HEAD_BYTES)
+                head = self._reader.head(MAX_HEAD_BYTES, self.server._header_timeout_s)
             finally:
                 self.server._end_wait(self)
             if head is None:
                 return False
+            self._reader.deadline = time.monotonic() + self.server._body_timeout_s
             request = _parse_head(head)
         except _BadRequest as error:
             self._send(error.status, [("Content-Type", "application/json")],
@@ -236,6 +246,7 @@ class _Connection:
             else:
                 keep_alive = False
         keep_alive = keep_alive and not body.truncated and not self.server._stopping
+        self._reader.deadline = None
         self._send(status, headers, b"".join(chunks), keep_alive=keep_alive, head_only=request.method == "HEAD")
         return keep_alive
 
@@ -294,6 +305,7 @@ class _Connection:
         if not keep_alive:
             lines.append("Connection: close")
         payload = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", errors="replace")  # PEP 3333: latin-1
+        self.sock.settimeout(self.server._idle_timeout_s)
         if not head_only and code not in _NO_BODY_STATUS:
             payload += body
         self.sock.sendall(payload)
@@ -357,13 +369,31 @@ def _parse_head(head: bytes) -> _Request:
 class _Reader:
     """What the connection received and has not used yet, and more from the socket on demand."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, idle_timeout_s: float) -> None:
         self._sock = sock
         self._buffer = bytearray()
+        self._idle_timeout_s = idle_timeout_s
+        self.deadline: float | None = None  # monotonic time by which the current head or body must be in
 
-    def head(self, limit: int) -> bytes | None:
-        """The next request's head (without its blank line); None if the peer closed between requests."""
+    def _wait(self) -> None:
+        """Set the socket's timeout for the next receive: the idle timeout, cut to the deadline."""
+        if self.deadline is None:
+            self._sock.settimeout(self._idle_timeout_s)
+            return
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's head or body came too slowly")
+        self._sock.settimeout(min(self._idle_timeout_s, left))
+
+    def _recv(self, size: int) -> bytes:
+        self._wait()
+        return self._sock.recv(size)
+
+    def head(self, limit: int, header_timeout_s: float) -> bytes | None:
+        """The next request's head (without its blank line); None if the peer closed between requests.
+        Once its first byte is here, the rest must come within ``header_timeout_s``."""
         searched = 0
+        self.deadline = time.monotonic() + header_timeout_s if self._buffer.strip() else None
         while True:
             end = self._buffer.find(b"\r\n\r\n", max(0, searched - 3))
             if end > limit:
@@ -377,11 +407,13 @@ class _Reader:
                 raise _BadRequest("431 Request Header Fields Too Large",
                                   f"the request line and headers are over {limit} bytes")
             searched = len(self._buffer)
-            chunk = self._sock.recv(RECV_BYTES)
+            chunk = self._recv(RECV_BYTES)
             if not chunk:
                 if self._buffer.strip():
                     raise _Closed("the connection closed in the middle of a request head")
                 return None
+            if self.deadline is None and chunk.strip():
+                self.deadline = time.monotonic() + header_timeout_s
             self._buffer += chunk
 
     def exactly(self, count: int) -> bytes:
@@ -391,7 +423,7 @@ class _Reader:
             del self._buffer[:count]
             return data
         if count - len(self._buffer) > PREALLOCATE_MAX_BYTES:  # memory only for what arrives, not what is claimed
-            while len(self._buffer) < count and (chunk := self._sock.recv(min(RECV_BYTES, count - len(self._buffer)))):
+            while len(self._buffer) < count and (chunk := self._recv(min(RECV_BYTES, count - len(self._buffer)))):
                 self._buffer += chunk
             data = bytes(self._buffer[:count])
             del self._buffer[:count]
@@ -402,6 +434,7 @@ class _Reader:
         self._buffer.clear()
         view = memoryview(out)
         while have < count:
+            self._wait()
             received = self._sock.recv_into(view[have:])
             if received == 0:
                 break
@@ -418,7 +451,7 @@ class _Reader:
                 data = bytes(self._buffer[:size])
                 del self._buffer[:size]
                 return data
-            chunk = self._sock.recv(RECV_BYTES)
+            chunk = self._recv(RECV_BYTES)
             if not chunk:
                 data = bytes(self._buffer)
                 self._buffer.clear()

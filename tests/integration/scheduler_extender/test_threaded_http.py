@@ -17,6 +17,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
+import select
 import socket
 import struct
 import threading
@@ -506,6 +507,30 @@ def test_a_slow_but_steady_client_is_not_cut_off(start_server: StartServer, conn
         time.sleep(0.3)
         wire.send(piece)
     assert wire.response().json()["body"] == "0123456789"
+
+
+@pytest.mark.parametrize("part", ["head", "body"])
+def test_a_trickling_client_is_closed_at_the_deadline_of_its_head_or_body(
+        start_server: StartServer, connect: Connect, part: str) -> None:
+    """Issue 37: a byte every 0.2 s never hits the idle timeout; the head's (body's) deadline cuts it off."""
+    wire = connect(start_server(idle_timeout_s=5.0, header_timeout_s=1.0, body_timeout_s=1.0))
+    data = request("POST", "/echo", headers=[("Content-Length", "100")]) + b"x" * 100
+    if part == "body":
+        wire.send(data[:-100])
+        data = data[-100:]
+    started = time.monotonic()
+    closed = False
+    for byte in data:
+        if select.select([wire.sock], [], [], 0.2)[0]:
+            closed = wire.sock.recv(1) == b""
+            break
+        try:
+            wire.send(bytes([byte]))
+        except OSError:
+            closed = True
+            break
+    assert closed, "the trickling connection was still open"
+    assert time.monotonic() - started < 4
 
 
 # --- the WSGI environ ----------------------------------------------------------------------------

@@ -152,14 +152,28 @@ def scrape(job_name: str, labels: dict[str, str]) -> dict[str, str] | None:
     return labels
 
 
-def test_the_node_job_scrapes_the_agent_port_each_node_annotates() -> None:
-    node = {"__address__": "10.0.0.5:10250", "__meta_kubernetes_node_name": "gpu-1",
-            "__meta_kubernetes_node_annotationpresent_fastgshare_metrics_port": "true",
-            "__meta_kubernetes_node_annotation_fastgshare_metrics_port": "9401"}
-    target = scrape("fastgshare-node-agents", node)
+def test_the_node_job_scrapes_each_agent_pod_on_its_own_address_and_metrics_port() -> None:
+    """Issue 37 item 5: the agent's metrics left the node's address (no hostPort)."""
+    pod = {"__address__": "10.244.0.7:9401", "__meta_kubernetes_pod_ip": "10.244.0.7",
+           "__meta_kubernetes_pod_node_name": "gpu-1",
+           "__meta_kubernetes_pod_label_app_kubernetes_io_name": "fastgshare-node-agent",
+           "__meta_kubernetes_pod_container_port_name": "metrics",
+           "__meta_kubernetes_pod_container_port_number": "9401"}
+    target = scrape("fastgshare-node-agents", pod)
     assert target is not None
-    assert (target["__address__"], target["node"]) == ("10.0.0.5:9401", "gpu-1")
-    assert scrape("fastgshare-node-agents", {"__address__": "10.0.0.6:10250"}) is None  # no agent there
+    assert (target["__address__"], target["node"]) == ("10.244.0.7:9401", "gpu-1")
+    assert scrape("fastgshare-node-agents", {**pod, "__meta_kubernetes_pod_container_port_name": "grpc"}) is None
+    other = {**pod, "__meta_kubernetes_pod_label_app_kubernetes_io_name": "someone-else"}
+    assert scrape("fastgshare-node-agents", other) is None  # not our agent
+
+
+def test_the_node_agent_publishes_no_host_port() -> None:
+    """Issue 37 item 5: tenant pods reached the agent's metrics on the node's address (hostPort 9401)."""
+    agent = workload("fastgshare-node-agent")["spec"]["template"]["spec"]
+    ports = [port for container in agent["containers"] for port in container.get("ports", [])]
+    assert ports
+    assert all("hostPort" not in port for port in ports)
+    assert not agent.get("hostNetwork", False)
 
 
 def test_the_pod_job_scrapes_only_our_annotated_pods_on_their_port_and_path() -> None:
