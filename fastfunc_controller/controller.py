@@ -92,7 +92,7 @@ from fastgshare.autoscaling import ScalerState
 from fastgshare.scaling_fit import FreeSpace, can_raise_in_place, fit_additions
 from fastgshare_kube.errors import INVALID, ApiError
 from fastgshare_kube.events import NORMAL, WARNING, EventRecorder, rfc3339
-from fastgshare_kube.reflector import ListWatch, Reflector
+from fastgshare_kube.reflector import ListWatch, Reflector, Sink
 
 log = logging.getLogger(__name__)
 
@@ -195,13 +195,24 @@ class ObjectStore:
         with self._lock:
             return list(self._objects)
 
-    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, objects: Iterable[Mapping[str, Any]], namespace: str | None = None) -> None:
+        """A (re)list: of everything, or with ``namespace`` of that namespace's objects only."""
         fresh = {object_key(obj): dict(obj) for obj in objects}
         with self._lock:
-            old, self._objects = self._objects, fresh
+            if namespace is None:
+                old, self._objects = self._objects, fresh
+            else:
+                prefix = f"{namespace}/"
+                old = {key: obj for key, obj in self._objects.items() if key.startswith(prefix)}
+                kept = {key: obj for key, obj in self._objects.items() if not key.startswith(prefix)}
+                self._objects = {**kept, **fresh}
         for key in old.keys() | fresh.keys():
             if old.get(key) != fresh.get(key):
                 self._on_change(old.get(key), fresh.get(key))
+
+    def scoped(self, namespace: str) -> Sink:
+        """The sink of one namespace's reflector: its relists leave other namespaces' objects alone."""
+        return _NamespaceSink(self, namespace)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         with self._lock:
@@ -213,6 +224,24 @@ class ObjectStore:
         with self._lock:
             old = self._objects.pop(object_key(obj), None)
         self._on_change(old or dict(obj), None)
+
+
+@attrs.frozen
+class _NamespaceSink:
+    store: ObjectStore
+    namespace: str
+
+    def replace(self, objects: list[dict[str, Any]]) -> None:
+        self.store.replace(objects, self.namespace)
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        self.store.upsert(obj)
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        self.store.delete(obj)
+
+
+Sources = ListWatch | Mapping[str, ListWatch]  # cluster-wide, or one per namespace
 
 
 class KeyQueue:
@@ -584,13 +613,15 @@ class Controller:
             self._recorder.event(fastfunc, WARNING, names.REASON_PODS_UNSCHEDULABLE, stuck["message"])
 
     # --- running ------------------------------------------------------------------------------
-    def start(self, fastfuncs: ListWatch, fastpods: ListWatch, services: ListWatch, pods: ListWatch) -> None:
+    def start(self, fastfuncs: Sources, fastpods: Sources, services: Sources, pods: Sources) -> None:
         """Fill the caches, then start the worker and the periodic resync; TimeoutError names a cache
-        that did not fill (its reflector's log says why)."""
-        self._reflectors = [Reflector("fastfuncs", fastfuncs, self.fastfuncs, hints=FASTFUNC_HINTS),
-                            Reflector("fastpods", fastpods, self.fastpods, hints=FASTPOD_HINTS),
-                            Reflector("services", services, self.services, hints=SERVICE_HINTS),
-                            Reflector("pods", pods, self.pods, hints=POD_HINTS)]
+        that did not fill (its reflector's log says why). Each kind's source is cluster-wide, or one
+        per namespace (a mapping): then each namespace has its own reflector, whose relists replace
+        that namespace's part of the cache."""
+        self._reflectors = [*self._reflectors_of("fastfuncs", fastfuncs, self.fastfuncs, FASTFUNC_HINTS),
+                            *self._reflectors_of("fastpods", fastpods, self.fastpods, FASTPOD_HINTS),
+                            *self._reflectors_of("services", services, self.services, SERVICE_HINTS),
+                            *self._reflectors_of("pods", pods, self.pods, POD_HINTS)]
         for reflector in self._reflectors:
             reflector.start()
         for reflector in self._reflectors:
@@ -602,6 +633,13 @@ class Controller:
                          threading.Thread(target=self._autoscaler, name="autoscaler", daemon=True)]
         for thread in self._threads:
             thread.start()
+
+    @staticmethod
+    def _reflectors_of(name: str, source: Sources, store: ObjectStore, hints: Mapping[int, str]) -> list[Reflector]:
+        if isinstance(source, Mapping):
+            return [Reflector(f"{name}-{namespace}", each, store.scoped(namespace), hints=hints)
+                    for namespace, each in source.items()]
+        return [Reflector(name, source, store, hints=hints)]
 
     def stop(self, grace_s: float = 30.0) -> None:
         self._stopping.set()

@@ -4,7 +4,9 @@ module of the controller that reaches the API.
 - :func:`load_api_client`: ``--kubeconfig``, else in-cluster config, else ``~/.kube/config``;
 - :func:`fastfunc_source`, :func:`fastpod_source`, :func:`service_source`, :func:`pod_source`: what
   the reflectors list and watch, as dicts: every FaSTFunc, and the FaSTPods, Services and pods
-  carrying the function label;
+  carrying the function label; :func:`sources`: the four, one of each per function namespace (the
+  controller's rights are a Role in each, so nothing is listed or watched cluster-wide), or
+  cluster-wide ones for ``--all-namespaces``;
 - :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), the profile ConfigMap's
   GET, events and Leases;
 - :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start;
@@ -18,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, decode_assignment, decode_node_inventory
@@ -72,12 +76,41 @@ def pod_source(api: ApiClient, namespace: str | None) -> RawListWatch:
     return RawListWatch(core.list_pod_for_all_namespaces, label_selector=keys.FUNCTION_LABEL)
 
 
-def check_crd(api: ApiClient) -> str | None:
-    """None if FaSTFuncs can be listed; else one line saying why not and what to do."""
+Source = RawListWatch | dict[str, RawListWatch]  # cluster-wide, or one per namespace
+
+
+@attrs.frozen
+class Sources:
+    """What the controller's four caches list and watch (see :meth:`Controller.start`)."""
+
+    fastfuncs: Source
+    fastpods: Source
+    services: Source
+    pods: Source
+
+
+def sources(api: ApiClient, namespaces: Sequence[str] | None) -> Sources:
+    """One source of each kind per namespace of ``namespaces``; cluster-wide ones for ``None``."""
+    if namespaces is None:
+        return Sources(fastfunc_source(api, None), fastpod_source(api, None), service_source(api, None),
+                       pod_source(api, None))
+    return Sources({ns: fastfunc_source(api, ns) for ns in namespaces},
+                   {ns: fastpod_source(api, ns) for ns in namespaces},
+                   {ns: service_source(api, ns) for ns in namespaces},
+                   {ns: pod_source(api, ns) for ns in namespaces})
+
+
+def check_crd(api: ApiClient, namespace: str | None = None) -> str | None:
+    """None if FaSTFuncs can be listed (in ``namespace``, else cluster-wide); else one line saying
+    why not and what to do."""
     custom = rest.custom_objects(api)
     try:
-        rest.call(custom.list_cluster_custom_object, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,
-                  keys.FASTFUNC_PLURAL, limit=1)
+        if namespace:
+            rest.call(custom.list_namespaced_custom_object, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, namespace,
+                      keys.FASTFUNC_PLURAL, limit=1)
+        else:
+            rest.call(custom.list_cluster_custom_object, keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION,
+                      keys.FASTFUNC_PLURAL, limit=1)
     except ApiError as error:
         if error.not_found:
             return (f"the FaSTFunc CRD {keys.FASTFUNC_CRD_NAME} is not installed; install it with "
@@ -157,5 +190,5 @@ class KubeClient(rest.Leases, rest.Events):
                 continue
         return FreeSpace.of(inventories, assigned)
 
-__all__ = ["ApiClient", "ApiError", "KubeClient", "KubeConfigError", "RawListWatch", "check_crd", "fastfunc_source",
-           "fastpod_source", "load_api_client", "pod_source", "service_source"]
+__all__ = ["ApiClient", "ApiError", "KubeClient", "KubeConfigError", "RawListWatch", "Source", "Sources", "check_crd",
+           "fastfunc_source", "fastpod_source", "load_api_client", "pod_source", "service_source", "sources"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -42,8 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "rates the gateways count (--gateway-url, or Prometheus: --prometheus-url).")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
-    parser.add_argument("--namespace", default="",
-                        help="watch FaSTFuncs of this namespace only (default: all namespaces)")
+    parser.add_argument("--namespace", action="append", dest="namespaces", metavar="NS",
+                        help="a function namespace: run the FaSTFuncs there; repeat for more (default "
+                             f"{keys.DEFAULT_FUNCTION_NAMESPACE}). Its rights there are a Role "
+                             "(deploy/function-controller/rbac.yaml): bind a copy in each namespace you add")
+    parser.add_argument("--all-namespaces", action="store_true",
+                        help="run the FaSTFuncs of every namespace instead; needs cluster-wide rights the shipped "
+                             "RBAC does not grant (default: off)")
     parser.add_argument("--resync-seconds", type=float, default=300.0,
                         help="reconcile every FaSTFunc at least this often (default: %(default)s)")
     parser.add_argument("--gateway-url", action="append", default=[], metavar="URL",
@@ -74,7 +80,31 @@ class UsageError(Exception):
     """A flag value that cannot work; the message names it."""
 
 
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def watched_namespaces(args: argparse.Namespace) -> list[str] | None:
+    """The function namespaces the flags name, in order; None for every namespace."""
+    if args.all_namespaces:
+        return None
+    return list(dict.fromkeys(args.namespaces or [keys.DEFAULT_FUNCTION_NAMESPACE]))
+
+
+def namespace_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--namespace`` / ``--all-namespaces`` cannot work, else None."""
+    if args.all_namespaces and args.namespaces:
+        return ("--namespace and --all-namespaces exclude each other; allowed: one or more --namespace NS, "
+                "or --all-namespaces")
+    for namespace in args.namespaces or []:
+        if not NAMESPACE_NAME.fullmatch(namespace):
+            return (f"--namespace {namespace!r} is not a namespace name; allowed: a DNS-1123 label "
+                    "(a-z, 0-9, '-', at most 63 characters)")
+    return None
+
+
 def check_args(args: argparse.Namespace) -> None:
+    if (problem := namespace_problem(args)) is not None:
+        raise UsageError(problem)
     if args.resync_seconds <= 0:
         raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
     if not 0.1 <= args.scrape_interval_seconds <= 60:
@@ -102,7 +132,8 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
     ``api`` replaces the client ``--kubeconfig`` describes (tests). Raises KubeConfigError."""
     identity = args.identity or f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     api = api or kube.load_api_client(args.kubeconfig)
-    if problem := kube.check_crd(api):
+    namespaces = watched_namespaces(args)
+    if problem := kube.check_crd(api, namespaces[0] if namespaces else None):
         log.error("%s", problem)
         return 1
     client = kube.KubeClient(api)
@@ -140,10 +171,11 @@ def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElect
     except kube.KubeConfigError as error:
         log.error("%s", error)
         return 1
-    namespace = args.namespace or None
+    namespaces = watched_namespaces(args)
+    log.info("running the FaSTFuncs of namespaces=%s", ",".join(namespaces) if namespaces else "all")
+    sources = kube.sources(api, namespaces)
     try:
-        controller.start(kube.fastfunc_source(api, namespace), kube.fastpod_source(api, namespace),
-                         kube.service_source(api, namespace), kube.pod_source(api, namespace))
+        controller.start(sources.fastfuncs, sources.fastpods, sources.services, sources.pods)
     except TimeoutError as error:
         log.error("%s; are the FaSTFunc and FaSTPod CRDs installed and may this account list FaSTFuncs, FaSTPods, "
                   "Services and pods (deploy/function-controller/rbac.yaml)?", error)
