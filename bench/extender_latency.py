@@ -42,6 +42,7 @@ from typing import Any
 
 from bench.c_programs import ROOT, compile_program
 from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.codec import PodAssignment, encode_assignment, encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
 from fastgshare.share import ShareSpec, share_annotations
@@ -68,10 +69,13 @@ NEW_SHARE = ShareSpec(request_permille=150, limit_permille=300, sm_percent=30, m
 EXTRA = ShareSpec(request_permille=100, limit_permille=100, sm_percent=10, memory_bytes=1 * GiB)  # steady churn
 
 
+TRUST = AssignmentTrust(b"bench-assignment-key-0123456789abcdef")  # the bench's own key
+
+
 def half_full_cluster_and_pods(nodes: int) -> tuple[ClusterState, list[PodRecord]]:
     """``nodes`` nodes of 8 GPUs, each GPU holding two resident pods (half its area and memory), and
     those pods (to relist them)."""
-    state = ClusterState(bind_wait_s=0)
+    state = ClusterState(bind_wait_s=0, trust=TRUST)
     names = [f"node-{i:05d}" for i in range(nodes)]
     records = []
     pods = []
@@ -82,11 +86,11 @@ def half_full_cluster_and_pods(nodes: int) -> tuple[ClusterState, list[PodRecord
             NodeInventory(node_name=name, gpus=gpus, slots_per_gpu=keys.DEFAULT_SLOTS_PER_GPU))))
         for gpu in gpus:
             for slot in range(2):
-                text = encode_assignment(PodAssignment(node_name=name, gpu_uuid=gpu.uuid, gpu_index=gpu.index,
-                                                       share=RESIDENT, assigned_at_ms=1 + slot))
+                assigned = PodAssignment(node_name=name, gpu_uuid=gpu.uuid, gpu_index=gpu.index, share=RESIDENT,
+                                         assigned_at_ms=1 + slot)
                 pods.append(PodRecord(uid=f"{gpu.uuid}-{slot}", namespace="resident", name=f"{gpu.uuid}-{slot}",
                                       node_name=name, phase="Running",
-                                      annotations={keys.POD_ASSIGNMENT_ANNOTATION: text,
+                                      annotations={**_signed(f"{gpu.uuid}-{slot}", assigned),
                                                    keys.POD_ALLOCATED_ANNOTATION: "yes"}))
     state.replace_nodes(records)
     state.replace_pods(pods, state.begin_relist())
@@ -99,11 +103,16 @@ def extra_pod(nodes: int, serial: int) -> PodRecord:
     name = f"node-{serial % nodes:05d}"
     gpu = serial // nodes % GPUS_PER_NODE
     uuid = f"GPU-{name}-{gpu}"
-    text = encode_assignment(PodAssignment(node_name=name, gpu_uuid=uuid, gpu_index=gpu, share=EXTRA,
-                                           assigned_at_ms=10 + serial))
+    assigned = PodAssignment(node_name=name, gpu_uuid=uuid, gpu_index=gpu, share=EXTRA, assigned_at_ms=10 + serial)
     return PodRecord(uid=f"extra-{serial}", namespace="resident", name=f"extra-{serial}", node_name=name,
-                     phase="Running", annotations={keys.POD_ASSIGNMENT_ANNOTATION: text,
+                     phase="Running", annotations={**_signed(f"extra-{serial}", assigned),
                                                    keys.POD_ALLOCATED_ANNOTATION: "yes"})
+
+
+def _signed(uid: str, assigned: PodAssignment) -> dict[str, str]:
+    """The assignment and its signature, as the extender writes them (the cache verifies each)."""
+    return {keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assigned),
+            keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION: TRUST.sign(uid, assigned) or ""}
 
 
 def request_body(names: list[str], share: ShareSpec, serial: int) -> bytes:

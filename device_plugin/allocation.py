@@ -28,8 +28,10 @@ from pathlib import PurePosixPath
 import attrs
 
 from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust, beyond_own_share
 from fastgshare.codec import PodAssignment, decode_assignment
-from fastgshare.errors import CodecError
+from fastgshare.errors import CodecError, InvalidShareSpec
+from fastgshare.share import parse_share
 
 
 @attrs.frozen(kw_only=True)
@@ -52,19 +54,12 @@ class PodRecord:
     # already bound when the agent listed, so the order is not known). kubelet admits pods in the
     # order its own watch sees them bound, which is the same order (both follow etcd's revisions).
     bound_seq: int | None = None
-    # The extender's assignment, decoded once when the record is made (None without one, or when
-    # it cannot be read: ``assignment_problem`` then says why).
-    assignment: PodAssignment | None = attrs.field(init=False, default=None)
-    assignment_problem: str | None = attrs.field(init=False, default=None)
-
-    def __attrs_post_init__(self) -> None:
-        text = self.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
-        if text is None:
-            return
-        try:
-            object.__setattr__(self, "assignment", decode_assignment(text))
-        except CodecError as error:
-            object.__setattr__(self, "assignment_problem", str(error))
+    # The extender's assignment as the agent trusts it, vetted once when the record is made
+    # (:func:`vetted`): None without one, or when it cannot be read, is not signed by the extender
+    # for this pod and node, or gives more than the pod's own share annotations; then
+    # ``assignment_problem`` says why.
+    assignment: PodAssignment | None = None
+    assignment_problem: str | None = None
 
     @property
     def key(self) -> str:
@@ -73,6 +68,28 @@ class PodRecord:
     @property
     def allocated(self) -> bool:
         return keys.POD_ALLOCATED_ANNOTATION in self.annotations
+
+
+def vetted(record: PodRecord, trust: AssignmentTrust) -> PodRecord:
+    """``record`` with its assignment if the agent may serve it: readable, signed by the extender
+    for this pod's uid and the node it is on, and giving no more than the pod's own share
+    annotations ask for (so the hook's memory limit is never above the pod's ``gpu_mem``)."""
+    text = record.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
+    if text is None:
+        return attrs.evolve(record, assignment=None, assignment_problem=None)
+    try:
+        assignment = decode_assignment(text)
+        own = parse_share(record.annotations)
+    except CodecError as error:
+        return attrs.evolve(record, assignment=None, assignment_problem=str(error))
+    except InvalidShareSpec as error:
+        return attrs.evolve(record, assignment=None, assignment_problem=f"its share annotations are invalid: {error}")
+    problem = (trust.problem(record.annotations.get(keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION), pod_uid=record.uid,
+                             node_name=record.node_name, assignment=assignment)
+               or beyond_own_share(assignment.share, own))
+    if problem is not None:
+        return attrs.evolve(record, assignment=None, assignment_problem=f"assignment refused: {problem}")
+    return attrs.evolve(record, assignment=assignment, assignment_problem=None)
 
 
 @attrs.frozen
@@ -125,14 +142,16 @@ def candidates(pods: Iterable[PodRecord], node_name: str,
 
     ``held``: kubelet's record, pod key -> how many of its containers hold our devices; a pod
     is waiting while that is fewer than its GPU containers. Without it (None), a pod marked
-    allocated is not waiting. Problems are human-readable lines about pods that look like
-    candidates but carry an assignment that cannot be read or names another node.
+    allocated is not waiting. Only pods whose containers request the vGPU resource are
+    candidates: annotations cannot make a pod one (issue 42, row 4). Problems are human-readable
+    lines about pods that look like candidates but carry an assignment the agent does not serve
+    (unreadable, not the extender's, beyond the pod's own share, or for another node).
     """
     found: list[Candidate] = []
     problems: list[str] = []
     for pod in pods:
         if (pod.node_name != node_name or keys.POD_ASSIGNMENT_ANNOTATION not in pod.annotations
-                or pod.deleting or pod.phase in _FINISHED_PHASES):
+                or not pod.gpu_containers or pod.deleting or pod.phase in _FINISHED_PHASES):
             continue
         if pod.allocated if held is None else held.get(pod.key, 0) >= _gpu_containers(pod):
             continue
@@ -182,7 +201,10 @@ def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bo
     if mps_enabled:
         envs[keys.ENV_MPS_THREAD_PERCENTAGE] = str(assignment.share.sm_percent)
         envs[keys.ENV_MPS_PIPE_DIRECTORY] = paths.mps_pipe_dir
-        mounts.append(Mount(paths.mps_pipe_dir, paths.mps_pipe_dir, read_only=False))
+        # Read-only: a tenant must not plant files other pods' MPS clients read (issue 37, row 8).
+        # Clients connect to the daemon's sockets and pipes, which a read-only mount allows; the
+        # GPU day confirms no client needs to create files there (docs/node-agent.md).
+        mounts.append(Mount(paths.mps_pipe_dir, paths.mps_pipe_dir, read_only=True))
     driver = paths.simulated_driver
     if driver is not None and assignment.gpu_uuid in driver.gpu_dirs:
         library_dir = PurePosixPath(keys.CONTAINER_DRIVER_DIR)

@@ -7,11 +7,14 @@ module that reaches the API.
   list/watch loop (:class:`~fastgshare_kube.reflector.Reflector`: list, then watch from the list's
   resourceVersion; bookmarks move the version on; relist when the watch expires with 410 Gone), so
   Allocate reads memory rather than listing per call. Each pod is turned into a
-  :class:`~device_plugin.allocation.PodRecord` once, when it arrives, its assignment decoded there;
+  :class:`~device_plugin.allocation.PodRecord` once, when it arrives, its assignment vetted there
+  (:func:`~device_plugin.allocation.vetted`: the extender's signature, the pod's own share). A
+  pod that had a trusted assignment keeps it when the annotation is rewritten with one the agent
+  does not trust, and a Warning event on the pod says so (issue 42, row 2);
 - :class:`KubeWriter`: the agent's writes: marking a pod allocated (one annotation, guarded by
   resourceVersion, retried on 409), publishing the node's GPU inventory (its own annotations),
-  and deleting a pod of a controller whose container it refused to start (see
-  :meth:`~device_plugin.servicer.DevicePluginServicer.PreStartContainer`).
+  and Warning events on pods (a refused assignment, a container refused at
+  :meth:`~device_plugin.servicer.DevicePluginServicer.PreStartContainer`). It deletes no pod.
 
 Pods are read as the API's JSON, not as client models; failures are the layer's
 :class:`~fastgshare_kube.errors.ApiError`.
@@ -27,16 +30,20 @@ from typing import Any
 
 import attrs
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import PodRecord, vetted
 from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare_kube import rest
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 from fastgshare_kube.errors import ApiError
+from fastgshare_kube.events import WARNING, EventRecorder
 from fastgshare_kube.reflector import Reflector
 from fastgshare_kube.rest import RawListWatch
 
 log = logging.getLogger(__name__)
 
+EVENT_COMPONENT = "fastgshare-node-agent"
+REASON_ASSIGNMENT_REFUSED = "AssignmentRefused"
 WATCH_TIMEOUT_S = 240
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = (5.0, 30.0)
@@ -80,12 +87,12 @@ def missing_node(api: ApiClient, node_name: str, wait_s: float, *,
         delay = min(delay * 2, 10.0)
 
 
-def pod_record(pod: Mapping[str, Any]) -> PodRecord:
-    """The parts of a pod (the API's JSON) the node agent needs."""
+def pod_record(pod: Mapping[str, Any], trust: AssignmentTrust) -> PodRecord:
+    """The parts of a pod (the API's JSON) the node agent needs, its assignment vetted with ``trust``."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
-    return PodRecord(
+    return vetted(PodRecord(
         uid=str(metadata.get("uid") or ""),
         namespace=str(metadata.get("namespace") or ""),
         name=str(metadata.get("name") or ""),
@@ -97,7 +104,32 @@ def pod_record(pod: Mapping[str, Any]) -> PodRecord:
         deleting=metadata.get("deletionTimestamp") is not None,
         controller=next((f"{ref.get('kind')}/{ref.get('name')}" for ref in metadata.get("ownerReferences") or []
                          if ref.get("controller")), None),
-    )
+    ), trust)
+
+
+def pod_object(pod: PodRecord) -> dict[str, Any]:
+    """What an event names about the pod."""
+    return {"metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
+                         "resourceVersion": pod.resource_version}}
+
+
+def keep_trusted(record: PodRecord, known: PodRecord | None) -> tuple[PodRecord, str | None]:
+    """``record``, keeping ``known``'s trusted assignment if the new one is not trusted (the agent
+    enforces what it served, not what an annotation says later), and the Warning to report on the
+    pod, if any: once per distinct refused assignment of a pod that requests the vGPU resource."""
+    text = record.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
+    report = None
+    if (record.assignment_problem is not None and record.gpu_containers
+            and (known is None or known.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION) != text)):
+        report = f"fastgshare: the node agent does not serve this pod's {keys.POD_ASSIGNMENT_ANNOTATION}: " \
+                 f"{record.assignment_problem}"
+    if record.assignment is None and known is not None and known.assignment is not None:
+        kept = known.assignment
+        record = attrs.evolve(record, assignment=kept)
+        if report is not None:
+            report += (f"; it keeps GPU {kept.gpu_uuid} with {kept.share.describe()}, as the scheduler extender "
+                       "assigned (share changes go through the share annotations)")
+    return record, report
 
 
 def _requests_vgpu(container: Mapping[str, Any]) -> bool:
@@ -109,9 +141,12 @@ class NodePods:
     """Pods bound to one node, kept current by a background list-and-watch thread (the reflector's
     :class:`~fastgshare_kube.reflector.Sink`)."""
 
-    def __init__(self, api: ApiClient, node_name: str, *, retry_delay_s: float = 1.0,
+    def __init__(self, api: ApiClient, node_name: str, *, trust: AssignmentTrust,
+                 report: Callable[[PodRecord, str], None] | None = None, retry_delay_s: float = 1.0,
                  max_retry_delay_s: float = 30.0) -> None:
         self._node_name = node_name
+        self._trust = trust
+        self._report = report  # a Warning about a pod's refused assignment (called outside the lock)
         self._pods: dict[str, PodRecord] = {}
         self._version = 0  # bumped on every change, for wait_for_change
         self._binds_seen = 0  # pods seen arriving on this node by the watch (their bound_seq)
@@ -152,24 +187,40 @@ class NodePods:
     def replace(self, objects: list[dict[str, Any]]) -> None:
         """A (re)list: pods known before keep their place in the bind order; new ones have none
         (they may have arrived in any order while the watch was down)."""
-        records = [pod_record(obj) for obj in objects]
+        records = [pod_record(obj, self._trust) for obj in objects]
+        reports = []
         with self._changed:
-            self._pods = {record.uid: attrs.evolve(record, bound_seq=self._bound_seq_of(record.uid))
-                          for record in records}
+            pods = {}
+            for record in records:
+                kept, report = keep_trusted(record, self._pods.get(record.uid))
+                pods[record.uid] = attrs.evolve(kept, bound_seq=self._bound_seq_of(record.uid))
+                if report is not None:
+                    reports.append((kept, report))
+            self._pods = pods
             self._synced = True
             self._bump()
+        for pod, report in reports:
+            self._warn(pod, report)
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         """A pod changed, or arrived: the field selector shows a pod when it is bound here, so a pod
         new to the cache takes the next place in the bind order."""
-        record = pod_record(obj)
+        record = pod_record(obj, self._trust)
         with self._changed:
             known = record.uid in self._pods
             seq = self._bound_seq_of(record.uid) if known else self._binds_seen
             if not known:
                 self._binds_seen += 1
+            record, report = keep_trusted(record, self._pods.get(record.uid))
             self._pods[record.uid] = attrs.evolve(record, bound_seq=seq)
             self._bump()
+        if report is not None:
+            self._warn(record, report)
+
+    def _warn(self, pod: PodRecord, message: str) -> None:
+        log.warning("pod=%s %s", pod.key, message)
+        if self._report is not None:
+            self._report(pod, message)
 
     def _bound_seq_of(self, uid: str) -> int | None:
         known = self._pods.get(uid)
@@ -190,9 +241,11 @@ class KubeWriter:
     """The node agent's writes, each limited to the annotation it owns."""
 
     def __init__(self, api: ApiClient, *, sleep: Callable[[float], None] = time.sleep,
-                 node_annotations: Mapping[str, str] | None = None) -> None:
+                 node_annotations: Mapping[str, str] | None = None, instance: str = "") -> None:
         self._api = api
         self._core = rest.core_v1(api)
+        self._events = EventRecorder(rest.Events(api), component=EVENT_COMPONENT, instance=instance,
+                                     api_version="v1", kind="Pod")
         self._sleep = sleep
         self._node_annotations = dict(node_annotations or {})  # published with the inventory
 
@@ -228,19 +281,11 @@ class KubeWriter:
         log.warning("pod=%s could not be marked allocated after %d conflicts", pod.key, CONFLICT_RETRIES)
         return False
 
-    def delete_refused(self, pod: PodRecord) -> bool:
-        """Delete a pod whose container the agent refused to start, so that its controller makes
-        a new one; only this pod (a uid precondition): a new pod of the same name stays. False if
-        it is gone already or was replaced."""
-        body = {"preconditions": {"uid": pod.uid}}
-        try:
-            rest.call(self._core.delete_namespaced_pod, pod.name, pod.namespace, body=rest.raw(body),
-                      timeout_s=REQUEST_TIMEOUT)
-        except ApiError as error:
-            if error.not_found or error.conflict:
-                return False
-            raise
-        return True
+    def warn(self, pod: PodRecord, reason: str, message: str) -> None:
+        """A Warning event on ``pod`` in the background (kubelet may be waiting on the caller; the
+        recorder logs a failed write and aggregates repeats)."""
+        threading.Thread(target=self._events.event, args=(pod_object(pod), WARNING, reason, message),
+                         name="pod-event", daemon=True).start()
 
     def publish_inventory(self, node_name: str, payload: str) -> bool:
         """Write the node's inventory annotation (and the agent's other node annotations, such as

@@ -41,6 +41,13 @@ from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.hook_install import HookInstallError, install_hook, install_library
 from device_plugin.nvml import NvmlGpus, NvmlUnavailable
 from fastgshare import __version__, keys
+from fastgshare.assignment_signature import (
+    ALLOW_UNSIGNED_FLAG,
+    KEY_FILE_FLAG,
+    AssignmentKeyError,
+    AssignmentTrust,
+    trust_from_flags,
+)
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, gpu_spec_from_label, parse_gpu_spec
 
@@ -101,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-listen", default=f"0.0.0.0:{keys.DEFAULT_NODE_METRICS_PORT}", metavar="HOST:PORT",
                         help="where to serve /metrics and /healthz (default: %(default)s; port 0 picks a free one); "
                              "the port is published on the node for `fastgshare inspect`")
+    parser.add_argument(KEY_FILE_FLAG, metavar="PATH",
+                        help="the key the extender signs assignments with (Secret fastgshare-assignment-key); "
+                             f"Allocate serves only assignments it signed for the pod; required unless "
+                             f"{ALLOW_UNSIGNED_FLAG}")
+    parser.add_argument(ALLOW_UNSIGNED_FLAG, action="store_true",
+                        help="run without a key and serve unsigned assignments (development only: anyone who may "
+                             "patch a pod can then give it any share)")
     add_timing_arguments(parser)
     add_edge_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -253,10 +267,17 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
     return EarlyArbiter(backend, run_dir, shares, thread)
 
 
-def build(args: argparse.Namespace, early: EarlyArbiter) -> Components:
+def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust) -> Components:
     """Create and wire every other part of the agent (nothing of it runs yet)."""
     from device_plugin.agent import NodeAgent  # noqa: PLC0415 - heavy: after the arbiter started
-    from device_plugin.kube import KubeConfigError, KubeWriter, NodePods, load_api_client, missing_node  # noqa: PLC0415
+    from device_plugin.kube import (  # noqa: PLC0415
+        REASON_ASSIGNMENT_REFUSED,
+        KubeConfigError,
+        KubeWriter,
+        NodePods,
+        load_api_client,
+        missing_node,
+    )
     from device_plugin.pod_resources import PodResourcesClient  # noqa: PLC0415
     from device_plugin.servicer import DevicePluginServicer  # noqa: PLC0415
 
@@ -274,11 +295,13 @@ def build(args: argparse.Namespace, early: EarlyArbiter) -> Components:
         raise StartupError(str(error), 2) from None
     if (problem := missing_node(api, args.node_name, args.node_wait_seconds)) is not None:
         raise StartupError(problem, 2)
-    pods = NodePods(api, args.node_name)
+    pods = NodePods(api, args.node_name, trust=trust,  # reports once it runs, when the writer below exists
+                    report=lambda pod, message: writer.warn(pod, REASON_ASSIGNMENT_REFUSED, message))
     early.shares.attach(AssignmentShares(pods))
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
     metrics = start_metrics(args, pods, arbiter, devices)
-    writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)})
+    writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)},
+                        instance=args.node_name)
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
                                                     mps_pipe_dir=args.mps_pipe_dir, simulated_driver=driver))
     kubelet_record = PodResourcesClient(args.pod_resources_socket, keys.VGPU_RESOURCE)
@@ -324,16 +347,24 @@ def raise_open_files_limit() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        trust = trust_from_flags(args.assignment_key_file, args.allow_unsigned_assignments,
+                                 lambda path: Path(path).read_bytes())
+    except AssignmentKeyError as error:
+        print(f"fastgshare-node-agent: error: {error}", file=sys.stderr)  # one line
+        return 2
     raise_open_files_limit()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not trust.signing:
+        log.warning("%s: unsigned assignments are served (development only)", ALLOW_UNSIGNED_FLAG)
     try:
         early = start_arbiter(args)
     except StartupError as error:
         log.error("%s", error)
         return error.code
     try:
-        run(build(args, early))
+        run(build(args, early, trust))
     except StartupError as error:
         early.thread.stop()
         early.backend.close()

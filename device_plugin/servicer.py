@@ -57,11 +57,14 @@ class PodSource(Protocol):
 
 
 class PodWriter(Protocol):
-    """The agent's two writes to pods."""
+    """The agent's two writes about pods: the allocated mark, and Warning events (never a delete)."""
 
     def mark_allocated(self, pod: PodRecord, value: str) -> bool: ...
 
-    def delete_refused(self, pod: PodRecord) -> bool: ...
+    def warn(self, pod: PodRecord, reason: str, message: str) -> None: ...
+
+
+REASON_START_REFUSED = "GPUContainerRefused"
 
 
 class KubeletRecord(Protocol):
@@ -106,8 +109,6 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
         self._monotonic = monotonic
         self._allocate_lock = threading.Lock()  # one Allocate at a time: pods are served in order
         self._given: dict[str, tuple[Answer, bool]] = {}  # device ID -> what its container got, with MPS
-        self._deleting: set[str] = set()  # uids of refused pods being deleted
-        self._deleting_lock = threading.Lock()
         # A servicer is made each time kubelet (re)starts: kubelet lists the pods already bound and
         # admits them by creation time, so only pods arriving from now on come in a known order.
         self._order_from = pods.binds_seen()
@@ -174,40 +175,19 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
     def PreStartContainer(self, request: api.PreStartContainerRequest,
                           context: grpc.ServicerContext) -> api.PreStartContainerResponse:
         """The last check before a container starts: kubelet's record now names the pod holding
-        these devices; if what Allocate gave them is not what that pod is assigned (kubelet admitted
-        a pod the agent did not expect), the container does not start and the reason is on the pod.
+        these devices; if what Allocate gave them is not what that pod is assigned and trusted for
+        (kubelet admitted a pod the agent did not expect, or the pod's assignment is not the
+        extender's), that container does not start, and a Warning event on that pod says why.
 
-        kubelet keeps Allocate's answer for the pod's life and retries the start, so such a pod
-        would wait forever: a pod with a controller is deleted, and the controller makes a new one
-        that gets its own Allocate. A pod nobody replaces is left for its owner to delete."""
+        The agent deletes no pod (issue 42, row 4: a forged pod must not make it delete innocent
+        ones): kubelet keeps Allocate's answer for the pod's life and retries the start, so the pod
+        waits until its owner deletes it (a FaSTPod's controller replaces a pod that does not start)."""
         if (refusal := self._wrong_answer(list(request.devices_ids))) is not None:
             pod, problem = refusal
-            log.warning("pre-start refused devices=%s reason=%s", list(request.devices_ids), problem)
-            if pod.controller is not None and not pod.deleting:
-                self._delete_refused(pod)
+            log.warning("pre-start refused pod=%s devices=%s reason=%s", pod.key, list(request.devices_ids), problem)
+            self._marker.warn(pod, REASON_START_REFUSED, problem)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
         return api.PreStartContainerResponse()
-
-    def _delete_refused(self, pod: PodRecord) -> None:
-        """Delete ``pod`` in the background (the API may be slow; kubelet waits on this call);
-        once at a time per pod, again at kubelet's next try if it failed."""
-        with self._deleting_lock:
-            if pod.uid in self._deleting:
-                return
-            self._deleting.add(pod.uid)
-
-        def delete() -> None:
-            try:
-                if self._marker.delete_refused(pod):
-                    log.warning("deleted pod=%s so that %s makes a new one", pod.key, pod.controller)
-                    return  # the uid stays in the set: kubelet's later tries find it deleting
-            except Exception as error:  # a background thread: log it; kubelet's next try tries again
-                log.warning("cannot delete refused pod=%s now (%s); trying again at kubelet's next start",
-                            pod.key, error)
-            with self._deleting_lock:
-                self._deleting.discard(pod.uid)
-
-        threading.Thread(target=delete, name="delete-refused", daemon=True).start()
 
     def _wrong_answer(self, device_ids: list[str]) -> tuple[PodRecord, str] | None:
         given = [self._given[d] for d in device_ids if d in self._given]
@@ -224,10 +204,10 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
         if answer == answer_for(pod, self._allocator.paths, mps):
             return None
         assignment = pod.assignment
-        assigned = ("no GPU" if assignment is None
+        assigned = (f"no GPU the node agent serves ({pod.assignment_problem or 'no assignment'})" if assignment is None
                     else f"GPU {assignment.gpu_uuid}, SM {assignment.share.sm_percent}%")
         remedy = ("Delete the pod and create it again" if pod.controller is None
-                  else f"the node agent deletes the pod and {pod.controller} makes a new one")
+                  else f"delete the pod and {pod.controller} makes a new one")
         return pod, (f"fastgshare: refused to start a container of pod {pod.key}: Allocate gave it another pod's GPU "
                      f"or SM percentage ({dict(answer[0]).get('NVIDIA_VISIBLE_DEVICES')}), while the pod is assigned "
                      f"{assigned}; kubelet admitted a pod the node agent did not expect. {remedy}")

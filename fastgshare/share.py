@@ -40,8 +40,7 @@ _INTEGER = re.compile(r"[0-9]+")
 
 # Every fastgshare/ annotation key: what users write, then what the components write for each other.
 USER_KEYS = (*keys.SHARE_ANNOTATIONS, keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION)
-KNOWN_KEYS = frozenset((*USER_KEYS, keys.POD_ASSIGNMENT_ANNOTATION, keys.POD_ALLOCATED_ANNOTATION,
-                        keys.NODE_GPU_INFO_ANNOTATION))
+KNOWN_KEYS = frozenset((*USER_KEYS, *keys.SYSTEM_POD_ANNOTATIONS, *keys.SYSTEM_NODE_ANNOTATIONS))
 
 _REQUEST_RANGE = 'a decimal fraction of GPU time, 0 <= request <= 1 (e.g. "0.4")'
 _LIMIT_RANGE = 'a decimal fraction of GPU time, 0 < limit <= 1 (e.g. "0.8")'

@@ -22,9 +22,10 @@ The steps, and why in this order:
    kubelet restart) is stopped at ``PreStartContainer`` and replaced. The window keeps a node
    whose agent or kubelet is down from taking pods kubelet refuses meanwhile; a window of 1 is
    for agents without kubelet's PodResources API.
-4. Create the Binding with the assignment in its ``metadata.annotations``: the API server sets
-   the pod's node and copies the annotations onto the pod in one write, so a pod is never bound
-   without its assignment nor assigned without being bound. The Binding names the pod's uid and
+4. Create the Binding with the assignment and its signature (our key, over the pod's uid, node,
+   GPU and share: :mod:`fastgshare.assignment_signature`) in its ``metadata.annotations``: the API
+   server sets the pod's node and copies the annotations onto the pod in one write, so a pod is
+   never bound without its assignment nor assigned without being bound. The Binding names the pod's uid and
    the resourceVersion it was read at, which API servers check from 1.23 on (kubernetes PR
    105913): a pod replaced, or changed (its share, say), since it was read is answered 409, and
    on 409 the pod is re-read: one that was replaced, bound meanwhile or whose share changed is
@@ -114,7 +115,7 @@ class Binder:
         if args.pod_uid and pod.uid != args.pod_uid:
             raise BindRefused("pod-replaced", f"pod {args.pod_key} was replaced (uid {pod.uid}, not {args.pod_uid})")
         if pod.node_name:
-            if pod.node_name == args.node and _assigned_node(pod) == args.node:
+            if pod.node_name == args.node and _assigned_node(pod, self._state) == args.node:
                 log.info("bind pod=%s node=%s already bound, nothing to do", pod.key, args.node)
                 return None
             raise BindRefused("already-bound", f"pod {pod.key} is already bound to node {pod.node_name}")
@@ -161,13 +162,18 @@ class Binder:
         """One Binding that sets the node and the assignment; re-read and retry on conflicts."""
         assigned_at_ms = self._state.now_ms()  # the cache's clock: turns compare against it
         self._state.stamp(reservation.uid, assigned_at_ms)
-        payload = encode_assignment(PodAssignment(
+        assignment = PodAssignment(
             node_name=reservation.node, gpu_uuid=reservation.gpu_uuid, gpu_index=reservation.gpu_index,
-            share=reservation.share, assigned_at_ms=assigned_at_ms))
+            share=reservation.share, assigned_at_ms=assigned_at_ms)
+        payload = encode_assignment(assignment)
+        annotations = {keys.POD_ASSIGNMENT_ANNOTATION: payload}
+        signature = self._state.trust.sign(reservation.uid, assignment)
+        if signature is not None:
+            annotations[keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION] = signature
         node = reservation.node
         for _ in range(CONFLICT_RETRIES):
             try:
-                self._kube.create_binding(pod, node, {keys.POD_ASSIGNMENT_ANNOTATION: payload})
+                self._kube.create_binding(pod, node, annotations)
                 return
             except ApiConflict:
                 current = self._reread(pod, reservation, payload)
@@ -220,6 +226,6 @@ def _carries(pod: PodRecord, node: str, payload: str) -> bool:
     return pod.node_name == node and pod.assignment_text == payload
 
 
-def _assigned_node(pod: PodRecord) -> str | None:
-    assignment = pod_assignment(pod)
+def _assigned_node(pod: PodRecord, state: ClusterState) -> str | None:
+    assignment = pod_assignment(pod, state.trust)
     return assignment.node_name if assignment is not None else None

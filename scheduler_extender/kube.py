@@ -143,6 +143,16 @@ class KubeApi(rest.Events):
         super().__init__(api)
         self._core = rest.core_v1(api)
 
+    def read_node_annotations(self, name: str) -> Mapping[str, object] | None:
+        """The node's stored annotations (for the webhook, see :mod:`scheduler_extender.admission`);
+        None when it cannot be read."""
+        try:
+            body = rest.call(self._core.read_node, name, timeout_s=REQUEST_TIMEOUT)
+        except ApiError:
+            return None
+        annotations = (body.get("metadata") or {}).get("annotations")
+        return annotations if isinstance(annotations, dict) else {}
+
     def read_pod(self, namespace: str, name: str) -> PodRecord | None:
         try:
             body = self._call(lambda: rest.call(self._core.read_namespaced_pod, name, namespace,
@@ -152,7 +162,10 @@ class KubeApi(rest.Events):
         return pod_from_json(body)
 
     def patch_pod_annotation(self, pod: PodRecord, key: str, value: str | None) -> PodRecord:
-        body = {"metadata": {"resourceVersion": pod.resource_version, "annotations": {key: value}}}
+        return self.patch_pod_annotations(pod, {key: value})
+
+    def patch_pod_annotations(self, pod: PodRecord, annotations: Mapping[str, str | None]) -> PodRecord:
+        body = {"metadata": {"resourceVersion": pod.resource_version, "annotations": dict(annotations)}}
         return pod_from_json(self._call(lambda: rest.call(self._core.patch_namespaced_pod, pod.name, pod.namespace,
                                                           body, timeout_s=REQUEST_TIMEOUT)))
 

@@ -11,10 +11,18 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import FrameType
 
 from fastgshare import __version__, keys
+from fastgshare.assignment_signature import (
+    ALLOW_UNSIGNED_FLAG,
+    KEY_FILE_FLAG,
+    AssignmentKeyError,
+    AssignmentTrust,
+    trust_from_flags,
+)
 from fastgshare.placement import DEFAULT_POLICY, Policy
 from fastgshare_kube.events import EventRecorder
 from scheduler_extender.app import build_services, create_app, create_status_app
@@ -24,10 +32,12 @@ from scheduler_extender.config import (
     DEFAULT_FILTER_PASSES,
     DEFAULT_LISTEN,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_SYSTEM_WRITERS,
     FILTER_PASSES,
     ConfigError,
     ExtenderConfig,
     parse_listen,
+    parse_system_writers,
 )
 from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
 from scheduler_extender.server import HttpServer
@@ -62,11 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "Prometheus when --listen is a loopback address (default: not served separately)")
     parser.add_argument("--webhook-listen", default="", metavar="HOST:PORT",
                         help="also serve the validating admission webhook (POST /validate: FaSTPods and pods with "
-                             "fastgshare/ annotations, the messages of fastgshare check) over TLS here; needs "
+                             "fastgshare/ annotations, the messages of fastgshare check; the system annotations of "
+                             "pods and nodes only from --system-writers) over TLS here; needs "
                              "--webhook-cert and --webhook-key (default: no webhook)")
     parser.add_argument("--webhook-cert", metavar="FILE", help="the webhook's TLS certificate (PEM); reloaded when "
                                                                "the file changes")
     parser.add_argument("--webhook-key", metavar="FILE", help="the webhook's TLS private key (PEM)")
+    parser.add_argument("--system-writers", default=",".join(DEFAULT_SYSTEM_WRITERS), metavar="NAMES",
+                        help=f"comma-separated user names (as the API server authenticates them) that may set, "
+                             f"change or remove fastgshare's system annotations "
+                             f"({', '.join((*keys.SYSTEM_POD_ANNOTATIONS, *keys.SYSTEM_NODE_ANNOTATIONS))}); the "
+                             "webhook refuses anyone else, cluster admins included (default: %(default)s)")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, else ~/.kube/config)")
     parser.add_argument("--policy", default=DEFAULT_POLICY.value, choices=[p.value for p in Policy],
                         help=f"placement policy; a pod may override it with the annotation "
@@ -86,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "against the scheduler's own score plugins (default: %(default)s)")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help="larger request bodies are refused with 413 (default: %(default)s)")
+    parser.add_argument(KEY_FILE_FLAG, metavar="PATH",
+                        help="the key assignments are signed with (Secret fastgshare-assignment-key); required "
+                             f"unless {ALLOW_UNSIGNED_FLAG}")
+    parser.add_argument(ALLOW_UNSIGNED_FLAG, action="store_true",
+                        help="run without a key: assignments are written unsigned and any readable one counts "
+                             "(development only: anyone who may patch a pod can then claim GPU room)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -94,15 +116,22 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
     try:
         config = ExtenderConfig(policy=Policy(args.policy), bind_wait_s=args.bind_wait_seconds,
                                 bind_window=args.bind_window, filter_passes=args.filter_passes,
-                                max_body_bytes=args.max_body_bytes)
+                                max_body_bytes=args.max_body_bytes,
+                                system_writers=parse_system_writers(args.system_writers))
         host, port = parse_listen(args.listen)
     except ConfigError as error:
         parser.error(str(error))
     return config, host, port
 
 
-def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HttpServer | None:
-    """The webhook's TLS server (not started), or None without --webhook-listen."""
+WebhookFactory = Callable[[KubeApi], HttpServer]
+
+
+def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace,
+             config: ExtenderConfig) -> WebhookFactory | None:
+    """What makes the webhook's TLS server (not started) once the API is at hand (it reads a node's
+    stored annotations, see :mod:`scheduler_extender.admission`), or None without --webhook-listen.
+    The flags and the certificate are checked now."""
     if not args.webhook_listen:
         if args.webhook_cert or args.webhook_key:
             parser.error("--webhook-cert and --webhook-key need --webhook-listen HOST:PORT")
@@ -114,25 +143,34 @@ def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace) -> HttpS
         tls = ReloadingContext(args.webhook_cert, args.webhook_key)
     except (ConfigError, TlsConfigError) as error:
         parser.error(str(error).replace("--listen", "--webhook-listen"))
-    return HttpServer(create_webhook_app(), host, port, ssl_context=tls.context, name="extender-webhook")
+
+    def make(kube: KubeApi) -> HttpServer:
+        app = create_webhook_app(config.system_writers, stored_node_annotations=kube.read_node_annotations)
+        return HttpServer(app, host, port, ssl_context=tls.context, name="extender-webhook")
+
+    return make
 
 
-def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
-        webhook: HttpServer | None = None, metrics_at: tuple[str, int] | None = None) -> None:
+def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *, trust: AssignmentTrust,
+        webhook: WebhookFactory | None = None, metrics_at: tuple[str, int] | None = None) -> None:
     """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
     api = load_api_client(kubeconfig, connections=API_CONNECTIONS)
-    state = ClusterState(bind_wait_s=config.bind_wait_s, bind_window=config.bind_window)
+    state = ClusterState(bind_wait_s=config.bind_wait_s, bind_window=config.bind_window, trust=trust)
     kube = KubeApi(api)
     services = build_services(config, state, kube)
     changes = ShareChanges(state, kube, EventRecorder(kube, component=EVENT_COMPONENT, instance=socket.gethostname(),
                                                       api_version="v1", kind="Pod"))
     server = ThreadedHttpServer(create_app(services), host, port)
-    extra = [] if webhook is None else [webhook]
+    extra = []
     try:
+        if webhook is not None:
+            extra.append(webhook(kube))
         if metrics_at is not None:
             extra.append(HttpServer(create_status_app(services), *metrics_at, name="extender-status"))
     except OSError:
         server.stop()
+        for started in extra:
+            started.stop()
         raise
     watch = ClusterWatch(api, state, follower=changes)
     stopping = threading.Event()
@@ -176,24 +214,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config, host, port = _settings(parser, args)
+    try:
+        trust = trust_from_flags(args.assignment_key_file, args.allow_unsigned_assignments,
+                                 lambda path: Path(path).read_bytes())
+    except AssignmentKeyError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)  # one line, no usage: the flags parsed
+        return 2
+    if not trust.signing:
+        log.warning("%s: assignments are neither signed nor checked (development only)", ALLOW_UNSIGNED_FLAG)
     metrics_at = None
     if args.metrics_listen:
         try:
             metrics_at = parse_listen(args.metrics_listen)
         except ConfigError as error:
             parser.error(str(error).replace("--listen", "--metrics-listen"))
+    webhook = _webhook(parser, args, config)
     try:
-        webhook = _webhook(parser, args)
-    except OSError as error:
-        log.error("cannot serve the webhook on %s: %s", args.webhook_listen, error)
-        return 1
-    try:
-        run(config, host, port, args.kubeconfig, webhook=webhook, metrics_at=metrics_at)
+        run(config, host, port, args.kubeconfig, trust=trust, webhook=webhook, metrics_at=metrics_at)
     except KubeConfigError as error:
         log.error("%s", error)
         return 1
     except OSError as error:
-        log.error("cannot serve on %s: %s", args.listen, error)
+        log.error("cannot serve on %s: %s", " and ".join(filter(None, (args.listen, args.webhook_listen,
+                                                                        args.metrics_listen))), error)
         return 1
     log.info("extender stopped")
     return 0

@@ -2,21 +2,21 @@
 
 A :class:`Placement` comes from the API (the pod's ``fastgshare/assignment`` annotation) or from
 a bind of ours in progress; its flags say how far the pod has come (binding, assigned, bound,
-allocated) and whether the API has shown our write yet.
+allocated) and whether the API has shown our write yet. An assignment from the API counts only
+if it carries our signature for that pod and node (:mod:`fastgshare.assignment_signature`):
+anyone who may patch a pod can write the annotation, and a forged one must not take a GPU's room.
 """
 
 from __future__ import annotations
 
-import logging
-
 import attrs
 
+from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.codec import PodAssignment, decode_assignment
 from fastgshare.errors import CodecError
 from fastgshare.share import ShareSpec
 from scheduler_extender.records import PodRecord
-
-log = logging.getLogger(__name__)
 
 
 @attrs.define(kw_only=True)
@@ -52,16 +52,33 @@ class Placement:
         return "allocated" if self.allocated else "bound"
 
 
-def pod_assignment(record: PodRecord) -> PodAssignment | None:
-    """The pod's assignment, or None if it has none or one that cannot be read (logged)."""
+@attrs.frozen
+class ReadAssignment:
+    """A pod's assignment as read: ``assignment`` if it is readable and ours, else ``problem`` says why
+    (both None: the pod carries none)."""
+
+    assignment: PodAssignment | None = None
+    problem: str | None = None
+
+
+def read_assignment(record: PodRecord, trust: AssignmentTrust) -> ReadAssignment:
+    """The pod's assignment if it is readable and signed by us for this pod (its uid) and its node
+    (the one it is bound to; for a pod not bound yet, the one the assignment names)."""
     text = record.assignment_text
     if text is None:
-        return None
+        return ReadAssignment()
     try:
-        return decode_assignment(text)
+        assignment = decode_assignment(text)
     except CodecError as error:
-        log.warning("pod=%s unreadable assignment, not counted: %s", record.key, error)
-        return None
+        return ReadAssignment(problem=f"unreadable: {error}")
+    problem = trust.problem(record.annotations.get(keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION), pod_uid=record.uid,
+                            node_name=record.node_name or assignment.node_name, assignment=assignment)
+    return ReadAssignment(problem=problem) if problem is not None else ReadAssignment(assignment)
+
+
+def pod_assignment(record: PodRecord, trust: AssignmentTrust) -> PodAssignment | None:
+    """The pod's assignment, or None if it has none or one that is unreadable or not ours."""
+    return read_assignment(record, trust).assignment
 
 
 def placement_of(record: PodRecord, assignment: PodAssignment) -> Placement:
@@ -77,9 +94,8 @@ def same_assignment(a: Placement, b: Placement) -> bool:
     return (a.node, a.gpu_uuid, a.assigned_at_ms) == (b.node, b.gpu_uuid, b.assigned_at_ms)
 
 
-def placement_from_api(record: PodRecord) -> Placement | None:
-    """What a listed pod holds: its assignment's share, unless it has finished."""
-    if record.finished:
+def placement_from_api(record: PodRecord, assignment: PodAssignment | None) -> Placement | None:
+    """What a listed pod holds: its (trusted) assignment's share, unless it has finished."""
+    if record.finished or assignment is None:
         return None
-    assignment = pod_assignment(record)
-    return placement_of(record, assignment) if assignment is not None else None
+    return placement_of(record, assignment)

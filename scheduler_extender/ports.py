@@ -55,6 +55,10 @@ class KubePort(Protocol):
         ``pod.resource_version``; returns the updated pod."""
         ...
 
+    def patch_pod_annotations(self, pod: PodRecord, annotations: Mapping[str, str | None]) -> PodRecord:
+        """:meth:`patch_pod_annotation` for several annotations in one write."""
+        ...
+
     def create_binding(self, pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
         """Bind the pod to ``node`` and set ``annotations`` on it, in one write (the API server copies a
         Binding's annotations onto the pod). API servers from 1.23 on also check that the pod is still

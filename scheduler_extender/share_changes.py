@@ -7,7 +7,7 @@ assignment holds. One worker thread then, per pod:
 1. judges and takes the change on the cache's ledger in one step
    (:meth:`~scheduler_extender.state.ClusterState.begin_share_change`, rules in
    :mod:`~scheduler_extender.resharing`), so binds that follow see the new share;
-2. writes the new assignment (same node, GPU and time; the new share), guarded by the pod's
+2. writes the new assignment (same node, GPU and time; the new share) with its signature, guarded by the pod's
    ``resourceVersion``: on a conflict it re-reads the pod and goes on only if the pod still asks
    for the same change, so a concurrent edit is never lost;
 3. records an event on the pod: ``ShareChanged`` (Normal), or ``ShareChangeRefused`` (Warning,
@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.codec import PodAssignment, encode_assignment
 from fastgshare.share import ShareSpec, format_fraction
 from scheduler_extender.placements import pod_assignment
@@ -56,11 +57,11 @@ def pod_object(pod: PodRecord) -> dict[str, Any]:
                          "resourceVersion": pod.resource_version}}
 
 
-def asks_for_change(pod: PodRecord) -> bool:
-    """Whether a bound, assigned, running pod's share annotations differ from its assignment's share."""
+def asks_for_change(pod: PodRecord, trust: AssignmentTrust) -> bool:
+    """Whether a bound, assigned, running pod's share annotations differ from its (trusted) assignment's share."""
     if not pod.node_name or pod.finished or pod.deleting or pod.assignment_text is None:
         return False
-    assignment = pod_assignment(pod)
+    assignment = pod_assignment(pod, trust)
     if assignment is None:
         return False
     try:
@@ -86,7 +87,7 @@ class ShareChanges:
     # --- from the watch ----------------------------------------------------------------------
     def notice(self, pod: PodRecord) -> None:
         """A pod was added or changed: queue it if it asks for another share."""
-        if not asks_for_change(pod):
+        if not asks_for_change(pod, self._state.trust):
             with self._lock:
                 self._refused.pop(pod.uid, None)  # back to its share: a new edit is a new change
             return
@@ -159,12 +160,14 @@ class ShareChanges:
             self._events.event(pod_object(pod), NORMAL, REASON_CHANGED, message)
 
     def _write(self, pod: PodRecord, start: ShareChangeStart) -> bool:
-        payload = encode_assignment(PodAssignment(node_name=start.node, gpu_uuid=start.gpu_uuid,
-                                                  gpu_index=start.gpu_index, share=start.new,
-                                                  assigned_at_ms=start.assigned_at_ms))
+        assignment = PodAssignment(node_name=start.node, gpu_uuid=start.gpu_uuid, gpu_index=start.gpu_index,
+                                   share=start.new, assigned_at_ms=start.assigned_at_ms)
+        # The assignment and its signature in one patch: the node agent never sees one without the other.
+        annotations = {keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment),
+                       keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION: self._state.trust.sign(start.uid, assignment)}
         for _ in range(CONFLICT_RETRIES):
             try:
-                self._kube.patch_pod_annotation(pod, keys.POD_ASSIGNMENT_ANNOTATION, payload)
+                self._kube.patch_pod_annotations(pod, annotations)
                 return True
             except ApiConflict:
                 current = self._still_asking(pod, start)
@@ -194,7 +197,7 @@ class ShareChanges:
             return None
         if current is None or current.uid != pod.uid:
             return None
-        assignment = pod_assignment(current)
+        assignment = pod_assignment(current, self._state.trust)
         try:
             same = (wanted_share(current.annotations) == start.new and assignment is not None
                     and assignment.share == start.old and assignment.gpu_uuid == start.gpu_uuid)

@@ -7,6 +7,10 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
 - A pod counts on its GPU while the API shows its assignment annotation and the pod has not
   finished (Succeeded or Failed) or gone, bound or not: an assigned pod that is not bound yet
   is a bind in flight, perhaps of an extender that has since restarted.
+- Only assignments signed with our key for that pod's uid and node count
+  (:mod:`fastgshare.assignment_signature`): a forged or unsigned one counts for nothing (one log
+  line per pod). One that replaces a trusted assignment of a pod we hold is ignored: the pod keeps
+  the share we placed until its trusted assignment comes back or the pod goes.
 - A bind of ours counts from its reservation until it ends. Events that do not show its
   assignment until then are older than its write and change nothing. After it bound the pod,
   the placement stays until the API has shown the assignment (``seen``) or the pod is gone;
@@ -33,29 +37,35 @@ from __future__ import annotations
 
 import enum
 import gc
+import logging
 import math
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
+from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.placement import Policy
 from fastgshare.share import ShareSpec
 from scheduler_extender.nodes import NodeEntry
 from scheduler_extender.placements import (
     Placement,
+    ReadAssignment,
     placement_from_api,
     placement_of,
-    pod_assignment,
+    read_assignment,
     same_assignment,
 )
 from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.resharing import ShareChangeRefused
 
+log = logging.getLogger(__name__)
+
 COLLECT_AFTER_RELIST_NODES = 1000  # see ClusterState.replace_pods
 CHANGE_LOG = 4096  # single-node changes remembered (see ClusterState.changed_entries)
+DISTRUSTED_REMEMBERED = 4096  # pods whose untrusted assignment was logged (once per pod)
 
 
 def wall_clock_ms() -> int:
@@ -110,8 +120,10 @@ class Snapshot:
 class ClusterState:
     """Nodes, placements and bind turns; every method is safe to call from any thread."""
 
-    def __init__(self, *, bind_wait_s: float, bind_window: int = 1,
+    def __init__(self, *, bind_wait_s: float, trust: AssignmentTrust, bind_window: int = 1,
                  now_ms: Callable[[], int] = wall_clock_ms) -> None:
+        self.trust = trust  # signs what our binds and share changes write, and vets what the API shows
+        self._distrusted: OrderedDict[str, None] = OrderedDict()  # uids whose untrusted assignment was logged
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # the cache changed (every method holds its lock)
         self._turn_waiters: dict[str, threading.Condition] = {}  # uid -> what its wait_turn waits on
@@ -221,9 +233,12 @@ class ClusterState:
             for record in records:
                 if _pending(record):
                     self._pending[record.key] = record
-                placement = placement_from_api(record)
+                read = self._read(record)
+                placement = placement_from_api(record, read.assignment)
                 if placement is not None:
                     fresh[record.uid] = placement
+                elif read.problem is not None and not record.finished and record.uid in self._placements:
+                    fresh[record.uid] = self._placements[record.uid]  # a forgery over one we hold: keep ours
             for uid, old in self._placements.items():
                 listed = fresh.get(uid)
                 same = listed is not None and same_assignment(listed, old)
@@ -266,13 +281,16 @@ class ClusterState:
                 if old is not None:
                     self._drop(old)
                 return
-            assignment = pod_assignment(record)
+            read = self._read(record)
+            assignment = read.assignment
             if old is None:
                 if assignment is not None:
                     self._place(placement_of(record, assignment))
             elif old.in_flight or not old.seen:
                 if assignment is not None and old.matches(assignment):  # our write came back
                     self._refresh(old, record)
+            elif read.problem is not None:
+                pass  # an untrusted assignment over one we hold: the pod keeps what we placed
             elif assignment is None:
                 self._unplace(old)  # the assignment was removed
             elif old.matches(assignment):
@@ -281,6 +299,16 @@ class ClusterState:
             else:
                 self._unplace(old)
                 self._place(placement_of(record, assignment))
+
+    def _read(self, record: PodRecord) -> ReadAssignment:
+        """The pod's assignment if we can trust it; an untrusted one is logged once per pod."""
+        read = read_assignment(record, self.trust)
+        if read.problem is not None and record.uid not in self._distrusted:
+            self._distrusted[record.uid] = None
+            while len(self._distrusted) > DISTRUSTED_REMEMBERED:
+                self._distrusted.popitem(last=False)
+            log.warning("pod=%s uid=%s assignment not counted: %s", record.key, record.uid, read.problem)
+        return read
 
     def _follow_share(self, placement: Placement, share: ShareSpec) -> None:
         """The API shows ``share`` in the pod's assignment: a live change of ours coming back, one

@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Collection
 
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import BadRequest, HTTPException, UnsupportedMediaType
 
 from scheduler_extender import admission
+from scheduler_extender.config import DEFAULT_SYSTEM_WRITERS
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 * 2**20  # the API server sends at most ~3 MiB objects (etcd's limit), twice for updates
 
 
-def create_webhook_app() -> Flask:
+def create_webhook_app(system_writers: Collection[str] = DEFAULT_SYSTEM_WRITERS,
+                       stored_node_annotations: admission.NodeAnnotations | None = None) -> Flask:
+    """The webhook's app; ``system_writers`` may write fastgshare's system annotations;
+    ``stored_node_annotations`` reads a node's annotations from the API server (see
+    :mod:`scheduler_extender.admission`)."""
+    writers = tuple(system_writers)
     app = Flask(__name__)
     app.config.update(MAX_CONTENT_LENGTH=MAX_BODY_BYTES)
     app.json.sort_keys = False  # type: ignore[attr-defined]
@@ -32,7 +39,7 @@ def create_webhook_app() -> Flask:
         except (ValueError, RecursionError) as error:
             raise BadRequest(f"the body is not valid JSON: {error}") from None
         try:
-            answer = admission.review(body)
+            answer = admission.review(body, system_writers=writers, stored_node_annotations=stored_node_annotations)
         except admission.ReviewError as error:
             raise BadRequest(str(error)) from None
         response = answer["response"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust, sign
+from fastgshare.codec import PodAssignment, encode_assignment
 from fastgshare.inventory import GpuDevice, NodeInventory
 from fastgshare.ledger import NodeState
 from fastgshare.share import ShareSpec
@@ -34,3 +36,13 @@ def share_annotations(request: str | None = "0.4", limit: str | None = "0.8", sm
     values = {keys.GPU_QUOTA_REQUEST: request, keys.GPU_QUOTA_LIMIT: limit,
               keys.GPU_SM_PARTITION: sm, keys.GPU_MEM: mem}
     return {key: value for key, value in values.items() if value is not None}
+
+# The assignment key every test's extender and node agent share (fastgshare.assignment_signature).
+TEST_ASSIGNMENT_KEY = b"fastgshare-test-assignment-key-0123456789abcdef"
+TEST_TRUST = AssignmentTrust(TEST_ASSIGNMENT_KEY)
+
+
+def signed_annotations(pod_uid: str, assignment: PodAssignment) -> dict[str, str]:
+    """The assignment annotation and the extender's signature for it on pod ``pod_uid`` (test key)."""
+    return {keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment),
+            keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION: sign(TEST_ASSIGNMENT_KEY, pod_uid, assignment)}

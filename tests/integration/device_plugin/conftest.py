@@ -63,20 +63,18 @@ class FakePods:
 
 
 class FakeMarker:
-    """Records allocated marks and deletions and shows them in the fake cache, as the API server
-    would (a deleted pod of a node with a kubelet is first shown deleting)."""
+    """Records allocated marks (shown in the fake cache, as the API server would) and Warning events.
+    It has no way to delete a pod: the agent deletes none (issue 42, row 4)."""
 
     def __init__(self, pods: FakePods) -> None:
         self.marked: list[str] = []
-        self.deleted: list[str] = []
-        self.pod_deleted = threading.Event()
+        self.events: list[tuple[str, str, str]] = []  # (pod key, reason, message)
+        self.warned = threading.Event()
         self._pods = pods
 
-    def delete_refused(self, pod: PodRecord) -> bool:
-        self.deleted.append(pod.key)
-        self._pods.put(attrs.evolve(pod, deleting=True))
-        self.pod_deleted.set()
-        return True
+    def warn(self, pod: PodRecord, reason: str, message: str) -> None:
+        self.events.append((pod.key, reason, message))
+        self.warned.set()
 
     def mark_allocated(self, pod: PodRecord, value: str) -> bool:
         self.marked.append(pod.key)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from device_plugin.registration import RegistrationError, register
+from tests.builders import TEST_ASSIGNMENT_KEY
 
 
 def _agent() -> str:
@@ -20,9 +21,24 @@ def _agent() -> str:
     return script
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_agent(), *args], capture_output=True, text=True, timeout=60, check=False,
-                          env={**os.environ, **(env or {})})
+@pytest.fixture(scope="module")
+def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("key") / "key"
+    path.write_bytes(TEST_ASSIGNMENT_KEY)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _with_the_test_key(key_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "KEY_FLAGS", ["--assignment-key-file", str(key_file)])
+
+
+KEY_FLAGS: list[str] = []  # the test key's flag, set per test (the agent refuses to start without a key)
+
+
+def _run(*args: str, env: dict[str, str] | None = None, key: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([_agent(), *args, *(KEY_FLAGS if key else [])], capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, **(env or {})})
 
 
 def test_help_documents_every_flag() -> None:
@@ -40,6 +56,23 @@ def test_without_nvml_and_without_fake_gpus_it_exits_with_a_clear_message(tmp_pa
     assert result.returncode == 1
     assert "no GPUs: NVML failed to initialise" in result.stderr
     assert "pass --fake-gpus SPEC" in result.stderr
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    (None, "--assignment-key-file PATH is required"),
+    ("missing", "--assignment-key-file {path}: cannot read the assignment key: No such file or directory"),
+    ("short", "--assignment-key-file {path}: the assignment key has 31 bytes; at least 32 are needed"),
+])
+def test_an_unusable_assignment_key_is_one_line_and_exit_2(tmp_path: Path, key: str | None, message: str) -> None:
+    path = tmp_path / "key"
+    if key == "short":
+        path.write_bytes(b"k" * 31)
+    flags = [] if key is None else ["--assignment-key-file", str(path)]
+    result = _run("--node-name", "n1", "--fake-gpus", "1x8GiB:10sm", "--state-dir", str(tmp_path), *flags,
+                  key=False)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert message.format(path=path) in line
 
 
 def test_node_name_is_required(tmp_path: Path) -> None:

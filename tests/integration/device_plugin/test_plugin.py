@@ -77,7 +77,7 @@ def test_allocate_gives_the_assigned_gpu_env_and_mounts(running_agent: RunningAg
     assert mounts == {
         (keys.CONTAINER_HOOK_PATH, running_agent.paths.hook_library, True),
         (keys.CONTAINER_RUN_DIR, running_agent.paths.run_dir, True),  # tenants connect, never unlink
-        ("/tmp/nvidia-mps", "/tmp/nvidia-mps", False),
+        ("/tmp/nvidia-mps", "/tmp/nvidia-mps", True),  # read-only: no tenant writes what others read
     }
     assert running_agent.marker.marked == ["team-a/resnet-1"]
 
@@ -236,16 +236,18 @@ def test_a_container_given_another_pods_gpu_does_not_start(exact_agent: RunningA
     assert error.details().startswith("fastgshare: refused to start a container of pod team-a/admitted")
     assert f"is assigned GPU {gpus[1].uuid}" in error.details()
     assert error.details().endswith("Delete the pod and create it again")
-    assert exact_agent.marker.deleted == []  # nothing would replace a bare pod
+    assert [(key, reason) for key, reason, _ in exact_agent.marker.events] == [
+        ("team-a/admitted", "GPUContainerRefused")]  # the refusal is an event on that pod, nothing is deleted
     # the usual case: kubelet's record names the pod that was served, and the container starts
     exact_agent.pod_resources.give("team-a", "admitted", "main", keys.VGPU_RESOURCE, [])
     exact_agent.pod_resources.give("team-a", "expected", "main", keys.VGPU_RESOURCE, [f"{gpus[0].uuid}::0"])
     stub.PreStartContainer(api.PreStartContainerRequest(devices_ids=[f"{gpus[0].uuid}::0"]), timeout=10)
 
 
-def test_a_refused_pod_of_a_controller_is_deleted_so_that_it_makes_a_new_one(exact_agent: RunningAgent) -> None:
-    """kubelet keeps Allocate's answer and retries the start: a refused pod would wait forever.
-    One with a controller is deleted (once, however often kubelet retries); its controller makes a new one."""
+def test_a_refused_pod_of_a_controller_is_not_deleted_but_warned(exact_agent: RunningAgent) -> None:
+    """Issue 42, row 4: the agent deleted team A's pods when forged pods took their Allocate. Now it
+    deletes nothing: the refused container does not start, however often kubelet retries, and a
+    Warning event on that pod says why (its owner deletes it)."""
     gpus = exact_agent.gpus.devices()
     assert exact_agent.pod_resources is not None
     for name, gpu in [("expected", gpus[0]), ("admitted", gpus[1])]:
@@ -258,6 +260,18 @@ def test_a_refused_pod_of_a_controller_is_deleted_so_that_it_makes_a_new_one(exa
         error = rpc_error(lambda: stub.PreStartContainer(
             api.PreStartContainerRequest(devices_ids=[f"{gpus[0].uuid}::0"]), timeout=10))
         assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
-        assert error.details().endswith("the node agent deletes the pod and FaSTPod/web makes a new one")
-        assert exact_agent.marker.pod_deleted.wait(5)
-    assert exact_agent.marker.deleted == ["team-a/admitted"]
+        assert error.details().endswith("delete the pod and FaSTPod/web makes a new one")
+    assert {key for key, _, _ in exact_agent.marker.events} == {"team-a/admitted"}
+    assert not any(p.deleting for p in exact_agent.pods.snapshot()[1])
+    assert not hasattr(exact_agent.marker, "delete_refused")
+
+
+def test_a_forged_assignment_is_never_served(running_agent: RunningAgent) -> None:
+    """Issue 42, row 1: a pod placed by spec.nodeName with a made-up assignment got the whole GPU.
+    Unsigned, it is no candidate: Allocate refuses with a reason kubelet shows on the pod."""
+    gpu = running_agent.gpus.devices()[0]
+    running_agent.pods.put(pod_record("forged", NODE, assigned=assignment(NODE, gpu.uuid), signed=False))
+    error = rpc_error(lambda: _allocate(running_agent, f"{gpu.uuid}::0"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "team-a/forged: assignment refused: it carries no signature" in error.details()
+    assert running_agent.marker.marked == []

@@ -18,7 +18,12 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from device_plugin.allocation import PodRecord
 from device_plugin.kube import NodePods
+from fastgshare import keys
+from fastgshare.codec import PodAssignment, encode_assignment
+from fastgshare.share import share_annotations
+from tests.builders import TEST_TRUST, make_share, signed_annotations
 from tests.cluster.controlplane import wait_until
 
 NODE = "gpu-node-1"
@@ -101,7 +106,7 @@ def test_bookmarks_move_the_watch_on_without_a_relist(serve: Any, caplog: pytest
         [bookmark("12")],
         [{"type": "ADDED", "object": pod("after", "13")}, bookmark("15")],
     ])
-    pods = NodePods(serve(api), NODE, retry_delay_s=0.05)
+    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05)
     pods.start()
     try:
         assert pods.wait_synced(10)
@@ -114,3 +119,70 @@ def test_bookmarks_move_the_watch_on_without_a_relist(serve: Any, caplog: pytest
     assert api.watch_versions()[:3] == ["10", "12", "15"]
     assert not [r.getMessage() for r in caplog.records if "watch failed" in r.getMessage()]
 
+
+
+def gpu_pod(version: str, assignment: PodAssignment, *, signed: bool = True) -> dict[str, Any]:
+    """A running GPU pod whose share annotations ask for 0.3..0.6, 50 % SM, 1 GiB, with ``assignment``."""
+    annotations = share_annotations(make_share(request=300, limit=600, sm=50))
+    annotations.update(signed_annotations("uid-gpu", assignment) if signed
+                       else {keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "gpu", "namespace": "team-a", "uid": "uid-gpu", "resourceVersion": version,
+                         "annotations": annotations},
+            "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "x",
+                                                       "resources": {"limits": {keys.VGPU_RESOURCE: "1"}}}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_rewritten_assignment_is_applied_only_when_signed(serve: Any) -> None:
+    """Issue 42, row 2: a forged assignment annotated onto a running pod was applied live (the whole
+    GPU, 16 GiB). The cache keeps the trusted one and reports the forgery once; a signed change of
+    the extender (a live share change) is applied."""
+    assigned = PodAssignment(node_name=NODE, gpu_uuid="GPU-0", gpu_index=0,
+                             share=make_share(request=300, limit=600, sm=50), assigned_at_ms=1_000)
+    forged = PodAssignment(node_name=NODE, gpu_uuid="GPU-0", gpu_index=0,
+                           share=make_share(request=1000, limit=1000, sm=100, mem=16 * 2**30), assigned_at_ms=1_000)
+    lowered = PodAssignment(node_name=NODE, gpu_uuid="GPU-0", gpu_index=0,
+                            share=make_share(request=300, limit=300, sm=50), assigned_at_ms=1_000)
+    api = ScriptedApi([gpu_pod("10", assigned)], "10", [[
+        {"type": "MODIFIED", "object": gpu_pod("11", forged, signed=False)},
+        {"type": "MODIFIED", "object": gpu_pod("12", forged, signed=False)},  # the same forgery again
+        {"type": "MODIFIED", "object": gpu_pod("13", lowered)},
+    ]])
+    reports: list[tuple[str, str]] = []
+    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05,
+                    report=lambda pod, message: reports.append((pod.key, message)))
+
+    def current() -> PodRecord:
+        return next(p for p in pods.snapshot()[1] if p.uid == "uid-gpu")
+
+    pods.start()
+    try:
+        assert pods.wait_synced(10)
+        wait_until(lambda: current().resource_version == "13", what="the three changes", timeout_s=10)
+    finally:
+        pods.stop()
+    assert current().assignment == lowered
+    assert len(reports) == 1
+    assert reports[0][0] == "team-a/gpu"
+    assert "carries no signature" in reports[0][1]
+    assert "it keeps GPU GPU-0" in reports[0][1]
+
+
+def test_a_forged_rewrite_keeps_the_trusted_assignment(serve: Any) -> None:
+    assigned = PodAssignment(node_name=NODE, gpu_uuid="GPU-0", gpu_index=0,
+                             share=make_share(request=300, limit=600, sm=50), assigned_at_ms=1_000)
+    forged = PodAssignment(node_name=NODE, gpu_uuid="GPU-0", gpu_index=0,
+                           share=make_share(request=1000, limit=1000, sm=100, mem=16 * 2**30), assigned_at_ms=1_000)
+    api = ScriptedApi([gpu_pod("10", assigned)], "10", [[{"type": "MODIFIED", "object": gpu_pod("11", forged,
+                                                                                                   signed=False)}]])
+    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05)
+    pods.start()
+    try:
+        assert pods.wait_synced(10)
+        wait_until(lambda: pods.snapshot()[1][0].resource_version == "11", what="the forgery", timeout_s=10)
+    finally:
+        pods.stop()
+    [record] = pods.snapshot()[1]
+    assert record.assignment == assigned  # what the arbiter's shares and Allocate read
+    assert record.assignment_problem is not None

@@ -40,6 +40,7 @@ from fastgshare_kube import rest
 from fastgshare_kube.errors import ApiError
 from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 from scheduler_extender.threaded_http import ThreadedHttpServer
+from tests.builders import TEST_ASSIGNMENT_KEY
 
 REPO = Path(__file__).resolve().parents[3]
 V1BETA1_CONFIG = REPO / "deploy" / "scheduler" / "kube-scheduler-config.v1beta1.yaml"
@@ -88,9 +89,15 @@ class ExtenderProcess:
                  policy: str = "binpack", extra_args: Sequence[str] = ()) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
+        # The tests' assignment key (tests.builders), next to the log, unless the caller names one.
+        self.key_file = log_path.parent / "assignment-key"
+        key_args: list[str] = []
+        if not any(arg.startswith(("--assignment-key-file", "--allow-unsigned-assignments")) for arg in extra_args):
+            self.key_file.write_bytes(TEST_ASSIGNMENT_KEY)
+            key_args = ["--assignment-key-file", str(self.key_file)]
         self._args = [sys.executable, "-m", "scheduler_extender", "--kubeconfig", str(kubeconfig),
                       "--listen", f"127.0.0.1:{port}", "--bind-wait-seconds", str(bind_wait_s),
-                      "--policy", policy, "--log-level", "info", *extra_args]
+                      "--policy", policy, "--log-level", "info", *key_args, *extra_args]
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60) -> None:

@@ -12,4 +12,4 @@ def test_the_node_agents_liveness_probe_is_its_healthz_on_the_metrics_port() -> 
     [container] = daemonset["spec"]["template"]["spec"]["containers"]
     probe = container["livenessProbe"]
     assert probe["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    assert {"name": "metrics", "containerPort": 9401, "hostPort": 9401} in container["ports"]
+    assert {"name": "metrics", "containerPort": 9401} in container["ports"]  # on the pod's address: no hostPort

@@ -2,7 +2,7 @@
 
 The extender's verbs bind pods with the extender's rights, so they listen on the scheduler pod's
 loopback only; what the pod network may reach is the status port and the TLS webhook. The
-webhook's configuration covers FaSTPods and pods, and fails open (Ignore) for the reason
+webhook's configuration covers FaSTPods, pods and nodes, and fails open (Ignore) for the reason
 docs/security.md gives.
 """
 
@@ -62,10 +62,16 @@ def test_the_webhook_covers_fastpods_and_pods_fails_open_and_reaches_the_extende
     fastpods, pods = hooks["fastpods.validate.fastgshare.caps.in.tum"], hooks["pods.validate.fastgshare.caps.in.tum"]
     assert fastpods["rules"][0]["resources"] == [keys.FASTPOD_PLURAL]
     assert fastpods["rules"][0]["operations"] == ["CREATE", "UPDATE"]
-    assert pods["rules"][0]["resources"] == ["pods"]
-    assert pods["rules"][0]["operations"] == ["CREATE"]
+    assert pods["rules"][0]["resources"] == ["pods"]  # not pods/status: the kubelets' writes stay off it
+    assert pods["rules"][0]["operations"] == ["CREATE", "UPDATE"]
+    # forged system annotations are judged in fastgshare-system too
+    assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+    nodes = hooks["nodes.validate.fastgshare.caps.in.tum"]
+    assert nodes["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                               "resources": ["nodes"], "scope": "Cluster"}]
     for hook in hooks.values():
         assert hook["failurePolicy"] == "Ignore"
+        assert hook["timeoutSeconds"] <= 3  # issue 37: a stalled webhook delays no write long
         assert hook["sideEffects"] == "None"
         assert hook["clientConfig"]["service"] == {"namespace": keys.SYSTEM_NAMESPACE, "name": "fastgshare-webhook",
                                                    "path": "/validate", "port": 443}

@@ -13,8 +13,13 @@ from device_plugin.allocation import (
     SimulatedDriver,
     candidates,
     preferred_slots,
+    vetted,
 )
+from device_plugin.arbiter.shares import share_of
 from fastgshare import keys
+from fastgshare.assignment_signature import AssignmentTrust
+from fastgshare.share import share_annotations
+from tests.builders import TEST_TRUST, make_share
 from tests.builders_k8s import assignment, pod_record
 
 NODE = "n1"
@@ -42,7 +47,7 @@ def test_unreadable_or_misdirected_assignments_are_reported_not_served() -> None
     found, problems = candidates(pods, NODE)
     assert found == []
     assert problems[0].startswith("pod team-a/bad: pod assignment: not valid JSON")
-    assert problems[1] == "pod team-a/moved: assigned to node n9 but bound to n1"
+    assert problems[1] == "pod team-a/moved: assignment refused: it names node n9, but the pod is on node n1"
 
 
 def test_no_pending_pod_message_explains_and_lists_problems() -> None:
@@ -190,3 +195,53 @@ def test_waiting_pods_with_one_answer_are_served_unnamed_and_not_remembered_as_s
     again = allocator.grant(pods, 1, True, held={"team-a/b": 1})
     assert again.choice.certain
     assert again.containers[0].envs[keys.ENV_POD] == "team-a/a"
+
+
+def test_only_pods_that_request_the_vgpu_resource_are_candidates() -> None:
+    """Issue 42, row 4: busybox pods without a vGPU request, carrying an assignment, took team A's
+    Allocate calls. Annotations cannot make a pod a candidate."""
+    pods = [pod_record("busybox", NODE, assigned=assignment(NODE, "G0", at_ms=1), containers=()),
+            pod_record("gpu", NODE, assigned=assignment(NODE, "G0", at_ms=2))]
+    found, problems = candidates(pods, NODE)
+    assert [c.pod.name for c in found] == ["gpu"]
+    assert problems == []
+
+
+def test_forged_assignments_are_not_served() -> None:
+    """Issue 42, row 1: unsigned, signed for another pod, or raised after signing: refused, named."""
+    real = pod_record("real", NODE, assigned=assignment(NODE, "G0"))
+    copied = attrs.evolve(real, uid="uid-other", name="copy")
+    pods = [pod_record("unsigned", NODE, assigned=assignment(NODE, "G0"), signed=False),
+            vetted(copied, TEST_TRUST)]
+    found, problems = candidates(pods, NODE)
+    assert found == []
+    assert problems == [
+        "pod team-a/unsigned: assignment refused: it carries no signature of the fastgshare scheduler extender",
+        "pod team-a/copy: assignment refused: its signature does not match (not written by the fastgshare "
+        "scheduler extender for this pod)"]
+    with pytest.raises(NoPendingPod, match="carries no signature"):
+        Allocator(NODE, PATHS).grant(pods[:1], 1, mps_enabled=True)
+
+
+def test_an_assignment_beyond_the_pods_own_share_is_not_served() -> None:
+    """Issue 42, rows 1 and 6: the hook's memory limit is never above the pod's own gpu_mem, even for
+    an assignment that verifies."""
+    big = attrs.evolve(assignment(NODE, "G0"), share=make_share(request=300, limit=600, sm=50, mem=16 << 30))
+    pod = pod_record("p", NODE, assigned=big, own=share_annotations(make_share(request=300, limit=600, sm=50,
+                                                                               mem=256 << 20)))
+    assert pod.assignment is None
+    assert "memoryBytes 17179869184 > 268435456" in (pod.assignment_problem or "")
+    assert share_of(pod) is None  # what the arbiter would give the hook
+
+
+def test_unsigned_assignments_are_served_only_when_allowed() -> None:
+    pod = pod_record("p", NODE, assigned=assignment(NODE, "G0"), signed=False, trust=AssignmentTrust(None))
+    assert pod.assignment == assignment(NODE, "G0")
+
+
+def test_the_mps_pipe_directory_is_mounted_read_only() -> None:
+    """Issue 37, row 8: a file one tenant wrote there was visible in every other GPU pod."""
+    [container] = Allocator(NODE, PATHS).grant([pod_record("p", NODE, assigned=assignment(NODE, "G0"))], 1,
+                                                mps_enabled=True).containers
+    mounts = {m.container_path: (m.host_path, m.read_only) for m in container.mounts}
+    assert mounts[PATHS.mps_pipe_dir] == (PATHS.mps_pipe_dir, True)

@@ -22,7 +22,7 @@ from scheduler_extender.config import ExtenderConfig
 from scheduler_extender.ports import ApiConflict, PodNotFound
 from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.state import ClusterState
-from tests.builders import make_gpu, make_share, share_annotations
+from tests.builders import TEST_TRUST, make_gpu, make_share, share_annotations, signed_annotations
 
 GiB = 2**30
 
@@ -40,14 +40,18 @@ _uids = itertools.count(1)
 
 def pod_record(name: str, *, namespace: str = "team-a", uid: str | None = None, node_name: str = "",
                annotations: dict[str, str] | None = None, assignment: PodAssignment | None = None,
-               allocated: bool = False, phase: str = "Pending", resource_version: str = "10") -> PodRecord:
-    """A pod asking for the default test share (0.4..0.8 of the time, 50 % SM, 1 GiB) unless told otherwise."""
+               allocated: bool = False, phase: str = "Pending", resource_version: str = "10",
+               signed: bool = True) -> PodRecord:
+    """A pod asking for the default test share (0.4..0.8 of the time, 50 % SM, 1 GiB) unless told otherwise;
+    its ``assignment`` signed with the test key unless ``signed`` is False (a forgery)."""
     values = dict(share_annotations() if annotations is None else annotations)
+    uid = uid or f"uid-{name}-{next(_uids)}"
     if assignment is not None:
-        values[keys.POD_ASSIGNMENT_ANNOTATION] = encode_assignment(assignment)
+        values.update(signed_annotations(uid, assignment) if signed
+                      else {keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)})
     if allocated:
         values[keys.POD_ALLOCATED_ANNOTATION] = "2026-11-29T00:00:00+00:00"
-    return PodRecord(uid=uid or f"uid-{name}-{next(_uids)}", namespace=namespace, name=name, node_name=node_name,
+    return PodRecord(uid=uid, namespace=namespace, name=name, node_name=node_name,
                      phase=phase, resource_version=resource_version, annotations=values)
 
 
@@ -105,17 +109,20 @@ class FakeKube:
         return current
 
     def patch_pod_annotation(self, pod: PodRecord, key: str, value: str | None) -> PodRecord:
+        return self.patch_pod_annotations(pod, {key: value})
+
+    def patch_pod_annotations(self, pod: PodRecord, changes: Mapping[str, str | None]) -> PodRecord:
         with self._lock:
-            self.actions.append(("patch", pod.key, key, "set" if value is not None else "remove"))
+            self.actions.append(("patch", pod.key, *changes,
+                                 *("set" if value is not None else "remove" for value in changes.values())))
             current = self.pods.get(pod.key)
             if current is None or current.uid != pod.uid:
                 raise PodNotFound(f"pods {pod.name} not found")
             current = self._changed_meanwhile(current)
             if current.resource_version != pod.resource_version:
                 raise ApiConflict("the object has been modified")
-            annotations = {k: v for k, v in current.annotations.items() if k != key}
-            if value is not None:
-                annotations[key] = value
+            annotations = {k: v for k, v in current.annotations.items() if k not in changes}
+            annotations.update({k: v for k, v in changes.items() if v is not None})
             updated = attrs.evolve(current, annotations=annotations, resource_version=str(next(self._versions)))
             self.pods[pod.key] = updated
         self._notify(updated)
@@ -158,7 +165,8 @@ class FakeKube:
 
 def synced_state(*nodes: NodeRecord, bind_wait_s: float = 0.0, pods: tuple[PodRecord, ...] = (),
                  now_ms: Callable[[], int] | None = None, bind_window: int = 1) -> ClusterState:
-    state = ClusterState(bind_wait_s=bind_wait_s, bind_window=bind_window, **({"now_ms": now_ms} if now_ms else {}))
+    state = ClusterState(bind_wait_s=bind_wait_s, bind_window=bind_window, trust=TEST_TRUST,
+                         **({"now_ms": now_ms} if now_ms else {}))
     state.replace_nodes(nodes)
     state.replace_pods(pods, state.begin_relist())
     return state

@@ -15,7 +15,7 @@ from scheduler_extender.app import Services, build_services, create_app, create_
 from scheduler_extender.config import ExtenderConfig
 from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.state import ClusterState
-from tests.builders import share_annotations
+from tests.builders import TEST_TRUST, share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, node_record, pod_json, pod_record, synced_state
 from tests.unit.scheduler_extender.test_wire import recorded
 
@@ -117,7 +117,7 @@ def test_health_and_readiness(client: Client, services: Services) -> None:
 
 
 def test_not_ready_before_the_cache_synced(kube: FakeKube) -> None:
-    app = create_app(build_services(ExtenderConfig(), ClusterState(bind_wait_s=0), kube))
+    app = create_app(build_services(ExtenderConfig(), ClusterState(bind_wait_s=0, trust=TEST_TRUST), kube))
     with app.test_client() as client:
         assert client.get("/readyz").status_code == 503
         body = client.post("/filter", json=extender_args("node-a")).json

@@ -25,6 +25,8 @@ from scheduler_extender.wire import BindingArgs
 from tests.builders import make_gpu, share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, assignment, node_record, pod_record, synced_state
 
+WRITTEN = (keys.POD_ASSIGNMENT_ANNOTATION, keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION)  # what a bind writes
+
 
 class PassedEverywhere(FilterPasses):
     """As if every pod had passed the filter for every node (the gate has its own tests)."""
@@ -58,7 +60,7 @@ def test_bind_refuses_a_node_the_filter_did_not_pass_before_any_write(kube: Fake
     assert kube.actions == [("get", "team-a/p")]
     assert state.snapshot().placements == []
     assert extender.bind(bind_args(kube, "p", "node-a")) == ""
-    assert kube.writes() == [("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION)]
+    assert kube.writes() == [("bind", "team-a/p", "node-a", *WRITTEN)]
     assert len(passes) == 0  # spent by the bind
 
 
@@ -86,7 +88,7 @@ def test_bind_is_one_binding_that_carries_the_assignment(kube: FakeKube) -> None
     state = synced_state(node_record("node-a", 2), now_ms=lambda: 1_700_000_000_000)
     kube.add(pod_record("p", uid="u1"))
     assert binder(state, kube).bind(bind_args(kube, "p")) == ""
-    assert kube.actions == [("get", "team-a/p"), ("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION)]
+    assert kube.actions == [("get", "team-a/p"), ("bind", "team-a/p", "node-a", *WRITTEN)]
     pod = kube.pods["team-a/p"]
     written = decode_assignment(pod.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
     assert (pod.node_name, written.node_name, written.gpu_uuid, written.gpu_index) == (
@@ -102,7 +104,7 @@ def test_bind_of_a_pod_the_watch_has_shown_makes_one_api_call(kube: FakeKube) ->
     pod = kube.add(pod_record("p", uid="u1"))
     state.upsert_pod(pod)
     assert binder(state, kube).bind(bind_args(kube, "p")) == ""
-    assert kube.actions == [("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION)]
+    assert kube.actions == [("bind", "team-a/p", "node-a", *WRITTEN)]
     assert kube.pods["team-a/p"].node_name == "node-a"
     assert [p.status for p in state.snapshot().placements] == ["bound"]
 
@@ -191,7 +193,7 @@ def test_failed_binding_writes_nothing_and_frees_the_gpu(kube: FakeKube) -> None
     kube.binding_error = ApiFailure("HTTP 500: etcd timeout")
     error = binder(state, kube).bind(bind_args(kube, "p"))
     assert error == "fastgshare: binding pod team-a/p to node node-a failed: HTTP 500: etcd timeout"
-    assert kube.actions == [("bind", "team-a/p", "node-a", keys.POD_ASSIGNMENT_ANNOTATION),
+    assert kube.actions == [("bind", "team-a/p", "node-a", *WRITTEN),
                             ("get", "team-a/p")]  # did it land anyway? no
     assert keys.POD_ASSIGNMENT_ANNOTATION not in kube.pods["team-a/p"].annotations
     assert state.sizes() == (1, 0)

@@ -11,7 +11,7 @@ from scheduler_extender.metrics import Metrics
 from scheduler_extender.records import NodeRecord
 from scheduler_extender.state import ClusterState
 from scheduler_extender.wire import ExtenderArgs
-from tests.builders import make_gpu, share_annotations
+from tests.builders import TEST_TRUST, make_gpu, share_annotations
 from tests.unit.scheduler_extender.conftest import GiB, assignment, node_record, pod_record, synced_state
 
 
@@ -47,7 +47,7 @@ def test_invalid_share_fails_every_node_unresolvably_with_the_parser_message() -
 
 
 def test_filter_before_the_cache_synced_is_an_error() -> None:
-    result = decisions(ClusterState(bind_wait_s=0)).filter(args(None, "a"))
+    result = decisions(ClusterState(bind_wait_s=0, trust=TEST_TRUST)).filter(args(None, "a"))
     assert "has not synced" in result.error
 
 

@@ -65,5 +65,23 @@ def test_bad_flag_value_exits_2_with_the_reason(capsys: pytest.CaptureFixture[st
 
 def test_unreadable_kubeconfig_exits_1_with_a_message(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.ERROR):
-        assert main(["--kubeconfig", str(tmp_path / "missing"), "--listen", "127.0.0.1:0"]) == 1
+        assert main(["--kubeconfig", str(tmp_path / "missing"), "--listen", "127.0.0.1:0",
+                     "--allow-unsigned-assignments"]) == 1
     assert f"--kubeconfig {tmp_path / 'missing'}: no such file" in caplog.text
+
+
+@pytest.mark.parametrize(("setup", "message"), [
+    (None, "--assignment-key-file PATH is required"),
+    ("missing", "cannot read the assignment key"),
+    ("short", "the assignment key has 31 bytes; at least 32"),
+])
+def test_an_unusable_assignment_key_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          setup: str | None, message: str) -> None:
+    key = tmp_path / "key"
+    if setup == "short":
+        key.write_bytes(b"k" * 31)
+    flags = [] if setup is None else ["--assignment-key-file", str(key)]
+    assert main(["--kubeconfig", str(tmp_path / "missing"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert message in err[0]

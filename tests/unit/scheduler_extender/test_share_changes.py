@@ -16,7 +16,7 @@ from scheduler_extender.records import PodRecord
 from scheduler_extender.resharing import ShareChangeRefused, judge_change, most_request_that_fits
 from scheduler_extender.share_changes import REASON_CHANGED, REASON_REFUSED, ShareChanges, asks_for_change
 from scheduler_extender.state import ClusterState
-from tests.builders import make_gpu, make_share, share_annotations
+from tests.builders import TEST_TRUST, make_gpu, make_share, share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, assignment, node_record, pod_record, synced_state
 
 GiB = 2**30
@@ -190,7 +190,9 @@ def test_lowering_a_running_pods_limit_rewrites_its_assignment_and_says_so() -> 
     assert [(reason, kind) for _, kind, reason, _ in r.events.sent] == [(REASON_CHANGED, "Normal")]
     assert "from request 0.3 limit 0.6 to request 0.3 limit 0.3" in r.events.sent[0][3]
     assert ledger_share(r.state, "u1") == make_share(request=300, limit=300)
-    assert not asks_for_change(r.kube.pods[pod.key])
+    assert not asks_for_change(r.kube.pods[pod.key], TEST_TRUST)
+    signature = r.kube.pods[pod.key].annotations[keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION]
+    assert TEST_TRUST.problem(signature, pod_uid="u1", node_name=after.node_name, assignment=after) is None
 
 
 def test_a_request_past_what_the_gpu_has_is_refused_once_and_the_share_stays() -> None:
@@ -246,7 +248,7 @@ def test_a_concurrent_edit_during_the_write_is_not_lost() -> None:
 
 
 def test_pods_that_are_not_bound_or_finished_are_not_changes() -> None:
-    assert not asks_for_change(pod_record("p", annotations=share_annotations(request="0.5")))
+    assert not asks_for_change(pod_record("p", annotations=share_annotations(request="0.5")), TEST_TRUST)
     done = running("p", "u1", annotations=share_annotations(request="0.5"))
-    assert asks_for_change(done)
-    assert not asks_for_change(attrs.evolve(done, phase="Succeeded"))
+    assert asks_for_change(done, TEST_TRUST)
+    assert not asks_for_change(attrs.evolve(done, phase="Succeeded"), TEST_TRUST)

@@ -13,7 +13,7 @@ import pytest
 from fastgshare.placement import Policy
 from scheduler_extender.records import NodeRecord
 from scheduler_extender.state import BindOutcome, ClusterState, ReservationRefused
-from tests.builders import make_share
+from tests.builders import TEST_TRUST, make_share
 from tests.unit.scheduler_extender.conftest import assignment, node_record, pod_record, synced_state
 
 SHARE = make_share(request=400, limit=800, sm=50)
@@ -30,7 +30,7 @@ def reserve(state: ClusterState, uid: str, node: str = "node-a") -> str:
 
 
 def test_not_synced_until_nodes_and_pods_were_listed() -> None:
-    state = ClusterState(bind_wait_s=0)
+    state = ClusterState(bind_wait_s=0, trust=TEST_TRUST)
     assert not state.synced
     state.replace_nodes([node_record("node-a")])
     assert not state.synced
@@ -357,7 +357,7 @@ def test_a_pending_pod_in_a_bind_of_ours_or_bound_by_one_is_not_served_from_the_
 def test_a_large_relist_freezes_its_cache_and_the_next_one_frees_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Collections skip a large cluster's cache; a later relist still frees the old one, cycles too."""
     monkeypatch.setattr("scheduler_extender.state.COLLECT_AFTER_RELIST_NODES", 2)
-    state = ClusterState(bind_wait_s=0)
+    state = ClusterState(bind_wait_s=0, trust=TEST_TRUST)
     state.replace_nodes([node_record("node-a"), node_record("node-b")])
 
     class Cycle:
