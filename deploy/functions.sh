@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The serverless function components on their own: the FaSTFunc CRD, the function controller, the
-# gateway (OpenFaaS provider API) and the function namespace fast-gshare-fn. deploy/install.sh
+# gateway (OpenFaaS provider API), the function namespace fast-gshare-fn and its vGPU quota
+# (function-quota.yaml), and the gateway's Secret basic-auth when absent (as deploy/install.sh makes
+# it: user admin, a random password, never printed). deploy/install.sh
 # installs them together with the rest of fastgshare; this adds or removes only them.
 #
 #   deploy/functions.sh install            apply them and wait until they are up
@@ -44,8 +46,16 @@ install() {
     local here="$1" file
     kubectl get --raw /version >/dev/null 2>&1 ||
         die "cannot reach the cluster; check kubectl's context: kubectl config current-context"
-    kubectl apply -f "$here/namespace.yaml" -f "$here/crd/fastfuncs.yaml"
+    kubectl apply -f "$here/namespace.yaml" -f "$here/function-quota.yaml" -f "$here/crd/fastfuncs.yaml"
     kubectl wait --for condition=established --timeout=60s "crd/$CRD"
+    # install.sh's own function, in a subshell: its temporary key material is removed when it ends
+    (
+        # shellcheck source=deploy/install.sh
+        source "$here/install.sh"
+        make_work_dir
+        trap remove_work_dir EXIT
+        ensure_gateway_auth
+    )
     for file in "${COMPONENTS[@]}"; do
         kubectl apply -f "$here/$file"
     done
@@ -93,7 +103,7 @@ main() {
                 esac
             done
             uninstall "$here" "$yes" ;;
-        -h | --help) sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" ;;
+        -h | --help) sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" ;;
         *) die "usage: deploy/functions.sh install | uninstall [--yes] (got '${action}')" ;;
     esac
 }

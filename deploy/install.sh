@@ -19,6 +19,17 @@
 # the API server trusts the extender across the minute the kubelet takes to update the mounted
 # Secret (the extender reloads the files on its next connection; no restart).
 #
+# Secrets it creates in fastgshare-system when absent (an existing one is kept; no value is ever
+# printed or passed on a command line):
+#   basic-auth                 the gateway's credentials, as OpenFaaS names them: basic-auth-user
+#                              (admin) and basic-auth-password (random); read the password with
+#                              kubectl -n fastgshare-system get secret basic-auth \
+#                                -o jsonpath='{.data.basic-auth-password}' | base64 -d
+#   fastgshare-assignment-key  key: 32 random bytes, the key the extender signs assignments with
+#                              and the node agents verify them with
+# Key material is made in one private temporary directory, removed on every exit (success,
+# failure or Ctrl-C).
+#
 # Environment:
 #   FASTGSHARE_IMAGE            our image, for every component (default: the one deploy/ names,
 #                               ghcr.io/fastgshare/fastgshare:0.1.0). An upgrade is a re-run with
@@ -41,6 +52,11 @@ WEBHOOK_SECRET=fastgshare-webhook-tls
 WEBHOOK_SERVICE=fastgshare-webhook
 WEBHOOK_DAYS=365
 WEBHOOK_RENEW_BEFORE_S=$((30 * 24 * 3600))
+
+GATEWAY_AUTH_SECRET=basic-auth
+GATEWAY_USER=admin
+ASSIGNMENT_KEY_SECRET=fastgshare-assignment-key
+WORK_DIR=""
 
 die() {
     echo "install.sh: $*" >&2
@@ -109,6 +125,70 @@ make_webhook_cert() {
         -days "$WEBHOOK_DAYS" -extfile "$dir/ext" -out "$dir/tls.crt" 2>/dev/null
 }
 
+# make_work_dir: WORK_DIR, a private temporary directory for key material, removed on every exit of
+# the script (remove_work_dir is the EXIT trap main sets; INT and TERM exit through it).
+make_work_dir() {
+    WORK_DIR=$(mktemp -d "${TMPDIR:-/tmp}/fastgshare-install.XXXXXX") || die "cannot make a temporary directory"
+    chmod 700 "$WORK_DIR"
+}
+
+remove_work_dir() {
+    [ -z "$WORK_DIR" ] || rm -rf -- "$WORK_DIR"
+}
+
+# secret_exists NAME: whether Secret NAME is in the namespace.
+secret_exists() {
+    kubectl -n "$NAMESPACE" get secret "$1" -o name >/dev/null 2>&1
+}
+
+# create_secret_from DIR NAME: Secret NAME with one key per file in DIR (values never on a command
+# line); an existing one (made meanwhile) is kept.
+create_secret_from() {
+    local dir=$1 name=$2 file args=()
+    for file in "$dir"/*; do args+=("--from-file=$file"); done
+    if ! kubectl -n "$NAMESPACE" create secret generic "$name" "${args[@]}" >/dev/null; then
+        secret_exists "$name" || die "cannot create Secret $NAMESPACE/$name"
+    fi
+    rm -rf -- "$dir"
+}
+
+# random_password: 32 characters from /dev/urandom (letters and digits).
+random_password() {
+    local password=""
+    while [ "${#password}" -lt 32 ]; do
+        password+=$(head -c 48 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
+    done
+    printf '%s' "${password:0:32}"
+}
+
+# ensure_gateway_auth: Secret basic-auth (user admin, a random password) unless there is one.
+ensure_gateway_auth() {
+    local dir="$WORK_DIR/$GATEWAY_AUTH_SECRET"
+    if secret_exists "$GATEWAY_AUTH_SECRET"; then
+        echo "gateway credentials: kept (Secret $NAMESPACE/$GATEWAY_AUTH_SECRET)"
+        return
+    fi
+    mkdir -m 700 "$dir"
+    printf '%s' "$GATEWAY_USER" >"$dir/basic-auth-user"
+    random_password >"$dir/basic-auth-password"
+    create_secret_from "$dir" "$GATEWAY_AUTH_SECRET"
+    echo "gateway credentials: new Secret $NAMESPACE/$GATEWAY_AUTH_SECRET, user $GATEWAY_USER; the password:"
+    echo "  kubectl -n $NAMESPACE get secret $GATEWAY_AUTH_SECRET -o jsonpath='{.data.basic-auth-password}' | base64 -d"
+}
+
+# ensure_assignment_key: Secret fastgshare-assignment-key (key: 32 random bytes) unless there is one.
+ensure_assignment_key() {
+    local dir="$WORK_DIR/$ASSIGNMENT_KEY_SECRET"
+    if secret_exists "$ASSIGNMENT_KEY_SECRET"; then
+        echo "assignment key: kept (Secret $NAMESPACE/$ASSIGNMENT_KEY_SECRET)"
+        return
+    fi
+    mkdir -m 700 "$dir"
+    head -c 32 /dev/urandom >"$dir/key"
+    create_secret_from "$dir" "$ASSIGNMENT_KEY_SECRET"
+    echo "assignment key: new Secret $NAMESPACE/$ASSIGNMENT_KEY_SECRET"
+}
+
 # webhook_ca_bundle ROTATE: make sure the Secret holds a certificate valid for 30 more days (a new
 # one when it does not, or when ROTATE is 1); print the caBundle (base64) the API server needs.
 webhook_ca_bundle() {
@@ -121,12 +201,18 @@ webhook_ca_bundle() {
         return
     fi
     command -v openssl >/dev/null || die "openssl is not on PATH; install.sh makes the webhook's certificate with it"
-    dir=$(mktemp -d)
-    make_webhook_cert "$dir" || { rm -rf "$dir"; die "openssl could not make the webhook's certificate"; }
+    if [ -z "$WORK_DIR" ]; then  # called on its own (sourced); main made it and removes it on exit
+        make_work_dir
+        trap remove_work_dir EXIT
+    fi
+    dir="$WORK_DIR/webhook"
+    mkdir -m 700 "$dir"
+    make_webhook_cert "$dir" || die "openssl could not make the webhook's certificate"
     kubectl -n "$NAMESPACE" create secret generic "$WEBHOOK_SECRET" --from-file="$dir/ca.crt" \
-        --from-file="$dir/tls.crt" --from-file="$dir/tls.key" --dry-run=client -o yaml | kubectl apply -f - >&2
+        --from-file="$dir/tls.crt" --from-file="$dir/tls.key" --dry-run=client -o yaml | kubectl apply -f - >&2 ||
+        die "cannot store the webhook's certificate in Secret $NAMESPACE/$WEBHOOK_SECRET"
     bundle=$( { cat "$dir/ca.crt"; printf '%s' "$old_ca" | base64 -d 2>/dev/null || true; } | base64 | tr -d '\n')
-    rm -rf "$dir"
+    rm -rf -- "$dir"
     echo "webhook certificate: new, valid $WEBHOOK_DAYS days (Secret $NAMESPACE/$WEBHOOK_SECRET)" >&2
     echo "$bundle"
 }
@@ -205,6 +291,12 @@ main() {
     image=${FASTGSHARE_SCHEDULER_IMAGE:-registry.k8s.io/kube-scheduler:v$version}
     echo "Kubernetes $version: kube-scheduler $image with scheduler/$config"
     kubectl apply -f "$here/namespace.yaml"
+    make_work_dir
+    trap remove_work_dir EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    ensure_gateway_auth
+    ensure_assignment_key
     ca_bundle=$(webhook_ca_bundle "$rotate")
     [ -z "${FASTGSHARE_IMAGE:-}" ] || echo "fastgshare image: $FASTGSHARE_IMAGE"
     kubectl kustomize "$here" | render "$config" "$image" "$ca_bundle" "${FASTGSHARE_IMAGE:-}" | kubectl apply -f -

@@ -11,6 +11,12 @@
 - ``delete NAME``: ``DELETE /system/functions`` with ``{functionName, namespace}``.
 
 The gateway is ``--gateway URL`` (default ``$FASTGSHARE_GATEWAY``, else http://127.0.0.1:8080).
+Credentials, as faas-cli takes them (HTTP basic auth, which the gateway requires on ``/system/*`` and,
+with ``--auth-functions``, on ``/function/*``): user ``--gateway-user`` (default admin), password from
+``--password-stdin`` (the first line of stdin), else ``$FASTGSHARE_GATEWAY_PASSWORD``; sent with every
+request. Neither given: requests go without; on a 401 the password is read once from the Secret
+``basic-auth`` in fastgshare-system through ``--kubeconfig`` (else ``$KUBECONFIG``, else ~/.kube/config,
+as ``fastgshare cluster up`` prints it) and the request is sent again. A password is never printed.
 Bad arguments: one line naming the flag, the value and what is allowed, exit 2. The gateway
 unreachable or answering an error: one line with its status and message, exit 1. Only urllib.
 """
@@ -18,6 +24,7 @@ unreachable or answering an error: one line with its status and message, exit 1.
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -34,8 +41,14 @@ import attrs
 from fastgshare import keys
 from fastgshare.errors import InvalidShareSpec
 from fastgshare.share import parse_share
+from fastgshare_kube import rest
+from fastgshare_kube.client import KubeConfigError, load_api_client
+from fastgshare_kube.errors import ApiError
 
 ENV_GATEWAY = "FASTGSHARE_GATEWAY"
+ENV_PASSWORD = "FASTGSHARE_GATEWAY_PASSWORD"
+DEFAULT_USER = "admin"
+SECRET_TIMEOUT_S = 10.0
 DEFAULT_GATEWAY = f"http://127.0.0.1:{keys.DEFAULT_GATEWAY_PORT}"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MESSAGE_CHARS = 300  # of a gateway's error answer, in the one line we print
@@ -66,12 +79,35 @@ class Answer:
     body: bytes
 
 
+@attrs.frozen(repr=False)
+class Credentials:
+    """The gateway's basic-auth user and password (never in a repr or a message)."""
+
+    user: str
+    password: str
+
+    def header(self) -> str:
+        return "Basic " + base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+
+    def __repr__(self) -> str:
+        return f"Credentials(user={self.user!r}, password=<hidden>)"
+
+
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--gateway", metavar="URL",
                         help=f"the gateway (default: ${ENV_GATEWAY}, else {DEFAULT_GATEWAY})")
     common.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                         help="how long to wait for the gateway's answer (default: %(default)s)")
+    common.add_argument("--gateway-user", default=DEFAULT_USER, metavar="USER",
+                        help="the gateway's basic-auth user (default: %(default)s)")
+    common.add_argument("--password-stdin", action="store_true",
+                        help=f"read the gateway's password from stdin's first line (default: ${ENV_PASSWORD}, "
+                             f"else, after a 401, the Secret {keys.BASIC_AUTH_SECRET} in {keys.SYSTEM_NAMESPACE} "
+                             "through the kubeconfig)")
+    common.add_argument("--kubeconfig", metavar="FILE",
+                        help=f"where to read the Secret {keys.BASIC_AUTH_SECRET} from when no password is given "
+                             "(default: $KUBECONFIG, else ~/.kube/config)")
     namespaced = argparse.ArgumentParser(add_help=False)
     namespaced.add_argument("-n", "--namespace", metavar="NS",
                             help=f"the function's namespace (default: {keys.DEFAULT_FUNCTION_NAMESPACE})")
@@ -122,9 +158,13 @@ def fn_main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | N
     out, err = out or sys.stdout, err or sys.stderr
     action = {"ls": "list", "rm": "delete"}.get(args.fn_command, args.fn_command)
     try:
-        gateway = gateway_url(args.gateway if args.gateway is not None else os.environ.get(ENV_GATEWAY) or None)
+        url = gateway_url(args.gateway if args.gateway is not None else os.environ.get(ENV_GATEWAY) or None)
         if not args.timeout > 0:
             raise UsageError(f"--timeout {args.timeout}: expected seconds > 0")
+        if args.password_stdin and action == "invoke" and args.data is None:
+            raise UsageError("--password-stdin with invoke: give the request body with --data (stdin holds the "
+                             "password)")
+        gateway = Gateway(url, args.timeout, given_credentials(args, stdin), args.gateway_user, args.kubeconfig)
         if action == "deploy":
             return _deploy(gateway, args, out)
         if action == "list":
@@ -205,11 +245,101 @@ def deployment(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+# --- credentials ----------------------------------------------------------------------------
+def given_credentials(args: argparse.Namespace, stdin: BinaryIO | None) -> Credentials | None:
+    """The password given on stdin (``--password-stdin``) or in ``$FASTGSHARE_GATEWAY_PASSWORD``, else None."""
+    user = args.gateway_user
+    if not user or ":" in user:
+        raise UsageError(f"--gateway-user {user!r}: expected a user name without ':'")
+    if args.password_stdin:
+        source = stdin if stdin is not None else sys.stdin.buffer
+        password = source.readline().decode("utf-8", errors="strict").strip()
+        if not password:
+            raise UsageError("--password-stdin: stdin held no password (pipe it in, e.g. "
+                             f"kubectl get secret {keys.BASIC_AUTH_SECRET} -n {keys.SYSTEM_NAMESPACE} "
+                             f"-o jsonpath='{{.data.{keys.BASIC_AUTH_PASSWORD_KEY}}}' | base64 -d | fastgshare fn ... "
+                             "--password-stdin)")
+        return Credentials(user, password)
+    if password := os.environ.get(ENV_PASSWORD, "").strip():
+        return Credentials(user, password)
+    return None
+
+
+def _kubeconfig_path(flag: str | None) -> str | None:
+    if flag:
+        return flag
+    candidates = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    candidates.append(os.path.expanduser("~/.kube/config"))
+    return next((p for p in candidates if os.path.isfile(p)), None)
+
+
+def secret_credentials(kubeconfig: str | None) -> tuple[Credentials | None, str]:
+    """The gateway's credentials from the Secret ``basic-auth`` in the system namespace, or None and why not
+    (a short reason without any secret value)."""
+    path = _kubeconfig_path(kubeconfig)
+    if path is None:
+        return None, "no kubeconfig to read the Secret with"
+    try:
+        with load_api_client(path) as api:
+            secret = rest.call(rest.core_v1(api).read_namespaced_secret, keys.BASIC_AUTH_SECRET,
+                               keys.SYSTEM_NAMESPACE, timeout_s=SECRET_TIMEOUT_S)
+    except KubeConfigError as error:
+        return None, str(error)
+    except ApiError as error:
+        return None, (f"cannot read Secret {keys.SYSTEM_NAMESPACE}/{keys.BASIC_AUTH_SECRET}: "
+                      f"{error.status} {error.reason}")
+    data = secret.get("data") or {} if isinstance(secret, dict) else {}
+    try:
+        user = base64.b64decode(data.get(keys.BASIC_AUTH_USER_KEY) or "").decode().strip()
+        password = base64.b64decode(data.get(keys.BASIC_AUTH_PASSWORD_KEY) or "").decode().strip()
+    except ValueError:
+        return None, f"Secret {keys.SYSTEM_NAMESPACE}/{keys.BASIC_AUTH_SECRET} does not hold base64 text"
+    if not user or not password:
+        return None, (f"Secret {keys.SYSTEM_NAMESPACE}/{keys.BASIC_AUTH_SECRET} lacks {keys.BASIC_AUTH_USER_KEY} "
+                      f"or {keys.BASIC_AUTH_PASSWORD_KEY}")
+    return Credentials(user, password), ""
+
+
+@attrs.define
+class Gateway:
+    """The gateway's URL and the credentials to send: those given, else (after a 401) the Secret's."""
+
+    url: str
+    timeout: float
+    credentials: Credentials | None
+    user: str = DEFAULT_USER
+    kubeconfig: str | None = None
+    _looked_up: str | None = None  # why the Secret gave none; None: not looked up yet
+
+    def request(self, method: str, path: str, body: bytes | None = None, *,
+                content_type: str | None = None) -> Answer:
+        answer = call(self.url, method, path, body, content_type=content_type, timeout=self.timeout,
+                      auth=self.credentials.header() if self.credentials else None)
+        if answer.status != 401 or self.credentials is not None or self._looked_up is not None:
+            return answer if answer.status != 401 else self._unauthorized(answer)
+        self.credentials, self._looked_up = secret_credentials(self.kubeconfig)
+        if self.credentials is None:
+            return self._unauthorized(answer)
+        return self.request(method, path, body, content_type=content_type)
+
+    def _unauthorized(self, answer: Answer) -> Answer:
+        hint = (f"the gateway needs its credentials: pipe the password to --password-stdin or set ${ENV_PASSWORD} "
+                f"(kubectl get secret {keys.BASIC_AUTH_SECRET} -n {keys.SYSTEM_NAMESPACE} "
+                f"-o jsonpath='{{.data.{keys.BASIC_AUTH_PASSWORD_KEY}}}' | base64 -d)")
+        if self.credentials is not None:
+            hint = f"the gateway refused the credentials of user {self.credentials.user!r}"
+        elif self._looked_up:
+            hint += f"; {self._looked_up}"
+        return Answer(401, hint.encode())
+
+
 # --- the gateway ----------------------------------------------------------------------------
 def call(gateway: str, method: str, path: str, body: bytes | None = None, *, content_type: str | None = None,
-         timeout: float = 60.0) -> Answer:
+         timeout: float = 60.0, auth: str | None = None) -> Answer:
     """One request; any HTTP status is an :class:`Answer`, no answer at all a :class:`GatewayError`."""
     headers = {"Content-Type": content_type} if content_type and body is not None else {}
+    if auth is not None:
+        headers["Authorization"] = auth
     request = urllib.request.Request(gateway + path, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -246,24 +376,23 @@ def _ok(answer: Answer) -> bool:
 
 
 # --- the actions ----------------------------------------------------------------------------
-def _deploy(gateway: str, args: argparse.Namespace, out: TextIO) -> int:
+def _deploy(gateway: Gateway, args: argparse.Namespace, out: TextIO) -> int:
     body = json.dumps(deployment(args)).encode()
-    answer = call(gateway, "PUT", "/system/functions", body, content_type="application/json", timeout=args.timeout)
+    answer = gateway.request("PUT", "/system/functions", body, content_type="application/json")
     created = answer.status == 404
     if created:
-        answer = call(gateway, "POST", "/system/functions", body, content_type="application/json",
-                      timeout=args.timeout)
+        answer = gateway.request("POST", "/system/functions", body, content_type="application/json")
     if not _ok(answer):
         raise GatewayError(message(answer))
     namespace = args.namespace or keys.DEFAULT_FUNCTION_NAMESPACE
     out.write(f"{'created' if created else 'updated'} function {args.name} in {namespace} "
-              f"({args.replicas} replica{'' if args.replicas == 1 else 's'}, image {args.image}) via {gateway}\n")
+              f"({args.replicas} replica{'' if args.replicas == 1 else 's'}, image {args.image}) via {gateway.url}\n")
     return EXIT_OK
 
 
-def _list(gateway: str, args: argparse.Namespace, out: TextIO) -> int:
+def _list(gateway: Gateway, args: argparse.Namespace, out: TextIO) -> int:
     query = f"?{urllib.parse.urlencode({'namespace': args.namespace})}" if args.namespace else ""
-    answer = call(gateway, "GET", f"/system/functions{query}", timeout=args.timeout)
+    answer = gateway.request("GET", f"/system/functions{query}")
     if not _ok(answer):
         raise GatewayError(message(answer))
     try:
@@ -311,7 +440,7 @@ def _share_text(annotations: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
-def _invoke(gateway: str, args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
+def _invoke(gateway: Gateway, args: argparse.Namespace, out: TextIO, err: TextIO, stdin: BinaryIO | None) -> int:
     name = _dns_label("NAME", args.name)
     target = f"{name}.{_dns_label('--namespace', args.namespace)}" if args.namespace else name
     if not re.fullmatch(r"[A-Za-z]+", args.method):
@@ -323,8 +452,7 @@ def _invoke(gateway: str, args: argparse.Namespace, out: TextIO, err: TextIO, st
         body = source.read()
     if args.method.upper() in ("GET", "HEAD") and not body:
         body = None
-    answer = call(gateway, args.method.upper(), f"/function/{target}", body, content_type=args.content_type,
-                  timeout=args.timeout)
+    answer = gateway.request(args.method.upper(), f"/function/{target}", body, content_type=args.content_type)
     if not _ok(answer):
         raise GatewayError(f"function {target}: {message(answer)}")
     _write_bytes(out, answer.body)
@@ -343,12 +471,11 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
         out.flush()
 
 
-def _delete(gateway: str, args: argparse.Namespace, out: TextIO) -> int:
+def _delete(gateway: Gateway, args: argparse.Namespace, out: TextIO) -> int:
     name = _dns_label("NAME", args.name)
     namespace = _dns_label("--namespace", args.namespace or keys.DEFAULT_FUNCTION_NAMESPACE)
     body = json.dumps({"functionName": name, "namespace": namespace}).encode()
-    answer = call(gateway, "DELETE", "/system/functions", body, content_type="application/json",
-                  timeout=args.timeout)
+    answer = gateway.request("DELETE", "/system/functions", body, content_type="application/json")
     if answer.status == 404:
         raise GatewayError(f"no function {name} in {namespace} ({message(answer)})")
     if not _ok(answer):

@@ -32,10 +32,13 @@ KUBERNETES_SERVICE_IP = "10.96.0.1"  # the first of SERVICE_RANGE: the API serve
 # The controllers that pods made by workloads need: service account tokens, DaemonSets and
 # Deployments, and the endpoints of Services (webhooks are reached through them).
 WORKLOAD_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount", "serviceaccount-token", "daemonset",
-                        "deployment", "replicaset", "endpoint", "clusterrole-aggregation")
+                        "deployment", "replicaset", "endpoint", "clusterrole-aggregation", "resourcequota")
 # With our components as host processes: tokens for their ServiceAccounts (and a second team's),
-# and the aggregated roles (`edit`, `view`, `admin` gain our CRDs' rules as on a user's cluster).
-HOST_PROCESS_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount-token", "clusterrole-aggregation")
+# the aggregated roles (`edit`, `view`, `admin` gain our CRDs' rules as on a user's cluster), and
+# the usage of ResourceQuotas (the function namespace's vGPU quota; without it, pods in a namespace
+# with a quota are refused until the quota's usage is known).
+HOST_PROCESS_CONTROLLERS = ("garbagecollector", "namespace", "serviceaccount-token", "clusterrole-aggregation",
+                            "resourcequota")
 
 
 class ClusterUnavailable(Exception):

@@ -33,9 +33,10 @@ from fastgshare_kube.errors import ApiError
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy"
-# What the shipped manifests grant, applied in this order (namespaces first).
+# What the shipped manifests grant, applied in this order (namespaces first), and the function
+# namespace's vGPU quota.
 RBAC_FILES = ("namespace.yaml", "crd/roles.yaml", "scheduler/rbac.yaml", "node-agent/rbac.yaml",
-              "controller/rbac.yaml", "function-controller/rbac.yaml", "gateway/rbac.yaml")
+              "controller/rbac.yaml", "function-controller/rbac.yaml", "gateway/rbac.yaml", "function-quota.yaml")
 # The ServiceAccount each host process runs as (all in keys.SYSTEM_NAMESPACE).
 COMPONENT_ACCOUNTS: Mapping[str, str] = {
     "fastgshare-extender": keys.SCHEDULER_SERVICE_ACCOUNT,

@@ -12,6 +12,15 @@
   we do not (logs, secrets, namespace mutation, async functions) answer 501 with a message.
 - ``/healthz`` (200 once the pods are listed), ``/metrics``.
 
+Access and limits (:class:`Options`): basic auth on ``/system/*`` (and ``/function/*`` with
+``auth_functions``) through :mod:`fastgshare_gateway.auth`; the admin's :class:`~fastgshare_gateway.policy.DeployPolicy`
+on every deploy, update and scale (400 naming the limit); provider API bodies at most
+:data:`MAX_BODY_BYTES` (413) read within ``body_timeout_s`` (408), parsed by :func:`openfaas.parse_body`
+(400 naming the field, never 500). The server itself (:func:`serve`, :class:`ServerLimits`): aiohttp's
+``keepalive_timeout`` closes a connection that has no complete request headers within ``idle_timeout_s``
+(new, slow or idle kept-alive alike), ``max_line_size``/``max_field_size``/``max_headers`` cap the headers
+(400 past them), and a connection cap that first closes the oldest connection with no request in a handler.
+
 aiohttp: one dependency for a streaming server and client on asyncio, where a request waiting in a queue
 costs a future rather than a thread (Flask/WSGI would hold a thread per waiting request).
 """
@@ -19,9 +28,7 @@ costs a future rather than a thread (Flask/WSGI would hold a thread per waiting 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.metadata
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,12 +37,14 @@ from typing import Any, TypeVar
 import aiohttp
 import attrs
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from fastgshare import keys
-from fastgshare_gateway import openfaas
+from fastgshare_gateway import auth, openfaas
 from fastgshare_gateway.endpoints import Endpoint, FunctionKey
 from fastgshare_gateway.fastfunc import scale_problem
 from fastgshare_gateway.metrics import CONTENT_TYPE, function_label
+from fastgshare_gateway.policy import DeployPolicy
 from fastgshare_gateway.pool import ColdStartTimeout, FunctionPool, QueueFull, QueueTimeout
 from fastgshare_gateway.routing import Functions
 from fastgshare_gateway.store import CONFLICT, NOT_FOUND, FunctionStore, StoreError
@@ -57,10 +66,48 @@ NOT_IMPLEMENTED = {
 }
 
 
+MAX_BODY_BYTES = 1 << 20  # a provider API body (a FunctionDeployment); invocations stream, uncapped
+
+
 @attrs.frozen
 class Options:
+    """``auth`` None: no credentials asked anywhere (``--no-auth``)."""
+
     upstream_timeout_s: float = 60.0
     connect_timeout_s: float = 5.0
+    body_timeout_s: float = 10.0
+    auth: auth.BasicAuth | None = None
+    auth_functions: bool = False
+    policy: DeployPolicy = attrs.field(factory=DeployPolicy)
+
+
+@attrs.frozen
+class ServerLimits:
+    """The gateway's HTTP server: connections at most, seconds to a complete request's headers (a new or
+    kept-alive connection), and aiohttp's header caps (request line and each header field, in bytes;
+    header fields per request)."""
+
+    max_connections: int = 1000
+    idle_timeout_s: float = 15.0
+    max_line_size: int = 8190
+    max_field_size: int = 8190
+    max_headers: int = 100
+
+
+def auth_middleware(credentials: auth.BasicAuth, *, auth_functions: bool = False) -> Middleware:
+    """401 with ``WWW-Authenticate`` where :func:`auth.needs_auth` says so for the route matched (not the raw
+    path: no aliasing through encodings or dot segments) and the credentials are not given."""
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else request.path
+        if auth.needs_auth(route, auth_functions=auth_functions) and not credentials.check(
+                request.headers.get("Authorization")):
+            return web.Response(status=401, headers={"WWW-Authenticate": f'Basic realm="{auth.REALM}"'},
+                                text=f"unauthorized: {request.path} needs the gateway's credentials (Secret "
+                                     f"{keys.BASIC_AUTH_SECRET}; faas-cli login --password-stdin)\n")
+        return await handler(request)
+    return check
 
 
 def _text(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
@@ -83,7 +130,9 @@ class Gateway:
 
     # --- the application ---------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application()
+        middlewares = ([auth_middleware(self.options.auth, auth_functions=self.options.auth_functions)]
+                       if self.options.auth is not None else [])
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
         routes = [
             web.route("*", "/function/{name}", self.invoke),
             web.route("*", "/function/{name}/{tail:.*}", self.invoke),
@@ -249,19 +298,38 @@ class Gateway:
                                           f"{', '.join(self.functions.namespaces)} (--namespace)\n")
         return namespace
 
-    @staticmethod
-    async def _json(request: web.Request) -> object:
+    async def _json(self, request: web.Request) -> object:
+        """The body's JSON: 413 past MAX_BODY_BYTES, 408 not received in time, 400 naming the problem."""
         try:
-            return await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise web.HTTPBadRequest(text=f"body: not JSON ({error})\n") from None
+            async with asyncio.timeout(self.options.body_timeout_s):
+                raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise web.HTTPRequestEntityTooLarge(
+                max_size=MAX_BODY_BYTES, actual_size=request.content_length or MAX_BODY_BYTES + 1,
+                text=f"body: more than {MAX_BODY_BYTES} bytes, the most a provider API request may send\n") from None
+        except TimeoutError:
+            raise web.HTTPRequestTimeout(text=f"body: not received within {self.options.body_timeout_s:g}s\n") from None
+        try:
+            return openfaas.parse_body(raw)
+        except openfaas.InvalidDeployment as error:
+            raise web.HTTPBadRequest(text=self._problems(error)) from None
 
     @staticmethod
-    def _invalid(error: openfaas.InvalidDeployment) -> web.Response:
-        return _text(400, "\n".join(f"{p.field}: {p.message} (got {openfaas._show(p.value)})" for p in error.problems))
+    def _problems(error: openfaas.InvalidDeployment) -> str:
+        return "\n".join(f"{p.field}: {p.message} (got {openfaas._show(p.value)})" for p in error.problems) + "\n"
+
+    def _within_policy(self, fastfunc: Mapping[str, Any]) -> None:
+        if problems := self.options.policy.fastfunc_problems(fastfunc):
+            raise openfaas.InvalidDeployment(problems)
+
+    @classmethod
+    def _invalid(cls, error: openfaas.InvalidDeployment) -> web.Response:
+        return web.Response(status=400, text=cls._problems(error))
 
     @staticmethod
     def _store_failed(error: StoreError) -> web.Response:
+        if error.status in (400, 422):  # the API server's validation: the body's fault, not ours
+            return _text(400, f"the Kubernetes API refused the function: {error.message}")
         if error.status == NOT_FOUND:
             return _text(500, f"the FaSTFunc CRD ({keys.FASTFUNC_CRD_NAME}) is not installed: {error.message}")
         return _text(500 if error.status else 502, f"the Kubernetes API refused or did not answer: {error}")
@@ -302,6 +370,7 @@ class Gateway:
         store, body = self._store(), await self._json(request)
         try:
             fastfunc = openfaas.to_fastfunc(body, self.functions.default_namespace)
+            self._within_policy(fastfunc)
         except openfaas.InvalidDeployment as error:
             return self._invalid(error)
         name, namespace = fastfunc["metadata"]["name"], self._namespace(request, fastfunc["metadata"]["namespace"])
@@ -319,7 +388,7 @@ class Gateway:
     async def update(self, request: web.Request) -> web.StreamResponse:
         store, body = self._store(), await self._json(request)
         try:
-            openfaas.to_fastfunc(body, self.functions.default_namespace)  # every problem before any read
+            self._within_policy(openfaas.to_fastfunc(body, self.functions.default_namespace))  # before any read
             assert isinstance(body, Mapping)
             name = str(body["service"])
             namespace = self._namespace(request, body.get("namespace") or None)
@@ -363,6 +432,8 @@ class Gateway:
         body = await self._json(request)
         try:
             replicas = openfaas.parse_scale_request(body, name)
+            if over := self.options.policy.replicas_problem(replicas):
+                raise openfaas.InvalidDeployment([over])
         except openfaas.InvalidDeployment as error:
             return self._invalid(error)
         asked = body.get("namespace") if isinstance(body, Mapping) else None
@@ -439,20 +510,63 @@ def _updated(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str
             "kind": existing.get("kind", keys.FASTFUNC_KIND), "metadata": metadata, "spec": spec}
 
 
+class _ConnectionGuard:
+    """The connection cap: a new connection over ``limit`` first closes the oldest connection that has no
+    request in a handler (idle, or still sending its headers); with none such it is closed itself."""
+
+    def __init__(self, limit: int) -> None:
+        self.server: web.Server | None = None  # the runner's, once set up
+        self.limit = limit
+        self.busy: set[asyncio.BaseProtocol] = set()
+
+    @web.middleware
+    async def track(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        protocol = request.protocol
+        self.busy.add(protocol)
+        try:
+            return await handler(request)
+        finally:
+            self.busy.discard(protocol)
+
+    def __call__(self) -> asyncio.Protocol:
+        assert self.server is not None
+        connections = self.server.connections
+        if len(connections) >= self.limit:
+            idle = next((c for c in connections if c not in self.busy), None)
+            if idle is None:
+                log.warning("refusing a connection: %d open, all with a request in progress", len(connections))
+                return _Refused()
+            idle.force_close()
+        return self.server()
+
+
+class _Refused(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
+
+
 async def serve(app: web.Application, host: str, port: int, stop: asyncio.Event, *,
-                started: Callable[[int], None] | None = None, shutdown_timeout_s: float = 10.0) -> None:
+                started: Callable[[int], None] | None = None, shutdown_timeout_s: float = 10.0,
+                limits: ServerLimits | None = None) -> None:
     """Serve ``app`` until ``stop`` is set, then finish the requests in progress (up to the timeout)."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout_s)
+    limits = limits or ServerLimits()
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout_s,
+                           keepalive_timeout=limits.idle_timeout_s, max_line_size=limits.max_line_size,
+                           max_field_size=limits.max_field_size, max_headers=limits.max_headers)
+    guard = _ConnectionGuard(limits.max_connections)
+    app.middlewares.insert(0, guard.track)
     await runner.setup()
+    listener: asyncio.Server | None = None
     try:
-        site = web.TCPSite(runner, host, port, backlog=1024)
-        await site.start()
-        bound = port
-        with contextlib.suppress(Exception):
-            bound = runner.addresses[0][1]
-        log.info("listening on %s:%d", host, bound)
+        guard.server = runner.server
+        listener = await asyncio.get_running_loop().create_server(guard, host, port, backlog=1024)
+        bound = listener.sockets[0].getsockname()[1] if listener.sockets else port
+        log.info("listening on %s:%d (at most %d connections, %gs to a request's headers)", host, bound,
+                 limits.max_connections, limits.idle_timeout_s)
         if started is not None:
             started(bound)
         await stop.wait()
     finally:
+        if listener is not None:
+            listener.close()  # stop accepting; the runner finishes the requests in progress
         await runner.cleanup()

@@ -1,7 +1,8 @@
 """``fastgshare-gateway``: flags, wiring and signal handling (the composition root).
 
-Misconfiguration (a bad ``--listen``, an unusable kubeconfig, the FaSTFunc CRD missing, an address in use)
-is one line on stderr and exit status 1 (2 for a bad flag), never a traceback. SIGTERM and SIGINT stop
+Misconfiguration (a bad ``--listen``, an unusable kubeconfig, the FaSTFunc CRD missing, an address in use,
+unreadable credentials) is one line on stderr and exit status 1 (2 for a bad flag), never a traceback.
+Neither ``--basic-auth-dir`` nor ``--no-auth``: the gateway refuses to start (exit 2, one line). SIGTERM and SIGINT stop
 accepting, finish the requests in progress (up to ``--shutdown-timeout``), then stop the watches.
 """
 
@@ -13,11 +14,14 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from fastgshare import keys
 from fastgshare_gateway import http
+from fastgshare_gateway.auth import AuthConfigError, BasicAuth
 from fastgshare_gateway.kube import KubeConfigError, KubeStore, Watches, load_api_client, missing_crd
 from fastgshare_gateway.metrics import GatewayMetrics
+from fastgshare_gateway.policy import DEFAULT_MAX_REPLICAS, DeployPolicy
 from fastgshare_gateway.pool import Limits
 from fastgshare_gateway.routing import Functions
 
@@ -47,6 +51,14 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _image_prefixes(text: str) -> tuple[str, ...]:
+    prefixes = tuple(part.strip() for part in text.split(","))
+    if not all(prefixes):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be image prefixes separated by commas, none empty, "
+                                         "e.g. ghcr.io/my-org/,registry.example:5000/functions/")
+    return prefixes
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastgshare-gateway", description=(
         "Route /function/<name>[.<namespace>] to a function's ready pods and serve the OpenFaaS provider API "
@@ -70,11 +82,33 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds for a pod's whole answer before 504 (default %(default)s)")
     parser.add_argument("--shutdown-timeout", type=_positive_float, default=10.0,
                         help="seconds to finish requests in progress on SIGTERM (default %(default)s)")
+    access = parser.add_argument_group("access and limits")
+    access.add_argument("--basic-auth-dir", type=Path, metavar="DIR",
+                        help=f"require HTTP basic auth on /system/* with the credentials in DIR/"
+                             f"{keys.BASIC_AUTH_USER_KEY} and DIR/{keys.BASIC_AUTH_PASSWORD_KEY} (the Secret "
+                             f"{keys.BASIC_AUTH_SECRET} mounted there; re-read when they change)")
+    access.add_argument("--no-auth", action="store_true",
+                        help="serve /system/* without credentials (only where nothing untrusted reaches the gateway)")
+    access.add_argument("--auth-functions", action="store_true",
+                        help="require the same credentials on /function/* too (default: invocations are open, as "
+                             "in OpenFaaS)")
+    access.add_argument("--max-replicas", type=_positive_int, default=DEFAULT_MAX_REPLICAS,
+                        help="most replicas a deploy, update or scale may ask for one function (default %(default)s)")
+    access.add_argument("--allowed-image-prefixes", type=_image_prefixes, default=(), metavar="P1,P2",
+                        help="only images starting with one of these prefixes may be deployed (default: any image)")
+    access.add_argument("--max-connections", type=_positive_int, default=http.ServerLimits.max_connections,
+                        help="open connections at most; past it the oldest idle one is closed (default %(default)s)")
+    access.add_argument("--idle-timeout", type=_positive_float, default=http.ServerLimits.idle_timeout_s,
+                        help="seconds a connection may take to send a request's headers, new or kept alive "
+                             "(default %(default)s)")
+    access.add_argument("--body-timeout", type=_positive_float, default=http.Options.body_timeout_s,
+                        help="seconds a /system request may take to send its body before 408 (default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
 
 async def run(args: argparse.Namespace, host: str, port: int) -> int:
+    credentials = BasicAuth(args.basic_auth_dir) if args.basic_auth_dir else None  # before any API call
     namespaces = list(dict.fromkeys(args.namespaces or [keys.DEFAULT_FUNCTION_NAMESPACE]))
     api = load_api_client(args.kubeconfig)
     for namespace in namespaces:
@@ -84,7 +118,15 @@ async def run(args: argparse.Namespace, host: str, port: int) -> int:
     limits = Limits(max_queue=args.max_queue, queue_timeout_s=args.queue_timeout, max_inflight=args.pod_max_inflight)
     functions = Functions(namespaces, limits, GatewayMetrics(), default_namespace=namespaces[0],
                           cold_start_timeout_s=args.cold_start_timeout)
-    gateway = http.Gateway(functions, KubeStore(api), http.Options(upstream_timeout_s=args.upstream_timeout))
+    options = http.Options(upstream_timeout_s=args.upstream_timeout, body_timeout_s=args.body_timeout,
+                           auth=credentials,
+                           auth_functions=args.auth_functions,
+                           policy=DeployPolicy(max_replicas=args.max_replicas,
+                                               image_prefixes=args.allowed_image_prefixes))
+    if options.auth is None:
+        log.warning("--no-auth: /system/* accepts any caller; anyone who reaches the gateway may deploy, scale "
+                    "and delete functions")
+    gateway = http.Gateway(functions, KubeStore(api), options)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -92,7 +134,9 @@ async def run(args: argparse.Namespace, host: str, port: int) -> int:
     watches = Watches(api, functions, loop)
     watches.start()
     try:
-        await http.serve(gateway.app(), host, port, stop, shutdown_timeout_s=args.shutdown_timeout)
+        await http.serve(gateway.app(), host, port, stop, shutdown_timeout_s=args.shutdown_timeout,
+                         limits=http.ServerLimits(max_connections=args.max_connections,
+                                                  idle_timeout_s=args.idle_timeout))
     finally:
         await asyncio.to_thread(watches.stop)
     return 0
@@ -107,9 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         host, port = parse_listen(args.listen)
     except ValueError as error:
         parser.error(str(error))
+    if args.basic_auth_dir is None and not args.no_auth:
+        parser.error(f"--basic-auth-dir DIR is required: the directory holding {keys.BASIC_AUTH_USER_KEY} and "
+                     f"{keys.BASIC_AUTH_PASSWORD_KEY} (the Secret {keys.BASIC_AUTH_SECRET}); pass --no-auth to "
+                     "serve /system/* to anyone")
+    if args.basic_auth_dir is not None and args.no_auth:
+        parser.error("--basic-auth-dir and --no-auth: give one of them")
+    if args.auth_functions and args.no_auth:
+        parser.error("--auth-functions needs credentials: give --basic-auth-dir, not --no-auth")
     try:
         code = asyncio.run(run(args, host, port))
-    except KubeConfigError as error:
+    except (KubeConfigError, AuthConfigError) as error:
         log.error("%s", error)
         return 1
     except OSError as error:

@@ -5,7 +5,10 @@
   allowed);
 - :func:`function_status` / :func:`fastpod_status`: a FaSTFunc, or a FaSTPod written as a function (the
   original's user flow), to an OpenFaaS ``FunctionStatus`` (``types/function_status.go``);
-- :func:`scale_patch` and :func:`parse_scale_request`, :func:`parse_delete_request`: the other bodies.
+- :func:`scale_patch` and :func:`parse_scale_request`, :func:`parse_delete_request`: the other bodies;
+- :func:`parse_body`: the JSON of any of them, hostile input included (nesting deeper than
+  :data:`MAX_DEPTH`, not UTF-8, ``NaN``/``Infinity``: a problem at ``body``; a number too large for its
+  field: kept as :class:`HugeNumber`, which every field refuses by name).
 
 Mapping (``FunctionDeployment`` → FaSTFunc): ``service`` → ``metadata.name``; ``namespace``;
 ``image`` → the one container ``fn`` of ``spec.podSpec`` (port 8080, the of-watchdog contract);
@@ -23,6 +26,8 @@ GPU share comes from the annotations); ``constraints`` ``k=v`` → ``nodeSelecto
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +47,23 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _KNOWN_FIELDS = frozenset({"service", "image", "namespace", "envProcess", "envVars", "constraints", "secrets",
                            "labels", "annotations", "limits", "requests", "readOnlyRootFilesystem"})
 _RESOURCES = ("memory", "cpu")
+_REPLICAS = re.compile(r"[0-9]{1,6}")
+# A Kubernetes quantity (k8s.io/apimachinery resource.Quantity), with a short exponent.
+_QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E|[eE][-+]?[0-9]{1,2})?")
+MAX_QUANTITY_CHARS = 32
+MAX_DEPTH = 32  # a FunctionDeployment nests 3 deep
+MAX_INT_DIGITS = 18
+
+
+class HugeNumber:
+    """A JSON number beyond what any field takes (more than :data:`MAX_INT_DIGITS` digits, or not finite as
+    a float): kept as this, not int or float, so the field it is in refuses it by name."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text if len(self.text) <= 20 else f"{self.text[:17]}... ({len(self.text)} characters)"
 
 
 class InvalidDeployment(ValueError):
@@ -55,6 +77,51 @@ class InvalidDeployment(ValueError):
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _parse_int(text: str) -> int | HugeNumber:
+    return HugeNumber(text) if len(text.lstrip("-")) > MAX_INT_DIGITS else int(text)
+
+
+def _parse_float(text: str) -> float | HugeNumber:
+    value = float(text)
+    return value if math.isfinite(value) else HugeNumber(text)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _depth(value: object) -> int:
+    """How deep lists and objects nest in ``value`` (iteratively: no recursion to exhaust)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_body(raw: bytes) -> object:
+    """A request body's JSON, or :class:`InvalidDeployment` at ``body`` for anything that is not plain JSON
+    of a sane shape; never another exception."""
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_no_constant)
+    except UnicodeDecodeError as error:
+        raise InvalidDeployment([FieldProblem("body", raw[:20], f"not UTF-8 ({error.reason})")]) from None
+    except RecursionError:
+        raise InvalidDeployment([FieldProblem("body", raw[:20], f"nested deeper than {MAX_DEPTH} levels")]) from None
+    except ValueError as error:  # JSONDecodeError included
+        raise InvalidDeployment([FieldProblem("body", raw[:20], f"not JSON ({error})")]) from None
+    if _depth(value) > MAX_DEPTH:
+        raise InvalidDeployment([FieldProblem("body", raw[:20], f"nested deeper than {MAX_DEPTH} levels")])
+    return value
 
 
 def split_function_name(name: str, default_namespace: str) -> tuple[str, str]:
@@ -81,7 +148,7 @@ def _count(labels: Mapping[str, str], key: str, problems: list[FieldProblem]) ->
     if key not in labels:
         return None
     text = labels[key]
-    if not text.isdigit() or not 0 <= int(text) <= 10_000:
+    if not _REPLICAS.fullmatch(text) or not 0 <= int(text) <= 10_000:
         problems.append(FieldProblem(f"labels[{key}]", text, "must be a whole number of replicas, 0..10000"))
         return None
     return int(text)
@@ -102,8 +169,10 @@ def _resources(body: Mapping[str, Any], field: str, problems: list[FieldProblem]
         elif name not in _RESOURCES:
             problems.append(FieldProblem(f"{field}[{name}]", amount,
                                          f"unknown resource; allowed: {', '.join(_RESOURCES)}"))
-        elif not isinstance(amount, str) or not amount:
-            problems.append(FieldProblem(f"{field}[{name}]", amount, 'must be a quantity string, e.g. "128Mi"'))
+        elif (not isinstance(amount, str) or len(amount) > MAX_QUANTITY_CHARS
+              or not _QUANTITY.fullmatch(amount)):
+            problems.append(FieldProblem(f"{field}[{name}]", amount, 'must be a Kubernetes quantity string, e.g. '
+                                                                     '"128Mi" or "100m"'))
         else:
             out[name] = amount
     return out
@@ -345,6 +414,9 @@ def parse_scale_request(body: object, name: str) -> int:
     service = body.get("serviceName")
     if service not in (None, "", name):
         problems.append(FieldProblem("serviceName", service, f"must be the function in the path ({name!r}) or absent"))
+    namespace = body.get("namespace")
+    if namespace not in (None, "") and not is_dns_label(namespace):
+        problems.append(FieldProblem("namespace", namespace, "must be a namespace name (a DNS-1123 label) or absent"))
     if problems:
         raise InvalidDeployment(problems)
     assert isinstance(replicas, int)

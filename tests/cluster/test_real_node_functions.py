@@ -102,16 +102,24 @@ def test_a_fastpod_written_like_the_originals_function_is_served_by_the_gateway(
     assert answer["echo"] == "a picture"
     assert answer["kernels"] > 0  # it ran on the (simulated) GPU, through the hook
     assert answer["pod"].startswith(f"{NAMESPACE}/resnet-like-")
-    status, listed = http(f"{real_cluster.gateway_url}/system/functions")
+    admin = gateway_admin(real_cluster)
+    status, listed = http(f"{real_cluster.gateway_url}/system/functions", auth=admin)
     assert status == 200
     [listed_fn] = [f for f in json.loads(listed) if f["name"] == "resnet-like"]
     assert listed_fn["replicas"] == 1
 
 
+def gateway_admin(cluster: Cluster) -> tuple[str, str]:
+    """The gateway's basic-auth user and password, as ``fastgshare cluster up`` mounts Secret basic-auth."""
+    directory = cluster.state_dir / "gateway-auth"
+    return ((directory / keys.BASIC_AUTH_USER_KEY).read_text().strip(),
+            (directory / keys.BASIC_AUTH_PASSWORD_KEY).read_text().strip())
+
+
 def test_a_function_deployed_through_the_openfaas_api_answers_scales_and_is_deleted(
         real_cluster: Cluster, core: kubernetes.client.CoreV1Api, custom: kubernetes.client.CustomObjectsApi,
         function_namespace: str) -> None:
-    gateway = real_cluster.gateway_url
+    gateway, admin = real_cluster.gateway_url, gateway_admin(real_cluster)
     deployment = {  # what faas-cli sends (types/function_deployment.go)
         "service": "echo-gpu", "image": FAKE_FN_IMAGE_SHORT, "namespace": NAMESPACE,
         "envVars": {"FAKE_FN_GPU_MS": "2"},
@@ -119,8 +127,10 @@ def test_a_function_deployed_through_the_openfaas_api_answers_scales_and_is_dele
         "annotations": {keys.GPU_QUOTA_REQUEST: "0.2", keys.GPU_QUOTA_LIMIT: "0.4", keys.GPU_SM_PARTITION: "30",
                         keys.GPU_MEM: "256Mi"},
     }
-    assert http(f"{gateway}/system/functions", method="PUT", body=json.dumps(deployment).encode())[0] == 404
-    status, body = http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode())
+    # /system/* needs the credentials of Secret basic-auth (cluster up writes them to gateway-auth/)
+    assert http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode())[0] == 401
+    assert http(f"{gateway}/system/functions", method="PUT", body=json.dumps(deployment).encode(), auth=admin)[0] == 404
+    status, body = http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode(), auth=admin)
     assert status == 202, body
     selector = f"{keys.FUNCTION_LABEL}=echo-gpu"
     running(core, selector, 1)
@@ -133,20 +143,20 @@ def test_a_function_deployed_through_the_openfaas_api_answers_scales_and_is_dele
     wait_until(lambda: invocations(real_cluster, f"echo-gpu.{NAMESPACE}").get("200") == 3,
                what="3 invocations counted once each", timeout_s=10)
 
-    status, body = http(f"{gateway}/system/function/echo-gpu")
+    status, body = http(f"{gateway}/system/function/echo-gpu", auth=admin)
     assert status == 200
     assert json.loads(body)["replicas"] == 1
 
     status, _ = http(f"{gateway}/system/scale-function/echo-gpu", method="POST",
-                     body=json.dumps({"serviceName": "echo-gpu", "replicas": 2}).encode())
+                     body=json.dumps({"serviceName": "echo-gpu", "replicas": 2}).encode(), auth=admin)
     assert status == 202
     running(core, selector, 2)
-    wait_until(lambda: json.loads(http(f"{gateway}/system/function/echo-gpu")[1])["availableReplicas"] == 2,
+    wait_until(lambda: json.loads(http(f"{gateway}/system/function/echo-gpu", auth=admin)[1])["availableReplicas"] == 2,
                what="2 available replicas reported", timeout_s=60)
     assert core.read_namespaced_service("echo-gpu", NAMESPACE).spec.ports[0].port == keys.FUNCTION_PORT
 
     status, _ = http(f"{gateway}/system/functions", method="DELETE",
-                     body=json.dumps({"functionName": "echo-gpu", "namespace": NAMESPACE}).encode())
+                     body=json.dumps({"functionName": "echo-gpu", "namespace": NAMESPACE}).encode(), auth=admin)
     assert status == 202
 
     def all_gone() -> bool:
@@ -159,4 +169,4 @@ def test_a_function_deployed_through_the_openfaas_api_answers_scales_and_is_dele
     started = time.monotonic()
     wait_until(all_gone, what="the FaSTFunc, its FaSTPods, pods and Service gone", timeout_s=120)
     print(f"deleted function gone after {time.monotonic() - started:.1f}s")
-    assert http(f"{gateway}/system/function/echo-gpu")[0] == 404
+    assert http(f"{gateway}/system/function/echo-gpu", auth=admin)[0] == 404

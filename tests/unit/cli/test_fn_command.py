@@ -3,6 +3,7 @@ fake gateway (a real HTTP server on loopback that records every request)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import shlex
@@ -17,7 +18,8 @@ import attrs
 import pytest
 import yaml
 
-from fastgshare_cli.fn_command import ENV_GATEWAY, fn_main
+from fastgshare_cli import fn_command
+from fastgshare_cli.fn_command import ENV_GATEWAY, ENV_PASSWORD, Credentials, fn_main
 from fastgshare_cli.main import build_parser, main
 
 
@@ -38,6 +40,7 @@ class FakeGateway:
     def __init__(self) -> None:
         self.seen: list[Seen] = []
         self.answers: dict[tuple[str, str], tuple[int, bytes]] = {}
+        self.authorization: str | None = None  # set: a request without this Authorization gets 401
         gateway = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,6 +50,8 @@ class FakeGateway:
                 gateway.seen.append(Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
                                          body))
                 status, answer = gateway.answers.get((self.command, self.path), (404, b"not found"))
+                if gateway.authorization is not None and self.headers.get("Authorization") != gateway.authorization:
+                    status, answer = 401, b"unauthorized"
                 self.send_response(status)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
@@ -65,6 +70,14 @@ class FakeGateway:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def no_ambient_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No password in the environment and no kubeconfig to read the Secret with, unless a test sets them."""
+    monkeypatch.delenv(ENV_PASSWORD, raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
+    monkeypatch.setenv("HOME", str(tmp_path))
 
 
 @pytest.fixture
@@ -279,3 +292,74 @@ def test_the_examples_deploy_line_sends_what_the_fastpod_example_runs(gateway: F
     assert sent["labels"] == fastpod["metadata"]["labels"]
     assert sent["envVars"] == {e["name"]: e["value"] for e in container["env"]}
     assert int(sent["labels"]["com.openfaas.scale.max"]) == fastpod["spec"]["replicas"]
+
+
+# --- credentials, as faas-cli takes them ----------------------------------------------------------
+ADMIN = "Basic " + base64.b64encode(b"admin:s3cret-pw").decode()
+
+
+def test_password_stdin_is_sent_as_basic_auth_on_every_call(gateway: FakeGateway) -> None:
+    gateway.authorization = ADMIN
+    gateway.answers[("GET", "/system/functions")] = (200, b"[]")
+    gateway.answers[("POST", "/system/functions")] = (202, b"")
+    gateway.answers[("DELETE", "/system/functions")] = (202, b"")
+    assert run("list", "--gateway", gateway.url, "--password-stdin", stdin=b"s3cret-pw\n")[0] == 0
+    code, out, err = run("deploy", "f", "--gateway", gateway.url, "--image", "i", "--memory", "1Gi",
+                         "--password-stdin", stdin=b"s3cret-pw\n")
+    assert (code, err) == (0, "")
+    assert run("delete", "f", "--gateway", gateway.url, "--password-stdin", stdin=b"s3cret-pw")[0] == 0
+    assert {s.headers.get("authorization") for s in gateway.seen} == {ADMIN}
+    assert "s3cret-pw" not in out + err
+
+
+def test_the_password_from_the_environment_and_another_user(gateway: FakeGateway,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    gateway.authorization = "Basic " + base64.b64encode(b"ops:pw").decode()
+    gateway.answers[("GET", "/system/functions")] = (200, b"[]")
+    monkeypatch.setenv(ENV_PASSWORD, "pw")
+    assert run("list", "--gateway", gateway.url, "--gateway-user", "ops")[0] == 0
+
+
+def test_without_credentials_a_401_says_how_to_give_them_in_one_line(gateway: FakeGateway) -> None:
+    gateway.authorization = ADMIN
+    code, out, err = run("list", "--gateway", gateway.url)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert "401" in err
+    assert "--password-stdin" in err
+    assert ENV_PASSWORD in err
+    assert "no kubeconfig" in err
+    code, _, err = run("list", "--gateway", gateway.url, "--password-stdin", stdin=b"wrong")
+    assert code == 1
+    assert "refused the credentials of user 'admin'" in err
+    assert "wrong" not in err
+
+
+def test_after_a_401_the_secret_is_read_once_and_the_request_sent_again(gateway: FakeGateway,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    gateway.authorization = ADMIN
+    gateway.answers[("POST", "/function/echo")] = (200, b"hi")
+    lookups: list[str | None] = []
+
+    def from_secret(kubeconfig: str | None) -> tuple[Credentials | None, str]:
+        lookups.append(kubeconfig)
+        return Credentials("admin", "s3cret-pw"), ""
+    monkeypatch.setattr(fn_command, "secret_credentials", from_secret)
+    code, out, _ = run("invoke", "echo", "--gateway", gateway.url, "--data", "x", "--kubeconfig", "/k")
+    assert (code, out) == (0, "hi")
+    assert lookups == ["/k"]
+    assert [s.headers.get("authorization") for s in gateway.seen] == [None, ADMIN]
+
+
+def test_password_stdin_with_invoke_needs_data_and_an_empty_password_is_refused(gateway: FakeGateway) -> None:
+    code, _, err = run("invoke", "echo", "--gateway", gateway.url, "--password-stdin", stdin=b"pw\n")
+    assert code == 2
+    assert "--data" in err
+    code, _, err = run("list", "--gateway", gateway.url, "--password-stdin", stdin=b"\n")
+    assert code == 2
+    assert "--password-stdin" in err
+    assert gateway.seen == []
+
+
+def test_credentials_never_show_the_password() -> None:
+    assert "pw-123" not in repr(Credentials("admin", "pw-123"))

@@ -215,7 +215,7 @@ def test_render_sets_the_webhooks_ca_bundle() -> None:
     shipped = (REPO / "deploy" / "scheduler" / "webhook.yaml").read_text()
     result = subprocess.run(["bash", "-c", f'source "{INSTALL}" && render "$@"', "install.sh", "c.yaml", "i:1",
                              "Q0E="], input=shipped, capture_output=True, text=True, timeout=30, check=True)
-    assert result.stdout.count('caBundle: "Q0E="') == 2
+    assert result.stdout.count('caBundle: "Q0E="') == 3  # FaSTPods, pods, nodes
     assert 'caBundle: ""' not in result.stdout
 
 

@@ -48,9 +48,11 @@ def test_everything_lives_in_our_namespace_or_is_cluster_scoped() -> None:
             assert namespace is None, _id(obj)
         elif obj["kind"] == "RoleBinding" and namespace == "kube-system":
             assert obj["roleRef"]["name"] == "extension-apiserver-authentication-reader"
-        elif namespace == keys.DEFAULT_FUNCTION_NAMESPACE:  # only the gateway's rights over the functions
-            assert obj["kind"] in ("Role", "RoleBinding"), _id(obj)
-            assert obj["metadata"]["name"] == "fastgshare-gateway", _id(obj)
+        elif namespace == keys.DEFAULT_FUNCTION_NAMESPACE and obj["kind"] in ("Role", "RoleBinding"):
+            # the gateway's and the function controller's rights over the functions
+            assert obj["metadata"]["name"] in ("fastgshare-gateway", "fastgshare-function-controller"), _id(obj)
+        elif namespace == keys.DEFAULT_FUNCTION_NAMESPACE and obj["kind"] == "ResourceQuota":
+            assert obj["metadata"]["name"] == "fastgshare-function-vgpu", _id(obj)  # deploy/function-quota.yaml
         else:
             assert namespace == keys.SYSTEM_NAMESPACE, _id(obj)
 

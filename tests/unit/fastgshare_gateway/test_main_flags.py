@@ -1,0 +1,44 @@
+"""The gateway's access flags: no credentials and no ``--no-auth`` refuses to start with one line;
+unreadable credentials are one line and exit 1, before any Kubernetes call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastgshare import keys
+from fastgshare_gateway.main import build_parser, main
+
+
+def test_without_basic_auth_dir_or_no_auth_it_refuses_to_start(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--listen", "127.0.0.1:0"])
+    assert exited.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(lines) == 1
+    assert "--basic-auth-dir" in lines[0]
+    assert "--no-auth" in lines[0]
+
+
+@pytest.mark.parametrize("flags", [["--no-auth", "--basic-auth-dir", "/x"], ["--no-auth", "--auth-functions"],
+                                   ["--no-auth", "--max-replicas", "0"],
+                                   ["--no-auth", "--allowed-image-prefixes", "a/,,b/"]])
+def test_contradictory_or_bad_access_flags_are_usage_errors(flags: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(flags)
+    assert exited.value.code == 2
+
+
+def test_unreadable_credentials_are_one_line_and_exit_1(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / keys.BASIC_AUTH_USER_KEY).write_text("admin")
+    assert main(["--basic-auth-dir", str(tmp_path), "--kubeconfig", str(tmp_path / "none")]) == 1
+    assert keys.BASIC_AUTH_PASSWORD_KEY in caplog.text
+
+
+def test_defaults() -> None:
+    args = build_parser().parse_args(["--no-auth"])
+    assert (args.max_replicas, args.allowed_image_prefixes, args.auth_functions, args.basic_auth_dir) == (
+        100, (), False, None)
+    args = build_parser().parse_args(["--allowed-image-prefixes", "ghcr.io/a/, registry.example/b/"])
+    assert args.allowed_image_prefixes == ("ghcr.io/a/", "registry.example/b/")
