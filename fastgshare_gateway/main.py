@@ -59,6 +59,12 @@ def _image_prefixes(text: str) -> tuple[str, ...]:
     return prefixes
 
 
+# The flags' defaults are the server's own, read from instances (on slotted attrs classes a class
+# attribute is a slot, not the default).
+_SERVER_DEFAULTS = http.ServerLimits()
+_BODY_TIMEOUT_DEFAULT_S = http.Options().body_timeout_s
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastgshare-gateway", description=(
         "Route /function/<name>[.<namespace>] to a function's ready pods and serve the OpenFaaS provider API "
@@ -96,12 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="most replicas a deploy, update or scale may ask for one function (default %(default)s)")
     access.add_argument("--allowed-image-prefixes", type=_image_prefixes, default=(), metavar="P1,P2",
                         help="only images starting with one of these prefixes may be deployed (default: any image)")
-    access.add_argument("--max-connections", type=_positive_int, default=http.ServerLimits.max_connections,
+    access.add_argument("--max-connections", type=_positive_int, default=_SERVER_DEFAULTS.max_connections,
                         help="open connections at most; past it the oldest idle one is closed (default %(default)s)")
-    access.add_argument("--idle-timeout", type=_positive_float, default=http.ServerLimits.idle_timeout_s,
+    access.add_argument("--idle-timeout", type=_positive_float, default=_SERVER_DEFAULTS.idle_timeout_s,
                         help="seconds a connection may take to send a request's headers, new or kept alive "
                              "(default %(default)s)")
-    access.add_argument("--body-timeout", type=_positive_float, default=http.Options.body_timeout_s,
+    access.add_argument("--body-timeout", type=_positive_float, default=_BODY_TIMEOUT_DEFAULT_S,
                         help="seconds a /system request may take to send its body before 408 (default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser

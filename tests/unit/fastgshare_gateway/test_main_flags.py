@@ -42,3 +42,10 @@ def test_defaults() -> None:
         100, (), False, None)
     args = build_parser().parse_args(["--allowed-image-prefixes", "ghcr.io/a/, registry.example/b/"])
     assert args.allowed_image_prefixes == ("ghcr.io/a/", "registry.example/b/")
+
+
+def test_the_server_limits_default_to_numbers() -> None:
+    # The defaults once came from slotted attrs classes' attributes: member descriptors, not values,
+    # and every connection then failed the connection cap's comparison.
+    args = build_parser().parse_args(["--no-auth"])
+    assert (args.max_connections, args.idle_timeout, args.body_timeout) == (1000, 15.0, 10.0)
