@@ -16,12 +16,13 @@ import kubernetes.client
 import pytest
 
 from fastgshare import keys
-from fastgshare.codec import PodAssignment, decode_assignment, encode_assignment
+from fastgshare.codec import PodAssignment, decode_assignment
 from fastgshare.share import parse_share
+from tests.builders import signed_annotations
 from tests.cluster.conftest import MakeGpuNode, StartScheduler
 from tests.cluster.controlplane import ControlPlane, free_ports, wait_until
 from tests.cluster.test_controller import Cluster, fastpod_body, install_fastpod_crd, running_controller
-from tests.integration.scheduler_extender.harness import AllocationMarker, ExtenderProcess, scheduler_config
+from tests.integration.scheduler_extender.harness import AllocationMarker, ExtenderProcess, get_json, scheduler_config
 
 TAINT = {"key": "fastgshare.test/e2e", "value": "controller", "effect": "NoSchedule"}
 SMALL = {keys.GPU_QUOTA_REQUEST: "0.3", keys.GPU_QUOTA_LIMIT: "0.3", keys.GPU_SM_PARTITION: "40",
@@ -54,16 +55,18 @@ def e2e_fastpod(name: str, annotations: dict[str, str]) -> dict[str, object]:
 
 def resident_pod(cluster: Cluster, node: str) -> str:
     """A pod already running on ``node``'s first GPU, so the nodes differ for the policies: an
-    empty cluster makes ties, which kube-scheduler breaks at random."""
+    empty cluster makes ties, which kube-scheduler breaks at random. Its assignment is signed for
+    its uid with the test key :class:`ExtenderProcess` gives the extender (an unsigned one would not count)."""
     gpu = f"GPU-{node}-0"
     assignment = PodAssignment(node_name=node, gpu_uuid=gpu, gpu_index=0, share=parse_share(SMALL), assigned_at_ms=1)
-    cluster.core.create_namespaced_pod(cluster.namespace, {
+    created = cluster.core.create_namespaced_pod(cluster.namespace, {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "resident", "annotations": {**SMALL, keys.POD_ASSIGNMENT_ANNOTATION:
-                                                         encode_assignment(assignment)}},
+        "metadata": {"name": "resident", "annotations": SMALL},
         "spec": {"nodeName": node, "schedulerName": keys.SCHEDULER_NAME, "containers": [
             {"name": "main", "image": "registry.invalid/none:0", "resources": {"limits": {keys.VGPU_RESOURCE: "1"}}}]},
     })
+    cluster.core.patch_namespaced_pod("resident", cluster.namespace, {"metadata": {
+        "annotations": signed_annotations(created.metadata.uid, assignment)}})
     return gpu
 
 
@@ -92,6 +95,12 @@ def test_fastpods_of_four_end_bound_with_a_gpu_each_packed_or_spread(
     namespace = cluster.namespace
     busy, idle = (reserved_node(cluster, make_gpu_node) for _ in range(2))
     busy_gpu = resident_pod(cluster, busy)
+
+    def extender_counts_the_resident() -> bool:
+        gpus = get_json(f"{extender.url}/inspect")["nodes"].get(busy, {}).get("gpus", [])
+        return any(pod["pod"] == f"{namespace}/resident" for gpu in gpus for pod in gpu["pods"])
+
+    wait_until(extender_counts_the_resident, what="the extender to count the resident pod", timeout_s=30)
     start_scheduler(scheduler_config(extender.url))
     with AllocationMarker(cluster.api, namespace), running_controller(control_plane, namespace, "--no-leader-elect"):
         cluster.create_fastpod(e2e_fastpod("packed", SMALL))

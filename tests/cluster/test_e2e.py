@@ -147,7 +147,9 @@ def test_a_fastpod_of_three_ends_with_each_pod_allocated_its_assigned_gpu(
         group.start("node-agent", [command("fastgshare-node-agent"), "--node-name", node, "--kubeconfig", kubeconfig,
                                    "--device-plugin-dir", str(plugin_dir), "--state-dir", str(workdir / "state"),
                                    "--fake-gpus", FAKE_GPUS, "--slots-per-gpu", "4", "--hook-library", "/bin/true",
-                                   "--metrics-listen", "127.0.0.1:0"])
+                                   "--metrics-listen", "127.0.0.1:0",
+                                   # the key the extender signs with (ExtenderProcess wrote it)
+                                   "--assignment-key-file", str(extender.key_file)])
         assert kubelet.wait_for_registrations(1, timeout_s=60), group.logs()
         extender.start()
         start_scheduler(scheduler_config(extender.url))

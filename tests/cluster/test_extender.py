@@ -23,11 +23,11 @@ import kubernetes.client
 import pytest
 
 from fastgshare import keys
-from fastgshare.codec import PodAssignment, decode_assignment, decode_node_inventory, encode_assignment
+from fastgshare.codec import PodAssignment, decode_assignment, decode_node_inventory
 from fastgshare.ledger import GpuLedger, NodeState
 from fastgshare.placement import Policy, evaluate_node, score_node
 from fastgshare.share import ShareSpec, parse_share
-from tests.builders import share_annotations
+from tests.builders import share_annotations, signed_annotations
 from tests.cluster.conftest import MakeGpuNode, StartScheduler
 from tests.cluster.controlplane import ControlPlane, free_ports, wait_until
 from tests.integration.scheduler_extender.harness import (
@@ -101,6 +101,18 @@ def gpu_pod(name: str, *, request: str = "0.4", limit: str = "0.8", sm: str = "5
                 "resources": {"limits": {keys.VGPU_RESOURCE: "1"}, "requests": {"cpu": "10m"}}}]}}
 
 
+def create_resident(core: Core, namespace: str, node: str, gpu_index: int) -> None:
+    """A pod holding half of GPU ``gpu_index`` of ``node`` whole SMs: bound at creation, as if long ago,
+    with the assignment the extender wrote then, signed for the pod's uid with the test key that
+    :class:`ExtenderProcess` gives the extender (an unsigned one would not count)."""
+    resident = gpu_pod("resident", request="0.5", limit="0.5", sm="100")
+    resident["spec"]["nodeName"] = node  # type: ignore[index]
+    uid = core.create_namespaced_pod(namespace, resident).metadata.uid
+    assignment = PodAssignment(node_name=node, gpu_uuid=f"GPU-{node}-{gpu_index}", gpu_index=gpu_index,
+                               assigned_at_ms=1, share=parse_share(share_annotations("0.5", "0.5", "100", "1Gi")))
+    core.patch_namespaced_pod("resident", namespace, {"metadata": {"annotations": signed_annotations(uid, assignment)}})
+
+
 def node_of(core: Core, namespace: str, name: str) -> str | None:
     return core.read_namespaced_pod(name, namespace).spec.node_name
 
@@ -136,12 +148,7 @@ def test_pods_land_on_the_node_and_gpu_the_policy_predicts(cluster: Cluster, mar
     core, namespace = cluster.core, cluster.namespace
     busy, idle = cluster.make_gpu_node(2), cluster.make_gpu_node(2)
     gpu1 = f"GPU-{busy.metadata.name}-1"
-    resident = gpu_pod("resident", request="0.5", limit="0.5", sm="100", extra={
-        keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(PodAssignment(
-            node_name=busy.metadata.name, gpu_uuid=gpu1, gpu_index=1, assigned_at_ms=1,
-            share=parse_share(share_annotations("0.5", "0.5", "100", "1Gi"))))})
-    resident["spec"]["nodeName"] = busy.metadata.name  # type: ignore[index]  # bound at creation, as if long ago
-    core.create_namespaced_pod(namespace, resident)
+    create_resident(core, namespace, busy.metadata.name, 1)
     extender = cluster.start()
 
     nodes = [core.read_node(busy.metadata.name), core.read_node(idle.metadata.name)]
@@ -271,13 +278,7 @@ def test_scheduling_events_show_our_reasons_ungarbled(cluster: Cluster) -> None:
     ``%!S(MISSING)``. Defect 1 of issue 15: every reason we give must read as we wrote it."""
     core, namespace = cluster.core, cluster.namespace
     node = cluster.make_gpu_node(1)
-    gpu0 = f"GPU-{node.metadata.name}-0"
-    resident = gpu_pod("resident", request="0.5", limit="0.5", sm="100", extra={
-        keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(PodAssignment(
-            node_name=node.metadata.name, gpu_uuid=gpu0, gpu_index=0, assigned_at_ms=1,
-            share=parse_share(share_annotations("0.5", "0.5", "100", "1Gi"))))})
-    resident["spec"]["nodeName"] = node.metadata.name  # type: ignore[index]
-    core.create_namespaced_pod(namespace, resident)
+    create_resident(core, namespace, node.metadata.name, 0)
     cluster.start()
     core.create_namespaced_pod(namespace, gpu_pod("crowded", request="0.6", limit="0.6", sm="90"))
     core.create_namespaced_pod(namespace, gpu_pod("percent-sign", sm="50%"))

@@ -12,7 +12,7 @@ from fastgshare.codec import PodAssignment, encode_assignment
 from scheduler_extender.kube import ClusterWatch, KubeApi
 from scheduler_extender.ports import ApiConflict
 from scheduler_extender.state import ClusterState
-from tests.builders import make_share, share_annotations
+from tests.builders import TEST_TRUST, make_share, share_annotations, signed_annotations
 from tests.cluster.conftest import MakeGpuNode
 from tests.cluster.controlplane import wait_until
 
@@ -56,7 +56,7 @@ def test_bind_calls(api_client: kubernetes.client.ApiClient, core: kubernetes.cl
 
 @pytest.fixture
 def watched_state(api_client: kubernetes.client.ApiClient) -> Iterator[ClusterState]:
-    state = ClusterState(bind_wait_s=0)
+    state = ClusterState(bind_wait_s=0, trust=TEST_TRUST)
     watch = ClusterWatch(api_client, state)
     watch.start()
     try:
@@ -78,11 +78,17 @@ def test_watch_counts_assigned_pods_and_frees_deleted_ones(
         make_gpu_node: MakeGpuNode) -> None:
     node = make_gpu_node(1).metadata.name
     wait_until(lambda: node in watched_state.snapshot().nodes, what="the node in the cache", timeout_s=30)
-    text = encode_assignment(PodAssignment(node_name=node, gpu_uuid=f"GPU-{node}-0", gpu_index=0,
-                                           share=make_share(), assigned_at_ms=1))
-    core.create_namespaced_pod(namespace, plain_pod("assigned", {**share_annotations(),
-                                                                 keys.POD_ASSIGNMENT_ANNOTATION: text}))
+    assignment = PodAssignment(node_name=node, gpu_uuid=f"GPU-{node}-0", gpu_index=0, share=make_share(),
+                               assigned_at_ms=1)
+    # The assignment unsigned, as anyone who may create a pod can write it: not counted (the cache
+    # sees it before the signed one below, so the wait for that one shows it was passed over).
+    core.create_namespaced_pod(namespace, plain_pod("forged", {**share_annotations(),
+                                                               keys.POD_ASSIGNMENT_ANNOTATION:
+                                                                   encode_assignment(assignment)}))
     core.create_namespaced_pod(namespace, plain_pod("unassigned"))
+    # Signed for the pod's uid, as the extender writes it (a bind in flight: not bound yet).
+    uid = core.create_namespaced_pod(namespace, plain_pod("assigned")).metadata.uid
+    core.patch_namespaced_pod("assigned", namespace, {"metadata": {"annotations": signed_annotations(uid, assignment)}})
     wait_until(lambda: held_on(watched_state, node) == [f"{namespace}/assigned"], what="the pod counted",
                timeout_s=30)
     core.delete_namespaced_pod("assigned", namespace, grace_period_seconds=0)

@@ -18,6 +18,7 @@ from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.arbiter.client import ArbiterError, HookClient
 from fastgshare import keys
 from fastgshare.codec import decode_node_inventory
+from tests.builders import TEST_ASSIGNMENT_KEY
 from tests.cluster.conftest import unique_name
 from tests.cluster.controlplane import ControlPlane, wait_until
 from tests.fake_kubelet import FakeKubelet
@@ -31,12 +32,15 @@ def workdir() -> Iterator[Path]:
 
 def agent_command(node: str, plane: ControlPlane, plugin_dir: Path, state_dir: Path, gpus: str,
                   *extra: str) -> list[str]:
-    """``fastgshare-node-agent`` for ``node`` with simulated GPUs, a stand-in hook and metrics on a free port."""
+    """``fastgshare-node-agent`` for ``node`` with simulated GPUs, a stand-in hook, metrics on a free port
+    and the tests' assignment key (tests.builders), written next to ``state_dir``."""
     agent_bin = shutil.which("fastgshare-node-agent", path=str(Path(sys.executable).parent))
     assert agent_bin, "fastgshare-node-agent is not installed"
+    key_file = state_dir.parent / "assignment-key"
+    key_file.write_bytes(TEST_ASSIGNMENT_KEY)
     return [agent_bin, "--node-name", node, "--kubeconfig", str(plane.kubeconfig), "--device-plugin-dir",
             str(plugin_dir), "--state-dir", str(state_dir), "--fake-gpus", gpus, "--hook-library", "/bin/true",
-            "--metrics-listen", "127.0.0.1:0", *extra]
+            "--metrics-listen", "127.0.0.1:0", "--assignment-key-file", str(key_file), *extra]
 
 
 def test_agent_process_registers_publishes_serves_and_stops_cleanly(
