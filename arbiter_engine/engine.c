@@ -23,11 +23,16 @@
 #include <unistd.h>
 
 #define IN_CAPACITY (2 * FGS_MAX_FRAME)
+#define READ_CHUNK 1024        /* bytes read from one connection per turn (see read_size) */
 #define OUT_HIGH (64 * 1024)   /* a connection whose replies pile up over this is not read */
 #define EVENTS_HIGH 64         /* nor one with this many events waiting for Python ... */
 #define EVENTS_LOW 32          /* ... until they are down to this */
 #define ACCEPT_RETRY_NS 100000000 /* out of descriptors: try accepting again after 100 ms */
 #define TOKEN_FRAME (FGS_HEADER_SIZE + 8)
+#define PING_REPLY_FRAME FGS_HEADER_SIZE
+#define HEALTH_REPLY_FRAME (FGS_HEADER_SIZE + 8)
+#define MAX_GROUP (1u << 20) /* the highest group number Python may give */
+#define NO_GROUP UINT32_MAX
 
 enum { TAG_LISTEN = 1, TAG_STOP = 2, TAG_TIMER = 3 };
 
@@ -45,6 +50,9 @@ typedef struct conn {
     bool closing;       /* Python closed it: close once the output has left */
     bool broken;        /* unframeable input was handed to Python: read no more */
     bool write_failed;
+    bool health;        /* the liveness probe's private connection: PING only, no events */
+    bool batching;      /* replies wait in out until the frames read are all handled */
+    uint32_t group;     /* whose events these are (Python's number for the peer); 0: not yet said */
     uint32_t events_waiting; /* events of this connection in the queue for Python */
     uint32_t epoll_mask;
     uint32_t in_length;
@@ -86,6 +94,15 @@ typedef struct queued_event {
     uint8_t data[];
 } queued_event;
 
+/* The events of one peer (a pod, or a process outside pods) waiting for Python, oldest first. The
+ * groups with events take turns (next_ready links them in a ring), so a peer with thousands of
+ * events waiting delays another's next one by one event, not by all of its own. */
+typedef struct group {
+    queued_event *head, *tail;
+    uint32_t next_ready;
+    bool ready;
+} group;
+
 struct fgs_engine {
     pthread_mutex_t lock;
     pthread_t thread;
@@ -102,7 +119,11 @@ struct fgs_engine {
     int gpu_count;
     int64_t window_ns;
     fgs_meter *meter;
-    queued_event *events_head, *events_tail;
+    group *groups;
+    uint32_t group_capacity;
+    uint32_t ready_head, ready_tail; /* the ring of groups with events, NO_GROUP when empty */
+    uint64_t events_pending;
+    int64_t pending_since, last_take; /* when the queue last stopped being empty; when Python last took one */
 };
 
 static int64_t now_ns(void)
@@ -135,7 +156,8 @@ static conn *find_conn(const fgs_engine *e, uint64_t id)
 static void update_epoll(fgs_engine *e, conn *c)
 {
     uint32_t mask = 0;
-    if (!c->broken && !c->closing && c->out_length <= OUT_HIGH && c->events_waiting < EVENTS_HIGH)
+    if (!c->broken && !c->closing && (c->group != 0 || c->health) && c->out_length <= OUT_HIGH
+        && c->events_waiting < EVENTS_HIGH)
         mask |= EPOLLIN;
     if (c->out_length)
         mask |= EPOLLOUT;
@@ -178,7 +200,7 @@ static int conn_write(fgs_engine *e, conn *c, const uint8_t *data, uint32_t leng
 {
     if (c->write_failed)
         return 0;
-    if (c->out_length == 0) {
+    if (c->out_length == 0 && !c->batching) {
         ssize_t k;
         do
             k = send(c->fd, data, length, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -204,8 +226,22 @@ static int conn_write(fgs_engine *e, conn *c, const uint8_t *data, uint32_t leng
     }
     memcpy(c->out + c->out_length, data, length);
     c->out_length += length;
-    update_epoll(e, c);
+    if (!c->batching)
+        update_epoll(e, c);
     return 0;
+}
+
+/* The group's place in the ring of groups with events: at its tail. */
+static void make_ready(fgs_engine *e, uint32_t index)
+{
+    group *g = &e->groups[index];
+    g->ready = true;
+    g->next_ready = NO_GROUP;
+    if (e->ready_tail == NO_GROUP)
+        e->ready_head = index;
+    else
+        e->groups[e->ready_tail].next_ready = index;
+    e->ready_tail = index;
 }
 
 static void push_event(fgs_engine *e, conn *c, int kind, int pid, const uint8_t *data, uint32_t length)
@@ -217,12 +253,18 @@ static void push_event(fgs_engine *e, conn *c, int kind, int pid, const uint8_t 
     q->event = (fgs_event){.connection = c->id, .kind = kind, .pid = pid, .length = length};
     if (length)
         memcpy(q->data, data, length);
-    bool was_empty = e->events_head == NULL;
-    if (was_empty)
-        e->events_head = q;
+    bool was_empty = e->events_pending == 0;
+    group *g = &e->groups[c->group];
+    if (g->head == NULL)
+        g->head = q;
     else
-        e->events_tail->next = q;
-    e->events_tail = q;
+        g->tail->next = q;
+    g->tail = q;
+    if (!g->ready)
+        make_ready(e, c->group);
+    e->events_pending++;
+    if (was_empty)
+        e->pending_since = now_ns();
     if (kind != FGS_EVENT_CLOSED) {
         c->events_waiting++;
         update_epoll(e, c);
@@ -369,13 +411,13 @@ static void pump(fgs_engine *e, gpu *g)
     }
 }
 
-/* _token */
+/* _token. used_ns is what the client says it used of the token it returns (at most INT64_MAX:
+ * larger reports go to Python, which refuses them); it is charged what fgs_token_charge says. */
 static void token_request(fgs_engine *e, conn *c, uint32_t request_id, uint64_t used_ns)
 {
     pod *p = c->pod;
     gpu *g = p->gpu;
     int64_t now = now_ns();
-    int64_t used = used_ns > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)used_ns;
     c->request_id = request_id;
     c->has_request = true;
     if (!c->queued) {
@@ -387,10 +429,11 @@ static void token_request(fgs_engine *e, conn *c, uint32_t request_id, uint64_t 
             p->queue_head = c;
         p->queue_tail = c;
     }
-    if (p->holder == c) { /* it reports what it used of its token, and asks again */
+    if (p->holder == c) { /* it returns its token, and asks again */
         p->holder = NULL;
-        fgs_policy_request(g->policy, p->client, now, used);
-        fgs_meter_used(e->meter, p->meter, p->granted_at, used);
+        int64_t charged = fgs_token_charge(p->granted_at, p->token_ns, now, used_ns);
+        fgs_policy_request(g->policy, p->client, now, charged);
+        fgs_meter_used(e->meter, p->meter, p->granted_at, charged);
     } else {
         mark_unasked(g, p);
     }
@@ -468,11 +511,46 @@ static void free_conn(fgs_engine *e, conn *c)
 static void drop_conn(fgs_engine *e, conn *c)
 {
     detach(e, c);
-    if (!c->closing)
+    if (!c->closing && !c->health)
         push_event(e, c, FGS_EVENT_CLOSED, 0, NULL, 0);
     free_conn(e, c);
 }
 
+static void reply_header(uint8_t *frame, uint32_t size, uint16_t type, uint32_t request_id)
+{
+    put_le(frame, size - 4, 4);
+    put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
+    put_le(frame + 6, type | FGS_REPLY_BIT, 2);
+    put_le(frame + 8, request_id, 4);
+}
+
+/* PING: answered here, whatever the connection, so it never waits behind Python. */
+static void answer_ping(fgs_engine *e, conn *c, uint32_t request_id)
+{
+    uint8_t frame[PING_REPLY_FRAME];
+    reply_header(frame, sizeof frame, FGS_MSG_PING, request_id);
+    conn_write(e, c, frame, sizeof frame);
+}
+
+/* How long Python has not taken an event while some waited: 0 while it keeps up. */
+static int64_t python_stalled_ns(const fgs_engine *e, int64_t now)
+{
+    if (e->events_pending == 0)
+        return 0;
+    int64_t since = e->last_take > e->pending_since ? e->last_take : e->pending_since;
+    return now > since ? now - since : 0;
+}
+
+/* The probe's PING: the reply's payload says how long Python has stalled (u64 ns). */
+static void answer_health(fgs_engine *e, conn *c, uint32_t request_id)
+{
+    uint8_t frame[HEALTH_REPLY_FRAME];
+    reply_header(frame, sizeof frame, FGS_MSG_PING, request_id);
+    put_le(frame + FGS_HEADER_SIZE, (uint64_t)python_stalled_ns(e, now_ns()), 8);
+    conn_write(e, c, frame, sizeof frame);
+}
+
+/* Every whole frame read; the replies the engine makes leave together, in one send, at the end. */
 static void handle_frames(fgs_engine *e, conn *c)
 {
     uint32_t offset = 0;
@@ -480,6 +558,10 @@ static void handle_frames(fgs_engine *e, conn *c)
         const uint8_t *frame = c->in + offset;
         uint32_t length = get_le32(frame);
         if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4) {
+            if (c->health) {
+                drop_conn(e, c);
+                return;
+            }
             push_event(e, c, FGS_EVENT_BAD, 0, frame, c->in_length - offset);
             c->broken = true;
             offset = c->in_length;
@@ -488,11 +570,22 @@ static void handle_frames(fgs_engine *e, conn *c)
         }
         if (c->in_length - offset < length + 4)
             break;
-        if (c->pod != NULL && length == TOKEN_FRAME - 4 && get_le16(frame + 4) == FGS_PROTOCOL_VERSION
-            && get_le16(frame + 6) == FGS_MSG_TOKEN)
+        bool current = get_le16(frame + 4) == FGS_PROTOCOL_VERSION;
+        uint16_t type = get_le16(frame + 6);
+        if (c->health) {
+            if (!current || type != FGS_MSG_PING) {
+                drop_conn(e, c); /* the probe sends nothing else */
+                return;
+            }
+            answer_health(e, c, get_le32(frame + 8));
+        } else if (current && type == FGS_MSG_PING) {
+            answer_ping(e, c, get_le32(frame + 8));
+        } else if (c->pod != NULL && length == TOKEN_FRAME - 4 && current && type == FGS_MSG_TOKEN
+                   && get_le64(frame + 12) <= (uint64_t)INT64_MAX) {
             token_request(e, c, get_le32(frame + 8), get_le64(frame + 12));
-        else
+        } else {
             push_event(e, c, FGS_EVENT_FRAME, 0, frame, length + 4);
+        }
         offset += length + 4;
     }
     if (offset) {
@@ -501,11 +594,25 @@ static void handle_frames(fgs_engine *e, conn *c)
     }
 }
 
+/* A connection reads at most READ_CHUNK bytes per turn (what one frame needs, if more): the engine's
+ * turn over every ready connection stays short, however many connections one pod floods it from. */
+static uint32_t read_size(const conn *c)
+{
+    uint32_t room = IN_CAPACITY - c->in_length;
+    uint32_t needed = READ_CHUNK;
+    if (c->in_length >= 4) {
+        uint32_t length = get_le32(c->in);
+        if (length <= FGS_MAX_FRAME - 4 && length + 4 > c->in_length + READ_CHUNK)
+            needed = length + 4 - c->in_length; /* the rest of a long frame, in one read */
+    }
+    return needed < room ? needed : room;
+}
+
 static void read_conn(fgs_engine *e, conn *c)
 {
     ssize_t k;
     do
-        k = recv(c->fd, c->in + c->in_length, IN_CAPACITY - c->in_length, MSG_DONTWAIT);
+        k = recv(c->fd, c->in + c->in_length, read_size(c), MSG_DONTWAIT);
     while (k < 0 && errno == EINTR);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
@@ -514,7 +621,13 @@ static void read_conn(fgs_engine *e, conn *c)
         return;
     }
     c->in_length += (uint32_t)k;
-    handle_frames(e, c);
+    uint64_t id = c->id;
+    c->batching = true;
+    handle_frames(e, c); /* may drop it */
+    if (find_conn(e, id) != NULL) {
+        c->batching = false;
+        flush_out(e, c);
+    }
 }
 
 static int add_slot(fgs_engine *e)
@@ -682,11 +795,14 @@ fgs_engine *fgs_engine_new(int listen_fd, int gpus, const uint8_t *mps, int64_t 
     e->listen_fd = listen_fd;
     e->epoll_fd = e->event_fd = e->stop_fd = e->timer_fd = -1;
     e->timer_at = e->accept_retry_at = FGS_NO_TIME;
+    e->ready_head = e->ready_tail = NO_GROUP;
     e->window_ns = window_ns;
     e->gpu_count = gpus;
     e->gpus = calloc((size_t)gpus + 1, sizeof *e->gpus);
     e->meter = fgs_meter_new(meter_window_ns, wait_bounds_ns, buckets, gpus);
-    if (e->gpus == NULL || e->meter == NULL)
+    e->groups = calloc(1, sizeof *e->groups); /* group 0: new connections, until Python says whose */
+    e->group_capacity = 1;
+    if (e->gpus == NULL || e->meter == NULL || e->groups == NULL)
         goto fail;
     for (int i = 0; i < gpus; i++) {
         e->gpus[i].index = i;
@@ -765,10 +881,12 @@ void fgs_engine_free(fgs_engine *e)
     }
     free(e->gpus);
     fgs_meter_free(e->meter);
-    for (queued_event *q = e->events_head, *next; q != NULL; q = next) {
-        next = q->next;
-        free(q);
-    }
+    for (uint32_t i = 0; i < e->group_capacity; i++)
+        for (queued_event *q = e->groups[i].head, *next; q != NULL; q = next) {
+            next = q->next;
+            free(q);
+        }
+    free(e->groups);
     int fds[] = {e->epoll_fd, e->event_fd, e->stop_fd, e->timer_fd};
     for (size_t i = 0; i < sizeof fds / sizeof *fds; i++)
         if (fds[i] >= 0)
@@ -785,14 +903,25 @@ int fgs_engine_event_fd(const fgs_engine *e) { return e->event_fd; }
 int fgs_engine_next_event(fgs_engine *e, fgs_event *event, uint8_t *buffer, uint32_t capacity)
 {
     pthread_mutex_lock(&e->lock);
-    queued_event *q = e->events_head;
-    if (q == NULL) {
+    if (e->ready_head == NO_GROUP) {
         pthread_mutex_unlock(&e->lock);
         return 0;
     }
-    e->events_head = q->next;
-    if (e->events_head == NULL)
-        e->events_tail = NULL;
+    /* The group at the ring's head gives one event, then goes to the tail if it has more. */
+    uint32_t index = e->ready_head;
+    group *g = &e->groups[index];
+    queued_event *q = g->head;
+    g->head = q->next;
+    if (g->head == NULL)
+        g->tail = NULL;
+    e->ready_head = g->next_ready;
+    if (e->ready_head == NO_GROUP)
+        e->ready_tail = NO_GROUP;
+    g->ready = false;
+    if (g->head != NULL)
+        make_ready(e, index);
+    e->events_pending--;
+    e->last_take = now_ns();
     *event = q->event;
     if (event->length > capacity)
         event->length = capacity;
@@ -833,6 +962,61 @@ int fgs_engine_close(fgs_engine *e, uint64_t id)
         update_epoll(e, c); /* reading stops; EPOLLOUT closes it once the output has left */
     pthread_mutex_unlock(&e->lock);
     return 0;
+}
+
+int fgs_engine_set_group(fgs_engine *e, uint64_t id, uint32_t group_number)
+{
+    pthread_mutex_lock(&e->lock);
+    conn *c = e->stopped ? NULL : find_conn(e, id);
+    int result = 0;
+    if (c == NULL || c->closing || c->health) {
+        result = -1;
+    } else if (group_number == 0 || group_number > MAX_GROUP) {
+        result = -3;
+    } else {
+        if (group_number >= e->group_capacity) {
+            uint32_t capacity = grown_capacity(e->group_capacity, group_number + 1, 16);
+            group *groups = resized(e->groups, sizeof *groups, e->group_capacity, capacity);
+            if (groups == NULL) {
+                result = -2;
+                goto done;
+            }
+            e->groups = groups;
+            e->group_capacity = capacity;
+        }
+        c->group = group_number; /* its events from now on; those already queued stay where they are */
+        update_epoll(e, c);      /* reading starts */
+    }
+done:
+    pthread_mutex_unlock(&e->lock);
+    return result;
+}
+
+int fgs_engine_add_probe(fgs_engine *e, int fd)
+{
+    pthread_mutex_lock(&e->lock);
+    int result = -1;
+    conn *c = e->stopped ? NULL : calloc(1, sizeof *c);
+    int slot = c == NULL ? -1 : add_slot(e);
+    if (slot >= 0) {
+        c->fd = fd;
+        c->health = true;
+        c->id = (uint64_t)e->generations[slot] << 32 | (uint32_t)slot;
+        c->epoll_mask = EPOLLIN;
+        struct epoll_event ev = {.events = EPOLLIN, .data.u64 = c->id};
+        if (epoll_ctl(e->epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0) {
+            e->slots[slot] = c;
+            result = 0;
+        } else {
+            e->free_slots[e->free_slot_count++] = (uint32_t)slot;
+        }
+    }
+    if (result != 0) {
+        free(c);
+        close(fd);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return result;
 }
 
 static pod *find_pod(gpu *g, const char *name)

@@ -6,12 +6,14 @@
  * The engine accepts on the arbiter's listening socket and owns every connection: it reads and
  * frames what hooks send, and answers the renewal every hook sends, TOKEN on a registered
  * connection, itself: the pod's queue of connections, the GPU's scheduler (policy.h), the usage
- * meter (meter.h), the reply, and the wake-up timer, without Python. Everything else (a new
+ * meter (meter.h), the reply, and the wake-up timer, without Python; and every PING. A returned
+ * token is charged at least the time it was held (fgs_token_charge). Everything else (a new
  * connection and its peer, every other frame, a connection the peer closed) becomes an event
  * for Python, which decides identity, memory and errors as before and answers through
  * fgs_engine_send, registers a connection after its HELLO (fgs_engine_register) and closes
- * connections (fgs_engine_close). Events wait in a queue; the engine writes to an eventfd when
- * the queue stops being empty.
+ * connections (fgs_engine_close). Events wait in one queue per peer (fgs_engine_set_group), taken
+ * in turn, so one pod's flood cannot delay another pod's requests; the engine writes to an eventfd
+ * when the queues stop being empty.
  *
  * One mutex guards the engine: its thread holds it while it handles what epoll reported, and
  * every call below takes it, so the calls may come from any thread.
@@ -54,6 +56,17 @@ void fgs_engine_free(fgs_engine *engine);
 int fgs_engine_event_fd(const fgs_engine *engine);
 /* The next event, its bytes into buffer (capacity >= 2 * FGS_MAX_FRAME): 1, or 0 if none. */
 int fgs_engine_next_event(fgs_engine *engine, fgs_event *event, uint8_t *buffer, uint32_t capacity);
+
+/* Whose the connection is, for fairness: Python's number (1..2^20) for its peer (a pod, or a
+ * process outside pods). The engine reads a new connection only once it has one; the events of
+ * each group wait in a queue of their own, and fgs_engine_next_event takes one from each group in
+ * turn. 0; -1: gone; -2: no memory; -3: a bad number. */
+int fgs_engine_set_group(fgs_engine *engine, uint64_t connection, uint32_t group);
+/* The liveness probe's private connection (one end of a socketpair; the engine owns fd from now
+ * on, also on failure): the engine answers its PINGs itself, with a u64 payload saying for how
+ * many ns Python has not taken an event while events waited (0 while it keeps up); anything
+ * else closes it. No events. 0, or -1. */
+int fgs_engine_add_probe(fgs_engine *engine, int fd);
 
 /* 0, or -1 for a connection that is gone (or a stopped engine). */
 int fgs_engine_send(fgs_engine *engine, uint64_t connection, const uint8_t *data, uint32_t length);

@@ -50,6 +50,19 @@ struct fgs_meter {
     uint32_t out_capacity;
 };
 
+int64_t fgs_token_charge(int64_t granted_at, int64_t token_ns, int64_t now, uint64_t reported)
+{
+    if (granted_at > now || (granted_at < 0 && now > INT64_MAX + granted_at))
+        return 0; /* a clock that went back, or times no clock gives */
+    int64_t since = now - granted_at;
+    int64_t held = token_ns < since ? (token_ns > 0 ? token_ns : 0) : since;
+    int64_t overrun = reported < (uint64_t)since ? (int64_t)reported : since;
+    return overrun > held ? overrun : held;
+}
+
+/* a + b for b >= 0, at most INT64_MAX */
+static int64_t saturating_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+
 fgs_meter *fgs_meter_new(int64_t window_ns, const int64_t *bounds_ns, int buckets, int gpus)
 {
     if (window_ns <= 0 || buckets < 0 || buckets > FGS_MAX_WAIT_BUCKETS || gpus < 0)
@@ -135,7 +148,7 @@ void fgs_meter_granted(const fgs_meter *m, fgs_pod_meter *pod, int64_t now)
         index++;
     pod->wait_counts[index]++;
     if (pod->asked_throttled)
-        pod->throttled_ns_total += wait;
+        pod->throttled_ns_total = saturating_add(pod->throttled_ns_total, wait);
 }
 
 static use *use_at(fgs_pod_meter *pod, uint32_t index) { return &pod->uses[(pod->head + index) % pod->capacity]; }
@@ -147,9 +160,11 @@ void fgs_meter_used(fgs_meter *m, fgs_pod_meter *pod, int64_t start, int64_t use
     if (used <= 0)
         return;
     if (used > MAX_USE_NS)
-        used = MAX_USE_NS; /* a report no hook makes; capped so that start + used cannot overflow */
+        used = MAX_USE_NS; /* a report the engine never passes (fgs_token_charge) */
+    if (start > 0 && used > INT64_MAX - start)
+        used = INT64_MAX - start; /* so that start + used cannot overflow */
     int64_t end = start + used;
-    pod->used_ns_total += used;
+    pod->used_ns_total = saturating_add(pod->used_ns_total, used);
     if (end > pod->last_use_ns)
         pod->last_use_ns = end;
     add_busy(&m->busy[pod->gpu], start, end, m->window_ns);
@@ -165,7 +180,7 @@ void fgs_meter_used(fgs_meter *m, fgs_pod_meter *pod, int64_t start, int64_t use
         use *last = use_at(pod, pod->count - 1);
         if (end >= last->end && end / SLOT_NS == last->end / SLOT_NS) {
             last->end = end;
-            last->used += used;
+            last->used = saturating_add(last->used, used);
             return;
         }
     }

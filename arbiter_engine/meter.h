@@ -8,7 +8,7 @@
  * bounded memory: uses that end within the same millisecond are kept as one, so a use that
  * straddles the window's start may count up to 1 ms more or less (1e-4 of a 10 s window), for uses
  * that do not overlap, as a pod's do while it reports no more than the time it held its token. A
- * use reported longer than 2^61 ns counts as that long.
+ * use reported longer than 2^61 ns counts as that long, and totals saturate: no report overflows.
  */
 #ifndef FGS_ARBITER_METER_H
 #define FGS_ARBITER_METER_H
@@ -31,6 +31,12 @@ typedef struct fgs_pod_usage {
     int64_t wait_sum_ns;
     int64_t wait_counts[FGS_MAX_WAIT_BUCKETS + 1]; /* per bucket, not cumulative; then +Inf */
 } fgs_pod_usage;
+
+/* What a returned token is charged: at least the time it was held (grant to now, at most the
+ * token: a holder that returns it late held it until it expired), and the client's report only
+ * where it is more (an overrun: work that ran past the token's end), clamped to the time since the
+ * grant. Never negative, never more than now - granted_at (0 for a clock that went back). */
+int64_t fgs_token_charge(int64_t granted_at_ns, int64_t token_ns, int64_t now_ns, uint64_t reported_ns);
 
 /* bounds_ns: the wait buckets' upper bounds, ascending (at most FGS_MAX_WAIT_BUCKETS). */
 fgs_meter *fgs_meter_new(int64_t window_ns, const int64_t *bounds_ns, int buckets, int gpus);

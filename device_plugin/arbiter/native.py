@@ -17,7 +17,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Sequence
 
 import attrs
 
@@ -100,6 +100,9 @@ def _load() -> ctypes.CDLL:
         "fgs_engine_event_fd": (ctypes.c_int, [p]),
         "fgs_engine_next_event": (ctypes.c_int, [p, ctypes.POINTER(_Event), ctypes.c_char_p, u32]),
         "fgs_engine_send": (ctypes.c_int, [p, u64, ctypes.c_char_p, u32]),
+        "fgs_engine_set_group": (ctypes.c_int, [p, u64, u32]),
+        "fgs_engine_add_probe": (ctypes.c_int, [p, ctypes.c_int]),
+        "fgs_token_charge": (i64, [i64, i64, i64, u64]),
         "fgs_engine_close": (ctypes.c_int, [p, u64]),
         "fgs_engine_register": (ctypes.c_int, [p, u64, ctypes.c_int, ctypes.c_char_p, i32, i32, i32]),
         "fgs_engine_token": (ctypes.c_int, [p, u64, u32, u64]),
@@ -193,14 +196,29 @@ class NativeEngine:
         if engine:
             self._lib.fgs_engine_free(engine)
 
-    def events(self) -> Iterator[EngineEvent]:
-        """The events waiting now (read :attr:`event_fd` first, so that later ones wake the loop again)."""
+    def events(self, limit: int) -> list[EngineEvent]:
+        """Up to ``limit`` of the events waiting now, one group after another (read :attr:`event_fd`
+        first, so that later ones wake the loop again)."""
         with contextlib.suppress(BlockingIOError):
             os.read(self.event_fd, 8)
-        while self._engine and self._lib.fgs_engine_next_event(self._engine, ctypes.byref(self._event), self._buffer,
-                                                               len(self._buffer)):
+        taken: list[EngineEvent] = []
+        while len(taken) < limit and self._engine and self._lib.fgs_engine_next_event(
+                self._engine, ctypes.byref(self._event), self._buffer, len(self._buffer)):
             event = self._event
-            yield EngineEvent(event.kind, event.connection, event.pid, self._buffer.raw[:event.length])
+            taken.append(EngineEvent(event.kind, event.connection, event.pid, self._buffer.raw[:event.length]))
+        return taken
+
+    def set_group(self, connection: int, group: int) -> None:
+        """Whose the connection is (1..2**20, one number per peer); the engine reads it from now on."""
+        if self._engine and self._lib.fgs_engine_set_group(self._engine, connection, group) == -2:
+            raise MemoryError("the arbiter's engine is out of memory")
+
+    def add_probe(self, descriptor: int) -> bool:
+        """Hand one end of a socketpair to the engine (it owns it from now on): it answers PINGs there."""
+        if not self._engine:
+            os.close(descriptor)
+            return False
+        return bool(self._lib.fgs_engine_add_probe(self._engine, descriptor) == 0)
 
     def send(self, connection: int, data: bytes) -> None:
         if self._engine:
@@ -242,6 +260,11 @@ class NativeEngine:
             raise MemoryError("the arbiter's engine is out of memory")
         return _snapshot(_pod_usages(pods, count, self.gpu_names, self._meter_window_ns), list(self._busy),
                          self.gpu_names, self._meter_window_ns)
+
+
+def token_charge(granted_at_ns: int, token_ns: int, now_ns: int, reported_ns: int) -> int:
+    """What the engine charges a returned token (``fgs_token_charge``; for the tests)."""
+    return int(_library().fgs_token_charge(granted_at_ns, token_ns, now_ns, reported_ns))
 
 
 class NativePolicy:

@@ -5,8 +5,26 @@ its own): it accepts, frames what hooks send, and answers the renewal every hook
 a registered connection) itself, with one scheduler per GPU (``arbiter_engine/policy.c``, which follows
 :class:`~fastgshare.arbitration.GpuArbiter` decision for decision) and the usage meter. This
 module decides everything else, on the asyncio loop, from the engine's events: who a new
-connection is, HELLO, memory, PING, errors, refusals and deadlines, share changes, and the state
-file. The scheduler's client is the *pod*: all processes of a pod share its one share, so a
+connection is, HELLO, memory, errors, refusals and deadlines, share changes, and the state
+file. The engine answers every PING itself.
+
+Fairness: each connection belongs to its peer's *group* (the pod by its cgroup, else the
+process), told to the engine as soon as the connection is accepted and before a byte of it is
+read; the engine keeps each group's events in a queue of its own and hands them to Python one
+group after another (round-robin by pod: a pod's share of the Python side does not grow with its
+number of connections, and an idle pod's next request waits for one event of each busy pod, not
+for their backlog). Python takes at most ``DRAIN_BATCH`` events per turn of the loop, so the
+loop's other work (usage snapshots, timers) never waits behind a flood either.
+
+Charging: a returned token is charged at least the time it was held (grant to return, or to its
+expiry), and what the client reports counts only above that, clamped to the time since the grant
+(``fgs_token_charge``); a report that does not fit a signed 64-bit count is refused.
+
+Liveness (:mod:`.probe`): an arbiter in this process is probed through a private socketpair the
+engine answers itself, which no tenant can reach or queue in front of; its answer says whether
+Python keeps taking the engine's events. The socket's path is checked by its inode.
+
+The scheduler's client is the *pod*: all processes of a pod share its one share, so a
 pod's connections queue for the pod's token and receive it one at a time. Memory reservations
 are kept per pod too (:class:`~fastgshare.memory.PodMemoryLedger`), per connection inside it. A
 dropped connection gives its token and its memory back at once; a pod's last connection
@@ -39,6 +57,7 @@ from pathlib import Path
 
 import attrs
 
+from device_plugin.arbiter import probe
 from device_plugin.arbiter.identity import pod_uid_of_pid
 from device_plugin.arbiter.native import EVENT_ACCEPTED, EVENT_CLOSED, EngineEvent, NativeEngine
 from device_plugin.arbiter.ratelimit import RepeatLimiter
@@ -75,6 +94,8 @@ SAVE_DELAY_S = 0.05
 MAX_REFUSING = 16  # refused connections held open at once to tell them why
 REFUSE_WAIT_S = 0.5  # how long a refused connection may take to send the request it is told why on
 BACKLOG = 128
+DRAIN_BATCH = 64  # events Python takes per turn of its loop
+INT64_MAX = 2**63 - 1
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -148,6 +169,10 @@ class ArbiterServer:
         self._alive = alive
         self._refusing = 0
         self._peers: dict[str, int] = {}  # peer key (pod uid, or pid outside pods) -> open connections
+        self._groups: dict[str, int] = {}  # peer key -> its group in the engine (while it has connections)
+        self._free_groups: list[int] = []
+        self._drain_again: asyncio.Handle | None = None
+        self._socket_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the socket bound
         self._orphan_sweeper: asyncio.Task[None] | None = None
         self._stopping = False
         self._save_timer: asyncio.TimerHandle | None = None
@@ -177,6 +202,8 @@ class ArbiterServer:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.bind(str(self.socket_path))
+            bound = self.socket_path.stat()
+            self._socket_id = (bound.st_dev, bound.st_ino)
             listener.listen(BACKLOG)
             listener.setblocking(False)
             os.chmod(self.socket_path, 0o666)  # any container user may connect; identity comes from the kernel
@@ -190,6 +217,7 @@ class ArbiterServer:
         self._listener, self._engine = listener, engine
         asyncio.get_running_loop().add_reader(engine.event_fd, self._drain)
         engine.start()
+        probe.serve(self.socket_path, self.probe_problem)
         log.info("arbiter listening socket=%s gpus=%s trusted_env=%s", self.socket_path, ",".join(self._gpus),
                  self._trusted)
 
@@ -197,6 +225,9 @@ class ArbiterServer:
         """Stop listening, drop every connection, remove the socket. The saved ledger stays as it
         is: the hooks reconnect to the next arbiter and keep what they hold."""
         self._stopping = True
+        probe.unserve(self.socket_path, self.probe_problem)
+        if self._drain_again is not None:
+            self._drain_again.cancel()
         engine, self._engine = self._engine, None
         if engine is not None:
             asyncio.get_running_loop().remove_reader(engine.event_fd)
@@ -212,12 +243,41 @@ class ArbiterServer:
             await asyncio.gather(self._orphan_sweeper, return_exceptions=True)
         self.socket_path.unlink(missing_ok=True)
 
+    def probe_problem(self, timeout_s: float, stalled_after_s: float) -> str | None:
+        """None while the socket's path is the one bound, the engine answers a PING on the probe's
+        own socketpair and Python has taken the engine's events within ``stalled_after_s``; else
+        what is wrong, in words. Any thread may call it."""
+        try:
+            now = self.socket_path.stat()
+            replaced = (now.st_dev, now.st_ino) != self._socket_id
+        except OSError as error:
+            return f"the arbiter does not answer at {self.socket_path}: it is gone ({error.strerror or error})"
+        if replaced:
+            return f"{self.socket_path} is not the arbiter's socket any more: {probe.served_by(self.socket_path)}"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with ours:
+            engine = self._engine
+            if engine is None or not engine.add_probe(theirs.detach()):
+                return "the arbiter is stopped, or its engine refused the probe's connection"
+            stalled_ns = probe.ping_for_stall(ours, timeout_s)
+        if isinstance(stalled_ns, str):
+            return f"the arbiter's engine does not answer: {stalled_ns}"
+        if stalled_ns > stalled_after_s * 1e9:
+            return (f"the arbiter's Python side has not taken an event for {stalled_ns / 1e9:.1f}s "
+                    f"(more than {stalled_after_s:g}s) while events waited")
+        return None
+
     def _drain(self) -> None:
-        """The engine's events, in order: new connections, frames for Python, connections the peer closed."""
+        """The engine's events, a group at a time: new connections, frames for Python, connections
+        the peer closed; at most DRAIN_BATCH, then the loop's other work has its turn."""
+        self._drain_again = None
         engine = self._engine
         if engine is None:
             return
-        for event in engine.events():
+        events = engine.events(DRAIN_BATCH)
+        if len(events) == DRAIN_BATCH:
+            self._drain_again = asyncio.get_running_loop().call_soon(self._drain)
+        for event in events:
             try:
                 self._dispatch(engine, event)
             except Exception:  # a bug must cost one connection, not the events queued behind it
@@ -349,7 +409,15 @@ class ArbiterServer:
             return False
         self._peers[peer] = self._peers.get(peer, 0) + 1
         link.peer = peer
+        connection.engine.set_group(connection.id, self._group_of(peer))
         return True
+
+    def _group_of(self, peer: str) -> int:
+        """The peer's group number in the engine (1 up, reused once its connections are all gone)."""
+        group = self._groups.get(peer)
+        if group is None:
+            group = self._groups[peer] = self._free_groups.pop() if self._free_groups else len(self._groups) + 1
+        return group
 
     def _closed(self, link: _Link, connection: _Connection) -> None:
         """The connection is gone (or the arbiter stops): its memory goes back (its token went back
@@ -357,6 +425,7 @@ class ArbiterServer:
         self._peers[link.peer] -= 1
         if not self._peers[link.peer]:
             del self._peers[link.peer]
+            self._free_groups.append(self._groups.pop(link.peer))
         self._disconnect(connection)
 
     def _refuse_connection(self, link: _Link, connection: _Connection, peer: str) -> None:
@@ -364,10 +433,12 @@ class ArbiterServer:
         a few such connections at a time: a flood is closed at once), then close."""
         message = f"{peer} already has {self._max_per_pod} connections to the arbiter (--max-connections-per-pod)"
         self._log.warning("refused a connection from pid=%d: %s", connection.pid, message)
-        if self._refusing >= MAX_REFUSING:
+        group = self._groups.get(peer)
+        if self._refusing >= MAX_REFUSING or group is None:
             link.finish()
             return
         self._refusing += 1
+        connection.engine.set_group(connection.id, group)  # read, in the peer's turn
 
         def done() -> None:
             self._refusing -= 1
@@ -391,8 +462,15 @@ class ArbiterServer:
             self._hello(connection, frame)
         elif not connection.pod:
             self._refuse(connection, frame.request_id, ErrorCode.NOT_REGISTERED, "send HELLO first")
-        elif frame.type == MessageType.TOKEN:  # one that came before the engine knew the connection's pod
-            connection.engine.token(connection.id, frame.request_id, protocol.decode_u64(frame.payload))
+        elif frame.type == MessageType.TOKEN:
+            # One that came before the engine knew the connection's pod, or a report the engine does not take.
+            used_ns = protocol.decode_u64(frame.payload)
+            if used_ns > INT64_MAX:
+                self._refuse(connection, frame.request_id, ErrorCode.BAD_FRAME,
+                             f"TOKEN used_ns={used_ns} is negative as a signed 64-bit count; allowed: 0..{INT64_MAX} "
+                             "(reports above the time since the grant count as that time)")
+                return
+            connection.engine.token(connection.id, frame.request_id, used_ns)
         elif frame.type in (MessageType.MEM_RESERVE, MessageType.MEM_RELEASE):
             self._memory(connection, frame)
         elif frame.type == MessageType.MEM_RESTORE:
@@ -486,8 +564,16 @@ class ArbiterServer:
             self._refuse(connection, frame.request_id, ErrorCode.BAD_FRAME,
                          "MEM_RESTORE must be the first memory request of a connection")
             return
-        connection.memory_used = True
         orphan = _Orphan(connection.pid)
+        saved = pod.memory.held_by(orphan) if orphan in pod.orphans else 0
+        after = pod.memory.used_bytes - saved + size
+        if after > pod.memory.limit_bytes:
+            self._refuse(connection, frame.request_id, ErrorCode.BAD_FRAME,
+                         f"MEM_RESTORE of {size} bytes would put pod {connection.pod} at {after} bytes, over its "
+                         f"memory limit of {pod.memory.limit_bytes}; allowed: up to "
+                         f"{max(0, pod.memory.limit_bytes - pod.memory.used_bytes + saved)}")
+            return
+        connection.memory_used = True
         before = pod.memory.release_process(orphan) if orphan in pod.orphans else 0
         pod.orphans.discard(orphan)
         pod.memory.restore(connection, size)

@@ -6,14 +6,19 @@ restarted arbiter serve the pods it knew before the agent has its pod cache agai
 are not kept: the scheduling window is 100 ms, far shorter than a restart, and a hook asks
 for a new token when it reconnects.
 
-Written on every change of the ledger, before the reply that depends on it goes out, as a
-new file renamed over the old one (``os.replace``: a reader sees the old or the new file,
-never half of one). Not fsynced: it must survive the agent's process (a crash, an OOM kill, a
-rolling update), not the node; when the node goes down, the processes it describes go too.
+Written on every change of the ledger, before the reply that depends on it goes out,
+atomically: a temporary file in the same directory, written whole (short writes continued),
+fsynced, renamed over the old one (``os.replace``: a reader sees the old or the new file, never
+half of one), and the directory fsynced, so the rename itself survives a crash of the machine as
+well as of the agent. The file carries a SHA-256 of its content: a file that is short, corrupt
+or unchecked (an older version) is discarded with one log line and moved aside
+(``*.unreadable``), and the arbiter starts with an empty ledger (reconnecting hooks say what they
+hold with MEM_RESTORE).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -26,7 +31,7 @@ from fastgshare.arbitration import TimeShare
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: with "sha256"
 STATE_FILE_NAME = "arbiter-state.json"
 
 
@@ -47,19 +52,21 @@ class StateFile:
     def load(self) -> list[SavedPod]:
         """The saved pods; none when there is no file. An unreadable file is set aside (and said)."""
         try:
-            text = self.path.read_text()
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return []
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode())
             if data.get("version") != STATE_VERSION:
                 raise ValueError(f"version {data.get('version')!r}, expected {STATE_VERSION}")
+            if data.get("sha256") != _checksum(data["pods"]):
+                raise ValueError("its checksum does not match its content")
             return [SavedPod(str(entry["gpu"]), str(entry["pod"]), int(entry["memory_limit_bytes"]),
                              {int(pid): int(size) for pid, size in entry["held"].items() if int(size) > 0},
                              TimeShare(*(int(v) for v in entry["share"])) if entry.get("share") else None,
                              str(entry.get("uid", "")))
                     for entry in data["pods"]]
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             aside = self.path.with_suffix(".unreadable")
             os.replace(self.path, aside)
             log.error("arbiter state %s is unreadable (%s); moved to %s, starting with an empty ledger",
@@ -67,11 +74,13 @@ class StateFile:
             return []
 
     def save(self, pods: Iterable[SavedPod]) -> None:
-        data = {"version": STATE_VERSION,
-                "pods": [{"gpu": pod.gpu, "pod": pod.pod, "uid": pod.uid, "memory_limit_bytes": pod.memory_limit_bytes,
-                          "share": [pod.share.request_permille, pod.share.limit_permille, pod.share.sm_percent]
-                          if pod.share else None,
-                          "held": {str(pid): size for pid, size in sorted(pod.held.items())}} for pod in pods]}
+        """Replace the file with these pods, atomically and durably (see the module's docstring)."""
+        entries: list[dict[str, object]] = [
+            {"gpu": pod.gpu, "pod": pod.pod, "uid": pod.uid, "memory_limit_bytes": pod.memory_limit_bytes,
+             "share": [pod.share.request_permille, pod.share.limit_permille, pod.share.sm_percent]
+             if pod.share else None,
+             "held": {str(pid): size for pid, size in sorted(pod.held.items())}} for pod in pods]
+        data = {"version": STATE_VERSION, "sha256": _checksum(entries), "pods": entries}
         encoded = json.dumps(data, separators=(",", ":")).encode()
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
@@ -80,7 +89,23 @@ class StateFile:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            os.write(descriptor, encoded)
-        finally:
+            view = memoryview(encoded)
+            while view:
+                view = view[os.write(descriptor, view):]
+            os.fsync(descriptor)
+        except BaseException:
             os.close(descriptor)
+            temporary.unlink(missing_ok=True)
+            raise
+        os.close(descriptor)
         os.replace(temporary, self.path)
+        directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _checksum(pods: object) -> str:
+    """SHA-256 of the pods' canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(pods, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

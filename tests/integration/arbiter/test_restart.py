@@ -154,3 +154,24 @@ def test_a_restarted_arbiter_serves_known_pods_before_the_pod_cache_is_loaded(tm
         assert caught.value.reply.code == ErrorCode.UNKNOWN_CLIENT
     finally:
         second.stop()
+
+
+def test_a_restore_above_the_pods_memory_limit_is_refused(tmp_path: Path) -> None:
+    """Issue 42 row 6: MEM_RESTORE of 16 GiB from a pod whose limit is 1 GiB was accepted."""
+    StateFile(tmp_path / "state.json").save([SavedPod(GPU, "ns/a", LIMIT, {111: 300 * MIB})])
+    arbiter = start(tmp_path)
+    try:
+        greedy = arbiter.client()
+        greedy.hello("ns/a", GPU)
+        with pytest.raises(ArbiterError) as caught:
+            greedy.restore(16 << 30)
+        assert caught.value.reply.code == ErrorCode.BAD_FRAME
+        assert "over its memory limit" in caught.value.reply.message
+        with pytest.raises(ArbiterError):
+            greedy.restore(LIMIT - 300 * MIB + 1)  # with the other process's 300 MiB: one byte over
+        fitting = arbiter.client()
+        fitting.hello("ns/a", GPU)
+        assert fitting.restore(LIMIT - 300 * MIB).pod_used_bytes == LIMIT  # exactly the limit: taken
+        assert not fitting.reserve(1).granted
+    finally:
+        arbiter.stop()
