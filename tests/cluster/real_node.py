@@ -66,7 +66,7 @@ def fastpod(name: str, annotations: Mapping[str, str], env: Mapping[str, str], r
 
 def gpu_pod(name: str, annotations: Mapping[str, str], container: dict[str, Any]) -> dict[str, Any]:
     """A plain Pod asking our scheduler for one vGPU with the given share."""
-    container = {**container, "resources": {"limits": {keys.VGPU_RESOURCE: 1}}}
+    container = {**container, "resources": {"limits": {keys.VGPU_RESOURCE: "1"}}}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": dict(annotations)},
             "spec": {"schedulerName": keys.SCHEDULER_NAME, "restartPolicy": "Never",
                      "terminationGracePeriodSeconds": 1, "containers": [container]}}

@@ -28,6 +28,7 @@ from fastgshare import keys
 from fastgshare.codec import encode_assignment
 from fastgshare.share import ShareSpec
 from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_kube.client import load_api_client
 from tests.cluster.real_node import (  # noqa: F401 - the fixture core
     apply,
@@ -50,8 +51,9 @@ SMALL = share_annotations(0.1, 0.2, 10, "256Mi")
 
 
 @pytest.fixture(scope="module")
-def team_a(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+def team_a(real_cluster: Cluster) -> Iterator[str]:
     """Team A's namespace, with one running FaSTPod pod (a share of 0.3..0.5)."""
+    core = kubernetes.client.CoreV1Api(real_cluster.api_client())
     with real_node_namespace(real_cluster, core, "team-a") as namespace:
         apply(real_cluster, namespace, fastpod("steady", share_annotations(0.3, 0.5, 30, "1Gi"),
                                                {"TENANT_KERNEL_US": "2000"}))
@@ -60,8 +62,9 @@ def team_a(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def team_b(real_cluster: Cluster, core: kubernetes.client.CoreV1Api) -> Iterator[tuple[str, Path]]:
-    with second_team(real_cluster, core, "team-b") as team:
+def team_b(real_cluster: Cluster) -> Iterator[tuple[str, Path]]:
+    """Team B: ``edit`` in its own namespace only."""
+    with second_team(real_cluster, kubernetes.client.CoreV1Api(real_cluster.api_client()), "team-b") as team:
         yield team
 
 
@@ -96,8 +99,9 @@ def forged_assignment(core: kubernetes.client.CoreV1Api, team_a: str) -> str:
 def test_the_gateway_deploys_nothing_without_credentials(real_cluster: Cluster,
                                                         core: kubernetes.client.CoreV1Api) -> None:
     gateway = real_cluster.gateway_url
-    deployment = {"service": "intruder", "image": "fastgshare/fake-fn:latest", "namespace": "fast-gshare-fn",
-                  "labels": {"com.openfaas.scale.min": "10000"}}
+    deployment = {"service": "intruder", "image": FAKE_FN_IMAGE_SHORT, "namespace": keys.DEFAULT_FUNCTION_NAMESPACE,
+                  "labels": {keys.OPENFAAS_SCALE_MIN_LABEL: "10000"},
+                  "annotations": share_annotations(1.0, 1.0, 100, "16Gi")}
     body = json.dumps(deployment).encode()
     assert http(f"{gateway}/system/functions")[0] == 401
     assert http(f"{gateway}/system/functions", method="POST", body=body)[0] == 401
