@@ -283,6 +283,9 @@ class _NoApi:
     def patch_pod_annotation(self, pod: PodRecord, key: str, value: str | None) -> PodRecord:
         raise NotImplementedError
 
+    def patch_pod_annotations(self, pod: PodRecord, annotations: Mapping[str, str | None]) -> PodRecord:
+        raise NotImplementedError
+
     def create_binding(self, pod: PodRecord, node: str, annotations: Mapping[str, str] | None = None) -> None:
         raise NotImplementedError
 
