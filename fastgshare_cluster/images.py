@@ -1,8 +1,9 @@
 """The images a local cluster runs, built from host files and imported into containerd:
 
 - ``registry.k8s.io/pause:3.2-fastgshare``: our static pause (``pause.c``), the sandbox image;
-- ``docker.io/fastgshare/tenant:local``: busybox, the tenant program from ``vgpu_hook/build``
-  and the C library it needs, with ``tenant-entrypoint.sh``. No CUDA driver inside: as the
+- ``docker.io/fastgshare/tenant:local``: busybox, the tenant program from ``simgpu/build``,
+  ``memcheck`` and ``arbiter-flood`` (a hostile tenant for the second-team tests) from
+  ``vgpu_hook/build``, and the C library they need, with ``tenant-entrypoint.sh``. No CUDA driver inside: as the
   NVIDIA container toolkit does for a real GPU, the node agent's Allocate mounts the
   (simulated) driver into the container.
 - ``docker.io/fastgshare/fake-fn:local``: busybox and the ``fake-fn`` function from
@@ -70,10 +71,10 @@ def shared_libraries(*binaries: Path) -> dict[str, Path]:
 
 
 def build_tenant(workdir: Path, hook_build: Path, simgpu_build: Path) -> Path:
-    """The tenant image from ``simgpu_build`` (the tenant) and ``hook_build`` (memcheck; ``make -C vgpu_hook``
-    builds both); returns the archive."""
-    tenant, memcheck = simgpu_build / "tenant", hook_build / "memcheck"
-    missing = [str(path) for path in (tenant, memcheck, hook_build / "libfastgshare-hook.so", BUSYBOX)
+    """The tenant image from ``simgpu_build`` (the tenant) and ``hook_build`` (memcheck, and arbiter-flood: a
+    hostile tenant for tests; ``make -C vgpu_hook`` builds all three); returns the archive."""
+    tenant, memcheck, flood = simgpu_build / "tenant", hook_build / "memcheck", hook_build / "arbiter-flood"
+    missing = [str(path) for path in (tenant, memcheck, flood, hook_build / "libfastgshare-hook.so", BUSYBOX)
                if not path.exists()]
     if missing:
         raise ImageError(f"cannot build the tenant image: missing {', '.join(missing)} "
@@ -81,8 +82,8 @@ def build_tenant(workdir: Path, hook_build: Path, simgpu_build: Path) -> Path:
     spec = ImageSpec(
         name=TENANT_IMAGE,
         files={"/bin/busybox": BUSYBOX, "/opt/fastgshare/bin/tenant": tenant,
-               "/opt/fastgshare/bin/memcheck": memcheck,
-               **shared_libraries(tenant, memcheck, hook_build / "libfastgshare-hook.so")},
+               "/opt/fastgshare/bin/memcheck": memcheck, "/opt/fastgshare/bin/arbiter-flood": flood,
+               **shared_libraries(tenant, memcheck, flood, hook_build / "libfastgshare-hook.so")},
         contents={"/usr/local/bin/tenant-entrypoint": (_package_file("tenant-entrypoint.sh"), 0o755)},
         links={f"/bin/{applet}": "busybox" for applet in BUSYBOX_APPLETS},
         entrypoint=["/usr/local/bin/tenant-entrypoint"],

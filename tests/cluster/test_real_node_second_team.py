@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -27,16 +28,21 @@ from kubernetes.client.exceptions import ApiException
 from fastgshare import keys
 from fastgshare.codec import encode_assignment
 from fastgshare.share import ShareSpec
+from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_kube.client import load_api_client
+from tests.cluster.controlplane import wait_until
 from tests.cluster.real_node import (  # noqa: F401 - the fixture core
     apply,
     assignment_of,
+    describe_pod,
     fastpod,
     gateway_credentials,
     gpu_pod,
     http,
+    measure_shares,
+    node_metrics_address,
     real_node_core,
     real_node_namespace,
     running_pods,
@@ -176,3 +182,86 @@ def test_idle_and_slow_connections_do_not_stall_the_webhook(
             assert_refused(lambda: b_core.create_namespaced_pod(namespace, pod),  # noqa: B023
                            keys.POD_ASSIGNMENT_ANNOTATION)
             print(f"refused in {time.monotonic() - started:.3f} s with 60 connections held open")
+
+
+FLOOD_CONNECTIONS = 256
+
+
+def flood_started(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> str:
+    """Waits until the flood pod runs and its log says it floods; returns that line (fails at once, with
+    its log, if the pod ended)."""
+    line = ""
+
+    def flooding() -> bool:
+        nonlocal line
+        pod = core.read_namespaced_pod(name, namespace)
+        if pod.status.phase in {"Succeeded", "Failed"}:
+            log = core.read_namespaced_pod_log(name, namespace)
+            raise AssertionError(f"the flood pod ended: {describe_pod(pod)}; its log:\n{log}")
+        if pod.status.phase != "Running":
+            return False
+        line = next((text for text in core.read_namespaced_pod_log(name, namespace).splitlines()
+                     if "flooding" in text), "")
+        return bool(line)
+
+    wait_until(flooding, what=f"pod {namespace}/{name} flooding the arbiter", timeout_s=90)
+    return line
+
+
+class HealthProbe:
+    """GET /healthz of the node agent every second on a thread of its own (as the kubelet's liveness
+    probe would); the answers, a status or the error."""
+
+    def __init__(self, address: str) -> None:
+        self.url = f"http://{address}/healthz"
+        self.answers: list[int | str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.answers.append(http(self.url, timeout_s=5)[0])
+            except OSError as error:
+                self.answers.append(repr(error))
+            if self._stop.wait(1.0):
+                return
+
+    def stop(self) -> list[int | str]:
+        self._stop.set()
+        self._thread.join(15)
+        return self.answers
+
+
+def test_a_ping_flood_from_team_bs_pod_leaves_team_a_its_share(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    namespace, _ = team_b
+    b_core = team_api(team_b)
+    (steady,) = core.list_namespaced_pod(team_a).items
+    gpu = assignment_of(steady).gpu_uuid
+    # team B's own pod, placed by our scheduler, runs the hostile tenant: PINGs over 256 connections
+    command = ["/opt/fastgshare/bin/arbiter-flood", "--connections", str(FLOOD_CONNECTIONS)]
+    b_core.create_namespaced_pod(namespace, gpu_pod("flood", SMALL, tenant_container(command=command)))
+    try:
+        started = flood_started(core, namespace, "flood")
+        print(started)
+        assert f"flooding {FLOOD_CONNECTIONS} connections" in started, started
+        time.sleep(1)  # the flood at full strength
+        probe = HealthProbe(node_metrics_address(real_cluster, core))
+        try:
+            achieved = measure_shares(real_cluster, {gpu}, 10)
+        finally:
+            answers = probe.stop()
+        share = achieved.get(steady.metadata.uid, 0.0)
+        print(f"team A's pod got {share:.3f} of {gpu} over 10 s under the flood; the agent's /healthz: {answers}")
+        assert share >= 0.3 - 0.03, f"team A's pod (request 0.3) got {share:.3f} under team B's flood: {achieved}"
+        assert len(answers) >= 5, answers
+        assert all(answer == 200 for answer in answers), f"the node agent's /healthz under the flood: {answers}"
+        exited = [c.name for c in local_cluster.status(real_cluster.state_dir) if not c.running]
+        assert not exited, f"components exited under the flood: {exited}"
+        flood = core.read_namespaced_pod("flood", namespace)
+        assert flood.status.phase == "Running", describe_pod(flood)  # the flood lasted the whole measurement
+    finally:
+        b_core.delete_namespaced_pod("flood", namespace)

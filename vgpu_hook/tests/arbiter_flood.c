@@ -1,0 +1,333 @@
+/*
+ * arbiter_flood.c: a hostile tenant for tests (issue 37 item 4), shipped in the tenant image as
+ * /opt/fastgshare/bin/arbiter-flood. Not part of the hook.
+ *
+ *   arbiter-flood [--connections N] [--seconds S] [--what ping|reserve]
+ *
+ * Opens N connections (default 256) to the arbiter at $FASTGSHARE_ARBITER_SOCKET (what the node
+ * agent's Allocate gives a GPU container) and says HELLO on each with the hook's own client code
+ * (src/arbiter_client.c: connect and HELLO, with the pid, $FASTGSHARE_POD and $FASTGSHARE_GPU_UUID
+ * the hook sends). Then one thread floods every connection with epoll: PING frames, or MEM_RESERVE
+ * of 0 bytes (which reads the pod's ledger), as fast as the arbiter takes them, reading and counting
+ * the replies, for S seconds (default: until SIGTERM or SIGINT). A connection the arbiter refuses
+ * (at connect or HELLO) or closes later is counted, not fatal.
+ *
+ * Prints "arbiter-flood: flooding N connections ..." once they are open (tests wait for it) and one
+ * summary line at the end. Exit 0 after the flood, 1 when the arbiter took no connection at all, 2
+ * on bad usage.
+ */
+#define _GNU_SOURCE
+#include "arbiter_client.h"
+#include "fastgshare_protocol.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNECTIONS 100000
+#define BURST_FRAMES 64
+#define MAX_REQUEST_FRAME (FGS_HEADER_SIZE + 8)
+#define HELLO_TIMEOUT_MS 5000
+#define READ_BUFFER 8192
+
+struct options {
+    int connections;
+    double seconds; /* 0: until killed */
+    int reserve;    /* MEM_RESERVE 0 instead of PING */
+};
+
+struct conn {
+    int fd;
+    size_t burst_offset; /* where the next send starts in the burst (a short send splits a frame) */
+    uint8_t in[READ_BUFFER];
+    size_t have;
+};
+
+struct stats {
+    int opened, refused, closed;
+    uint64_t bytes_sent, replies, errors;
+    char first_refusal[256];
+};
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void usage_error(const char *message)
+{
+    fprintf(stderr, "arbiter-flood: %s\nusage: arbiter-flood [--connections N] [--seconds S] [--what ping|reserve]\n",
+            message);
+    exit(2);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static struct options parse_options(int argc, char **argv)
+{
+    struct options o = {.connections = 256, .seconds = 0, .reserve = 0};
+    static const struct option longopts[] = {{"connections", required_argument, NULL, 'c'},
+                                             {"seconds", required_argument, NULL, 's'},
+                                             {"what", required_argument, NULL, 'w'},
+                                             {NULL, 0, NULL, 0}};
+    char message[256], *end;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        if (opt == 'c') {
+            long n = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || n < 1 || n > MAX_CONNECTIONS) {
+                snprintf(message, sizeof message, "--connections %.64s: expected a whole number from 1 to %d",
+                         optarg, MAX_CONNECTIONS);
+                usage_error(message);
+            }
+            o.connections = (int)n;
+        } else if (opt == 's') {
+            double s = strtod(optarg, &end);
+            if (*optarg == '\0' || *end != '\0' || !(s > 0) || s > 1e7) {
+                snprintf(message, sizeof message, "--seconds %.64s: expected a number of seconds above 0", optarg);
+                usage_error(message);
+            }
+            o.seconds = s;
+        } else if (opt == 'w' && (strcmp(optarg, "ping") == 0 || strcmp(optarg, "reserve") == 0)) {
+            o.reserve = strcmp(optarg, "reserve") == 0;
+        } else if (opt == 'w') {
+            snprintf(message, sizeof message, "--what %.64s: expected ping or reserve", optarg);
+            usage_error(message);
+        } else {
+            usage_error("unknown option");
+        }
+    }
+    if (optind != argc)
+        usage_error("unexpected argument");
+    return o;
+}
+
+/* The length of one request frame: PING is a bare header, MEM_RESERVE carries a u64. */
+static size_t frame_length(int reserve)
+{
+    return reserve ? FGS_HEADER_SIZE + 8 : FGS_HEADER_SIZE;
+}
+
+/* Fills buf with BURST_FRAMES request frames; returns their total length. */
+static size_t build_burst(uint8_t *buf, int reserve)
+{
+    size_t len = frame_length(reserve);
+    for (int i = 0; i < BURST_FRAMES; i++) {
+        uint8_t *frame = buf + (size_t)i * len;
+        put_le(frame, len - 4, 4);
+        put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
+        put_le(frame + 6, reserve ? FGS_MSG_MEM_RESERVE : FGS_MSG_PING, 2);
+        put_le(frame + 8, (uint64_t)i + 100, 4);
+        if (reserve)
+            put_le(frame + FGS_HEADER_SIZE, 0, 8);
+    }
+    return len * BURST_FRAMES;
+}
+
+static void note_refusal(struct stats *st, const char *err)
+{
+    st->refused++;
+    if (st->first_refusal[0] == '\0')
+        snprintf(st->first_refusal, sizeof st->first_refusal, "%s", err);
+}
+
+/* Connect and HELLO as the hook does; the connection's fd (non-blocking), or -1 when refused. */
+static int open_connection(const char *socket_path, struct stats *st)
+{
+    struct fgs_client client;
+    struct fgs_hello_reply hello;
+    char err[256];
+    const char *pod = getenv(FGS_ENV_POD), *gpu = getenv(FGS_ENV_GPU_UUID);
+    fgs_client_init(&client, HELLO_TIMEOUT_MS);
+    if (fgs_client_connect(&client, socket_path, err, sizeof err) != 0) {
+        note_refusal(st, err);
+        return -1;
+    }
+    if (fgs_client_hello(&client, (uint32_t)getpid(), pod ? pod : "", gpu ? gpu : "", &hello, err,
+                         sizeof err) != 0) {
+        fgs_client_close(&client);
+        note_refusal(st, err);
+        return -1;
+    }
+    int fd = client.fd;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    return fd;
+}
+
+static void drop(struct conn *c, struct stats *st)
+{
+    close(c->fd); /* also leaves the epoll set */
+    c->fd = -1;
+    st->closed++;
+}
+
+/* Sends as much of the burst as the socket takes; 0, or -1 when the arbiter closed the connection. */
+static int send_some(struct conn *c, const uint8_t *burst, size_t burst_len, struct stats *st)
+{
+    for (;;) {
+        ssize_t k = send(c->fd, burst + c->burst_offset, burst_len - c->burst_offset, MSG_NOSIGNAL);
+        if (k < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        st->bytes_sent += (uint64_t)k;
+        c->burst_offset = (c->burst_offset + (size_t)k) % burst_len;
+    }
+}
+
+/* Counts the whole reply frames in c->in and keeps a partial one; -1 on a frame no arbiter sends. */
+static int count_replies(struct conn *c, struct stats *st)
+{
+    size_t at = 0;
+    while (c->have - at >= 4) {
+        uint32_t length = (uint32_t)get_le(c->in + at, 4);
+        if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4)
+            return -1;
+        if (c->have - at < 4 + (size_t)length)
+            break;
+        if (get_le(c->in + at + 6, 2) == FGS_MSG_ERROR)
+            st->errors++;
+        else
+            st->replies++;
+        at += 4 + length;
+    }
+    memmove(c->in, c->in + at, c->have - at);
+    c->have -= at;
+    return 0;
+}
+
+/* Reads what has arrived; 0, or -1 when the connection is gone. */
+static int receive_some(struct conn *c, struct stats *st)
+{
+    for (;;) {
+        ssize_t k = recv(c->fd, c->in + c->have, sizeof c->in - c->have, 0);
+        if (k == 0)
+            return -1;
+        if (k < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        c->have += (size_t)k;
+        if (count_replies(c, st) != 0)
+            return -1;
+    }
+}
+
+/* Floods until the deadline (0: none), a signal, or no connection is left. */
+static void flood(struct conn *conns, int count, int ep, const struct options *o, struct stats *st)
+{
+    uint8_t burst[BURST_FRAMES * MAX_REQUEST_FRAME];
+    size_t burst_len = build_burst(burst, o->reserve);
+    double end = o->seconds > 0 ? now_s() + o->seconds : 0;
+    struct epoll_event events[256];
+    int live = count;
+    while (!stop_requested && live > 0 && (end == 0 || now_s() < end)) {
+        int n = epoll_wait(ep, events, 256, 100);
+        if (n < 0 && errno != EINTR) {
+            perror("arbiter-flood: epoll_wait");
+            break;
+        }
+        for (int e = 0; e < n; e++) {
+            struct conn *c = &conns[events[e].data.u32];
+            int gone = (events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && receive_some(c, st) != 0;
+            if (!gone && (events[e].events & EPOLLOUT))
+                gone = send_some(c, burst, burst_len, st) != 0;
+            if (gone) {
+                drop(c, st);
+                live--;
+            }
+        }
+    }
+}
+
+static int open_all(struct conn *conns, int count, int ep, const char *socket_path, struct stats *st)
+{
+    int opened = 0;
+    for (int i = 0; i < count; i++) {
+        int fd = open_connection(socket_path, st);
+        if (fd < 0)
+            continue;
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.u32 = (uint32_t)opened};
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            close(fd);
+            note_refusal(st, strerror(errno));
+            continue;
+        }
+        conns[opened++].fd = fd;
+    }
+    return opened;
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = parse_options(argc, argv);
+    const char *socket_path = getenv(FGS_ENV_ARBITER_SOCKET);
+    if (socket_path == NULL || socket_path[0] == '\0')
+        usage_error(FGS_ENV_ARBITER_SOCKET " is not set: it names the arbiter's socket (a GPU container has it)");
+    install_signals();
+    struct conn *conns = calloc((size_t)o.connections, sizeof *conns);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (conns == NULL || ep < 0) {
+        perror("arbiter-flood");
+        return 1;
+    }
+    const char *what = o.reserve ? "MEM_RESERVE 0" : "PING";
+    struct stats st = {0};
+    st.opened = open_all(conns, o.connections, ep, socket_path, &st);
+    printf("arbiter-flood: flooding %d connections with %s to %s (%d refused%s%s)\n", st.opened, what,
+           socket_path, st.refused, st.refused ? ": " : "", st.first_refusal);
+    fflush(stdout);
+    if (st.opened == 0)
+        return 1;
+    double started = now_s();
+    flood(conns, st.opened, ep, &o, &st);
+    double elapsed = now_s() - started;
+    uint64_t frames = st.bytes_sent / frame_length(o.reserve);
+    printf("arbiter-flood: sent %llu %s frames in %.1f s (%.0f/s), %llu replies, %llu errors; "
+           "%d connections opened, %d refused, %d closed by the arbiter\n",
+           (unsigned long long)frames, what, elapsed, elapsed > 0 ? (double)frames / elapsed : 0.0,
+           (unsigned long long)st.replies, (unsigned long long)st.errors, st.opened, st.refused, st.closed);
+    fflush(stdout);
+    for (int i = 0; i < st.opened; i++)
+        if (conns[i].fd >= 0)
+            close(conns[i].fd);
+    close(ep);
+    free(conns);
+    return 0;
+}
