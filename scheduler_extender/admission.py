@@ -1,6 +1,6 @@
 """The validating admission webhook's decision: an AdmissionReview in, an AdmissionReview out.
 
-Two rules, in this order:
+Three rules, in this order:
 
 1. **Only our components write our annotations.** On Pods and Nodes (create and update), setting,
    changing or removing one of ``keys.SYSTEM_POD_ANNOTATIONS`` / ``keys.SYSTEM_NODE_ANNOTATIONS``
@@ -10,8 +10,16 @@ Two rules, in this order:
    the annotations, the user and who may write them. An update compares ``object`` with ``oldObject``,
    so a user relabelling a pod that carries an assignment is not refused. Some API servers (1.20.2,
    the cluster tier's) send node updates whose ``oldObject`` is the new object itself; when the two
-   are identical the node's stored annotations are read (``stored_node_annotations``) instead.
-2. **Invalid shares are refused when they are applied**, with the messages ``fastgshare check``
+   are identical the node as stored is read (``stored_node``) and stands for ``oldObject`` in
+   rules 1 and 2.
+2. **The node agent changes nothing but our annotations.** Its ServiceAccount may patch any pod
+   and its node (RBAC cannot narrow that to one node's pods), so a stolen agent token is answered
+   here: an update by a confined writer (``confined_writers``: the node agent's service account)
+   that changes anything of a Pod or Node but the system annotations (labels, other annotations,
+   owners, finalizers, the spec) is refused, naming what it changed; so is any create. The
+   ``status`` (a subresource the webhook does not see) and the server's own bookkeeping
+   (``resourceVersion``, ``managedFields``, ``generation``) are not compared.
+3. **Invalid shares are refused when they are applied**, with the messages ``fastgshare check``
    prints: both come from the core's :func:`fastgshare.workload.manifest_shares`. Judged are FaSTPods
    (create and update) and Pods (create; on update only the problems the update brings: a pod admitted
    while the webhook was down can still be patched, and the extender's live share path re-checks
@@ -42,8 +50,13 @@ JUDGED = {keys.FASTPOD_KIND: ("CREATE", "UPDATE"), "Pod": ("CREATE", "UPDATE")}
 SYSTEM_ANNOTATIONS = {"Pod": keys.SYSTEM_POD_ANNOTATIONS, "Node": keys.SYSTEM_NODE_ANNOTATIONS}
 SYSTEM_KEYS = frozenset((*keys.SYSTEM_POD_ANNOTATIONS, *keys.SYSTEM_NODE_ANNOTATIONS))
 GUARDED_OPERATIONS = ("CREATE", "UPDATE")
-# A node's stored annotations by name (None: not found or unreadable; then oldObject is used).
-NodeAnnotations = Callable[[str], Mapping[str, object] | None]
+# Who may write the system annotations and nothing else of a Pod or Node (rule 2).
+CONFINED_WRITERS = (f"system:serviceaccount:{keys.SYSTEM_NAMESPACE}:{keys.NODE_AGENT_SERVICE_ACCOUNT}",)
+# Fields the API server keeps itself, and the status (a subresource): not compared by rule 2.
+_UNCOMPARED_FIELDS = frozenset({"status", "apiVersion", "kind"})
+_UNCOMPARED_METADATA = frozenset({"resourceVersion", "managedFields", "generation", "annotations"})
+# A node as stored, by name (None: not found or unreadable; then oldObject is used).
+StoredNode = Callable[[str], Mapping[str, object] | None]
 
 
 class ReviewError(ValueError):
@@ -51,8 +64,10 @@ class ReviewError(ValueError):
 
 
 def review(body: object, *, system_writers: Collection[str] = DEFAULT_SYSTEM_WRITERS,
-           stored_node_annotations: NodeAnnotations | None = None) -> dict[str, Any]:
-    """The AdmissionReview answering ``body``; ``system_writers`` may write the system annotations."""
+           stored_node: StoredNode | None = None,
+           confined_writers: Collection[str] = CONFINED_WRITERS) -> dict[str, Any]:
+    """The AdmissionReview answering ``body``; ``system_writers`` may write the system annotations,
+    ``confined_writers`` nothing else."""
     if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
         raise ReviewError('expected an AdmissionReview object ("kind": "AdmissionReview")')
     version = body.get("apiVersion")
@@ -61,7 +76,9 @@ def review(body: object, *, system_writers: Collection[str] = DEFAULT_SYSTEM_WRI
     request = body.get("request")
     if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
         raise ReviewError("request.uid is required")
-    forbidden = judge_system_writes(request, system_writers, stored_node_annotations)
+    request = _with_stored_node(request, stored_node)
+    forbidden = (judge_system_writes(request, system_writers)
+                 or judge_confined_writes(request, confined_writers))
     problems = forbidden or judge(request)
     response: dict[str, object] = {"uid": request["uid"], "allowed": not problems}
     if problems:
@@ -69,8 +86,19 @@ def review(body: object, *, system_writers: Collection[str] = DEFAULT_SYSTEM_WRI
     return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
 
 
-def judge_system_writes(request: Mapping[str, object], system_writers: Collection[str],
-                        stored_node_annotations: NodeAnnotations | None = None) -> str:
+def _with_stored_node(request: Mapping[str, object], stored_node: StoredNode | None) -> Mapping[str, object]:
+    """``request``, with the node as stored for its ``oldObject`` where the API server sent the new
+    object there (a node update whose two objects are identical)."""
+    document, old = request.get("object"), request.get("oldObject")
+    if (stored_node is None or _kind(request) != "Node" or request.get("operation") != "UPDATE"
+            or not isinstance(document, Mapping) or old != document):
+        return request
+    name = _display_name(document, request)
+    stored = stored_node(name) if name else None
+    return request if stored is None else {**request, "oldObject": stored}
+
+
+def judge_system_writes(request: Mapping[str, object], system_writers: Collection[str]) -> str:
     """Empty unless someone not in ``system_writers`` sets, changes or removes a system annotation."""
     kind = _kind(request)
     guarded = SYSTEM_ANNOTATIONS.get(kind or "", ())
@@ -85,10 +113,6 @@ def judge_system_writes(request: Mapping[str, object], system_writers: Collectio
     # An update without oldObject (the API server always sends one) is judged as if all were new.
     old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
     before, after = _annotations(old), _annotations(document)
-    if kind == "Node" and old == document and after and stored_node_annotations is not None:
-        name = _display_name(document, request)
-        stored = stored_node_annotations(name) if name else None
-        before = stored if stored is not None else before
     writes = [f"{_verb(before.get(key), after.get(key))} {key}" for key in guarded
               if before.get(key) != after.get(key)]
     if not writes:
@@ -96,6 +120,41 @@ def judge_system_writes(request: Mapping[str, object], system_writers: Collectio
     shown = user if len(user) <= MAX_USER_CHARS else user[:MAX_USER_CHARS] + "..."
     return _bounded(f"fastgshare: {kind}/{_display_name(document, request)}: user {json.dumps(shown)} may not "
                     f"{', '.join(writes)}: only {', '.join(system_writers)} write fastgshare's system annotations")
+
+
+def judge_confined_writes(request: Mapping[str, object], confined_writers: Collection[str]) -> str:
+    """Empty unless a confined writer creates a Pod or Node, or changes one beyond the system annotations."""
+    kind = _kind(request)
+    guarded = SYSTEM_ANNOTATIONS.get(kind or "", ())
+    user_info = request.get("userInfo")
+    user = user_info.get("username") if isinstance(user_info, Mapping) else None
+    operation = request.get("operation")
+    if not guarded or user not in confined_writers or operation not in GUARDED_OPERATIONS:
+        return ""
+    document, old = request.get("object"), request.get("oldObject")
+    if not isinstance(document, Mapping):
+        return ""
+    label = f"fastgshare: {kind}/{_display_name(document, request)}: user {json.dumps(user)} may change only " \
+            f"fastgshare's annotations ({', '.join(guarded)})"
+    if operation == "CREATE" or not isinstance(old, Mapping):
+        return _bounded(f"{label}; it may not create a {kind}")
+    changed = _changed_fields(old, document, guarded)
+    return _bounded(f"{label}; it changed {', '.join(changed)}") if changed else ""
+
+
+def _changed_fields(old: Mapping[str, object], new: Mapping[str, object], guarded: Collection[str]) -> list[str]:
+    """What differs between ``old`` and ``new`` but the system annotations and what rule 2 does not compare."""
+    changed = [key for key in sorted(set(old) | set(new))
+               if key not in _UNCOMPARED_FIELDS and key != "metadata" and old.get(key) != new.get(key)]
+    old_meta, new_meta = (document.get("metadata") for document in (old, new))
+    old_meta = old_meta if isinstance(old_meta, Mapping) else {}
+    new_meta = new_meta if isinstance(new_meta, Mapping) else {}
+    changed += [f"metadata.{key}" for key in sorted(set(old_meta) | set(new_meta))
+                if key not in _UNCOMPARED_METADATA and old_meta.get(key) != new_meta.get(key)]
+    old_notes, new_notes = _annotations(old), _annotations(new)
+    changed += [f"metadata.annotations[{key}]" for key in sorted(set(old_notes) | set(new_notes))
+                if key not in guarded and old_notes.get(key) != new_notes.get(key)]
+    return changed
 
 
 def judge(request: Mapping[str, object]) -> str:

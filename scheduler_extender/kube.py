@@ -34,6 +34,7 @@ T = TypeVar("T")
 
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; we resume from the last version
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds) for single calls
+STORED_NODE_TIMEOUT = (1.0, 1.5)  # the webhook's read of a node, inside the API server's 3 s for the review
 
 
 class _Nodes:
@@ -143,15 +144,13 @@ class KubeApi(rest.Events):
         super().__init__(api)
         self._core = rest.core_v1(api)
 
-    def read_node_annotations(self, name: str) -> Mapping[str, object] | None:
-        """The node's stored annotations (for the webhook, see :mod:`scheduler_extender.admission`);
-        None when it cannot be read."""
-        try:
-            body = rest.call(self._core.read_node, name, timeout_s=REQUEST_TIMEOUT)
+    def read_node(self, name: str) -> Mapping[str, object] | None:
+        """The node as stored (for the webhook, see :mod:`scheduler_extender.admission`); None when it
+        cannot be read."""
+        try:  # within the webhook's own 3 s (timeoutSeconds in deploy/scheduler/webhook.yaml)
+            return rest.call(self._core.read_node, name, timeout_s=STORED_NODE_TIMEOUT)
         except ApiError:
             return None
-        annotations = (body.get("metadata") or {}).get("annotations")
-        return annotations if isinstance(annotations, dict) else {}
 
     def read_pod(self, namespace: str, name: str) -> PodRecord | None:
         try:

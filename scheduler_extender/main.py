@@ -145,7 +145,7 @@ def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace,
         parser.error(str(error).replace("--listen", "--webhook-listen"))
 
     def make(kube: KubeApi) -> HttpServer:
-        app = create_webhook_app(config.system_writers, stored_node_annotations=kube.read_node_annotations)
+        app = create_webhook_app(config.system_writers, stored_node=kube.read_node)
         return HttpServer(app, host, port, ssl_context=tls.context, name="extender-webhook")
 
     return make

@@ -21,9 +21,9 @@ MAX_BODY_BYTES = 8 * 2**20  # the API server sends at most ~3 MiB objects (etcd'
 
 
 def create_webhook_app(system_writers: Collection[str] = DEFAULT_SYSTEM_WRITERS,
-                       stored_node_annotations: admission.NodeAnnotations | None = None) -> Flask:
+                       stored_node: admission.StoredNode | None = None) -> Flask:
     """The webhook's app; ``system_writers`` may write fastgshare's system annotations;
-    ``stored_node_annotations`` reads a node's annotations from the API server (see
+    ``stored_node`` reads a node as stored from the API server (see
     :mod:`scheduler_extender.admission`)."""
     writers = tuple(system_writers)
     app = Flask(__name__)
@@ -39,7 +39,7 @@ def create_webhook_app(system_writers: Collection[str] = DEFAULT_SYSTEM_WRITERS,
         except (ValueError, RecursionError) as error:
             raise BadRequest(f"the body is not valid JSON: {error}") from None
         try:
-            answer = admission.review(body, system_writers=writers, stored_node_annotations=stored_node_annotations)
+            answer = admission.review(body, system_writers=writers, stored_node=stored_node)
         except admission.ReviewError as error:
             raise BadRequest(str(error)) from None
         response = answer["response"]

@@ -139,6 +139,14 @@ def test_our_annotations_are_written_by_our_components_only(
     # the node's inventory too
     node_patch = {"metadata": {"annotations": {keys.NODE_GPU_INFO_ANNOTATION: "{}"}}}
     assert_refused(lambda: core.patch_node(real_cluster.node_name, node_patch), keys.NODE_GPU_INFO_ANNOTATION)
+    # the node agent's own token (as if stolen) may write our annotations and nothing else
+    agent = kubernetes.client.CoreV1Api(load_api_client(str(real_cluster.state_dir / "accounts" /
+                                                            "fastgshare-node-agent.kubeconfig")))
+    relabel = {"metadata": {"labels": {"stolen": "yes"}}}
+    message = assert_refused(lambda: agent.patch_namespaced_pod("honest", namespace, relabel), "metadata.labels")
+    assert keys.NODE_AGENT_SERVICE_ACCOUNT in message, message
+    taint = {"spec": {"taints": [{"key": "stolen", "effect": "NoSchedule"}]}}
+    assert_refused(lambda: agent.patch_node(real_cluster.node_name, taint), "spec")
     # what a user may still do: change its own pod's share annotations (the live share path re-checks)
     b_core.patch_namespaced_pod("honest", namespace, {"metadata": {"annotations": {keys.GPU_QUOTA_LIMIT: "0.3"}}})
     # and team B manages FaSTPods in its own namespace (edit aggregates our roles), not in team A's

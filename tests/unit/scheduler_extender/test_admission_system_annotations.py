@@ -214,21 +214,60 @@ def test_the_flag_defaults_to_our_two_service_accounts_and_names_itself_when_wro
 def test_a_node_update_whose_old_object_is_the_new_one_is_judged_against_the_stored_node() -> None:
     """kube-apiserver 1.20.2 sends node UPDATE reviews with oldObject == object."""
     forged = annotated(NODE, gpu_info='{"v":1,"forged":true}')
-    stored = {keys.NODE_GPU_INFO_ANNOTATION: NODE["metadata"]["annotations"][keys.NODE_GPU_INFO_ANNOTATION]}
+    stored = NODE
     asked: list[str] = []
 
-    def read(name: str) -> dict[str, str] | None:
+    def read(name: str) -> dict[str, Any] | None:
         asked.append(name)
         return stored
 
     body = request(forged, forged)
     assert review(body)["response"]["allowed"] is True  # without a reader, oldObject is all there is
-    answer = review(body, stored_node_annotations=read)["response"]
+    answer = review(body, stored_node=read)["response"]
     assert f'user "admin" may not change {keys.NODE_GPU_INFO_ANNOTATION}' in answer["status"]["message"]
     assert asked == ["gpu-1"]
-    assert review(request(NODE, NODE), stored_node_annotations=read)["response"]["allowed"] is True
-    assert review(request(forged, forged), stored_node_annotations=lambda name: None)["response"]["allowed"] is True
-    assert review(request(forged, forged, user=NODE_AGENT), stored_node_annotations=read)["response"]["allowed"]
+    assert review(request(NODE, NODE), stored_node=read)["response"]["allowed"] is True
+    assert review(request(forged, forged), stored_node=lambda name: None)["response"]["allowed"] is True
+    assert review(request(forged, forged, user=NODE_AGENT), stored_node=read)["response"]["allowed"]
     asked.clear()
-    review(request(forged, NODE), stored_node_annotations=read)  # a true oldObject: no read
+    review(request(forged, NODE), stored_node=read)  # a true oldObject: no read
     assert asked == []
+
+
+# --- the node agent changes nothing but our annotations (issue 37 item 6) ---------------------
+
+def test_the_node_agent_may_mark_a_pod_allocated_and_publish_its_inventory() -> None:
+    pod = annotated(POD, assignment=ASSIGNMENT)
+    assert response(request(annotated(pod, allocated="1"), pod, user=NODE_AGENT))["allowed"]
+    moved = copy.deepcopy(pod)
+    moved["metadata"].update(resourceVersion="7", managedFields=[{"manager": "agent"}])
+    moved["status"] = {"phase": "Running"}
+    assert response(request(annotated(moved, allocated="1"), pod, user=NODE_AGENT))["allowed"]
+    assert response(request(annotated(NODE, gpu_info='{"v":2}', metrics_port="9401"), NODE, user=NODE_AGENT))["allowed"]
+
+
+@pytest.mark.parametrize(("what", "change"), [
+    ("metadata.labels", lambda o: o["metadata"]["labels"].update(app="stolen")),
+    ("metadata.annotations[fastgshare/gpu_quota_limit]",
+     lambda o: o["metadata"]["annotations"].update({keys.GPU_QUOTA_LIMIT: "1.0"})),
+    ("metadata.ownerReferences", lambda o: o["metadata"].update(ownerReferences=[{"kind": "X", "name": "y"}])),
+    ("spec", lambda o: o["spec"].update(activeDeadlineSeconds=1)),
+])
+def test_the_node_agent_may_not_change_anything_else_of_a_pod(what: str, change: Any) -> None:
+    changed = copy.deepcopy(POD)
+    change(changed)
+    message = denial(request(changed, POD, user=NODE_AGENT))
+    assert f"it changed {what}" in message, message
+    assert NODE_AGENT in message
+    assert response(request(changed, POD, user=EXTENDER))["allowed"]  # the extender is not confined
+
+
+def test_the_node_agent_may_not_taint_or_relabel_a_node_nor_create_one() -> None:
+    tainted = copy.deepcopy(NODE)
+    tainted["spec"] = {"taints": [{"key": "k", "effect": "NoSchedule"}]}
+    assert "it changed spec" in denial(request(tainted, NODE, user=NODE_AGENT))
+    relabelled = copy.deepcopy(NODE)
+    relabelled["metadata"]["labels"] = {"gpu": "no"}
+    assert "it changed metadata.labels" in denial(request(relabelled, NODE, user=NODE_AGENT))
+    assert "may not create a Node" in denial(request(NODE, user=NODE_AGENT))
+    assert "may not create a Pod" in denial(request(POD, user=NODE_AGENT))
