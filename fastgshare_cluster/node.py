@@ -369,7 +369,11 @@ def start_kubelet(binaries: Binaries, plane: ControlPlane, pki: KubeletPki, *, c
         f"--hostname-override={NODE_NAME}", f"--node-ip={network.node_ip}",
         f"--address={network.node_ip}", f"--port={port}", "--read-only-port=0",
         f"--healthz-bind-address={LOOPBACK}", f"--healthz-port={healthz_port}",
-        f"--client-ca-file={pki.ca_cert}", "--anonymous-auth=false", "--authorization-mode=AlwaysAllow",
+        # As kubeadm sets a kubelet up: client certificates of the cluster's CA and bearer tokens (checked
+        # with the API server's TokenReview) authenticate; the API server authorises each request
+        # (SubjectAccessReview on nodes/proxy, nodes/log, ...): who may read logs or exec is RBAC's say.
+        f"--client-ca-file={pki.ca_cert}", "--anonymous-auth=false", "--authentication-token-webhook=true",
+        "--authorization-mode=Webhook",
     ], log_path)
     healthz = f"http://{LOOPBACK}:{healthz_port}/healthz"
     if wait:

@@ -36,6 +36,7 @@ def make_kubelet_pki(directory: Path) -> KubeletPki:
 
 
 def apiserver_kubelet_flags(pki: KubeletPki) -> list[str]:
-    """kube-apiserver flags to reach the kubelet by its InternalIP with that client certificate."""
-    return ["--kubelet-preferred-address-types=InternalIP",
+    """kube-apiserver flags to reach the kubelet by its InternalIP with that client certificate, and
+    to verify client certificates of the same CA (as a kubeadm cluster's API server does)."""
+    return ["--kubelet-preferred-address-types=InternalIP", f"--client-ca-file={pki.ca_cert}",
             f"--kubelet-client-certificate={pki.client_cert}", f"--kubelet-client-key={pki.client_key}"]

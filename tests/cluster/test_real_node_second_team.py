@@ -14,7 +14,9 @@ import socket
 import ssl
 import threading
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -273,3 +275,38 @@ def test_a_ping_flood_from_team_bs_pod_leaves_team_a_its_share(
         assert flood.status.phase == "Running", describe_pod(flood)  # the flood lasted the whole measurement
     finally:
         b_core.delete_namespaced_pod("flood", namespace)
+
+
+def test_the_kubelet_and_the_api_server_authenticate_as_a_users_cluster_does(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_b: tuple[str, Path]) -> None:
+    """The kubelet asks the API server who a caller is (TokenReview) and what it may do
+    (SubjectAccessReview); the API server verifies client certificates of the cluster's CA."""
+    node = core.read_node(real_cluster.node_name)
+    address = next(a.address for a in node.status.addresses if a.type == "InternalIP")
+    kubelet = f"https://{address}:{node.status.daemon_endpoints.kubelet_endpoint.port}/pods"
+    insecure = ssl.create_default_context()
+    insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+
+    def kubelet_status(token: str | None) -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(kubelet, headers=headers), context=insecure,
+                                        timeout=30) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    def token_of(kubeconfig: Path) -> str:
+        return str(json.loads(kubeconfig.read_text())["users"][0]["user"]["token"])
+
+    assert kubelet_status(None) == 401
+    assert kubelet_status(token_of(team_b[1])) == 403  # `edit` in a namespace grants no nodes/proxy
+    assert kubelet_status(token_of(Path(real_cluster.kubeconfig))) == 200  # the cluster admin
+    # a client certificate of the cluster's CA (the one the API server presents to the kubelet)
+    pki = real_cluster.state_dir / "pki"
+    context = ssl.create_default_context(cafile=str(json.loads(Path(real_cluster.kubeconfig).read_text())
+                                                    ["clusters"][0]["cluster"]["certificate-authority"]))
+    context.load_cert_chain(str(pki / "apiserver-kubelet-client.crt"), str(pki / "apiserver-kubelet-client.key"))
+    server = json.loads(Path(real_cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
+    with urllib.request.urlopen(f"{server}/api/v1/nodes", context=context, timeout=30) as answer:
+        assert real_cluster.node_name in answer.read().decode()
