@@ -16,17 +16,25 @@ pod at a time), so the first to arrive is the one; else the agent cannot know an
 reason, which kubelet shows on the pod. The tenant's share never depends on this: the arbiter
 finds a process's pod by its cgroup.
 
-Pure: pods arrive as :class:`PodRecord` snapshots from the kube adapter; the answer is plain
-data the servicer turns into protobuf.
+Pure but for one step: pods arrive as :class:`PodRecord` snapshots from the kube adapter; the
+answer is plain data the servicer turns into protobuf. With simulated GPUs, a grant first makes
+sure the GPU's two state files exist (:func:`device_plugin.hook_install.ensure_simulated_gpu_files`).
+
+What a GPU container may write that other pods see: nothing but a simulated GPU's state and lock
+files, which every process of that GPU maps as it would the device. They are mounted one by one
+at the container path the driver opens; the directory around them is the container's own, so no
+pod can create, replace or remove a file another pod sees (issue 42, row 8). The mounts name no
+pod, so pods waiting for one GPU still get the same answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import attrs
 
+from device_plugin.hook_install import SIMULATED_GPU_FILES, SimulatedGpuFilesError, ensure_simulated_gpu_files
 from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust, beyond_own_share
 from fastgshare.codec import PodAssignment, decode_assignment
@@ -119,7 +127,7 @@ class SimulatedDriver:
 
     libcuda: str
     libnvidia_ml: str
-    gpu_dirs: Mapping[str, str]  # GPU uuid -> host directory of its shared state
+    gpu_dirs: Mapping[str, str]  # GPU uuid -> host directory of its state files (never mounted itself)
     gpu_memory: Mapping[str, int]  # GPU uuid -> bytes
 
 
@@ -209,8 +217,11 @@ def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bo
     if driver is not None and assignment.gpu_uuid in driver.gpu_dirs:
         library_dir = PurePosixPath(keys.CONTAINER_DRIVER_DIR)
         mounts += [Mount(str(library_dir / keys.CUDA_DRIVER_LIBRARY), driver.libcuda, read_only=True),
-                   Mount(str(library_dir / keys.NVML_LIBRARY), driver.libnvidia_ml, read_only=True),
-                   Mount(keys.CONTAINER_FAKE_GPU_DIR, driver.gpu_dirs[assignment.gpu_uuid], read_only=False)]
+                   Mount(str(library_dir / keys.NVML_LIBRARY), driver.libnvidia_ml, read_only=True)]
+        # The GPU's state and lock files only, writable (the driver maps them), each on its own: the
+        # directory they sit in inside the container is the container's, not shared with any pod.
+        gpu_dir, view = PurePosixPath(driver.gpu_dirs[assignment.gpu_uuid]), PurePosixPath(keys.CONTAINER_FAKE_GPU_DIR)
+        mounts += [Mount(str(view / name), str(gpu_dir / name), read_only=False) for name in SIMULATED_GPU_FILES]
         envs[keys.ENV_FAKE_GPU_DIR] = keys.CONTAINER_FAKE_GPU_DIR
         envs[keys.ENV_FAKE_GPU_MEMORY] = str(driver.gpu_memory[assignment.gpu_uuid])
     return ContainerAllocation(envs, tuple(mounts))
@@ -347,6 +358,7 @@ class Allocator:
         """Serve ``containers`` containers of the next pod."""
         choice = self.peek(pods, held, mps_enabled, order_from)
         candidate = choice.presumed
+        self._prepare_simulated_gpu(candidate.assignment.gpu_uuid)
         uid = candidate.pod.uid
         served = max(self._in_progress.get(uid, 0), (held or {}).get(candidate.pod.key, 0)) + containers
         complete = served >= _gpu_containers(candidate.pod)
@@ -358,3 +370,13 @@ class Allocator:
                 self._in_progress[uid] = served
         allocation = container_allocation(candidate, self.paths, mps_enabled, name_the_pod=choice.certain)
         return Grant(choice, (allocation,) * containers, complete)
+
+    def _prepare_simulated_gpu(self, gpu_uuid: str) -> None:
+        """With a simulated GPU, its state files exist before the answer names them."""
+        driver = self.paths.simulated_driver
+        if driver is None or gpu_uuid not in driver.gpu_dirs:
+            return
+        try:
+            ensure_simulated_gpu_files(Path(driver.gpu_dirs[gpu_uuid]))
+        except SimulatedGpuFilesError as error:
+            raise NoPendingPod(f"fastgshare: cannot give simulated GPU {gpu_uuid}: {error}") from None

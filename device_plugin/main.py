@@ -17,14 +17,14 @@ import resource
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 import attrs
 
-from device_plugin.allocation import Allocator, HostPaths, SimulatedDriver
+from device_plugin.allocation import Allocator, HostPaths, PodRecord, SimulatedDriver
 from device_plugin.arbiter.probe import arbiter_problem
 from device_plugin.arbiter.runner import (
     ArbiterThread,
@@ -38,8 +38,15 @@ from device_plugin.arbiter.shares import AssignmentShares, DeferredShares
 from device_plugin.arbiter.state import STATE_FILE_NAME, StateFile
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
-from device_plugin.hook_install import HookInstallError, install_hook, install_library
-from device_plugin.nvml import NvmlGpus, NvmlUnavailable
+from device_plugin.gpu_usage import DEFAULT_THRESHOLD, ProcessGpuTime
+from device_plugin.hook_install import (
+    HookInstallError,
+    SimulatedGpuFilesError,
+    ensure_simulated_gpu_files,
+    install_hook,
+    install_library,
+)
+from device_plugin.nvml import NvmlGpus, NvmlProcessGpuTime, NvmlUnavailable
 from fastgshare import __version__, keys
 from fastgshare.assignment_signature import (
     ALLOW_UNSIGNED_FLAG,
@@ -53,6 +60,7 @@ from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, gpu_spec_from_label, 
 
 if TYPE_CHECKING:  # imported where used: they load kubernetes, grpc and prometheus (seconds)
     from device_plugin.agent import NodeAgent
+    from device_plugin.gpu_usage import UsageAudit
     from device_plugin.kube import NodePods
     from device_plugin.metrics import MetricsServer
 
@@ -115,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(ALLOW_UNSIGNED_FLAG, action="store_true",
                         help="run without a key and serve unsigned assignments (development only: anyone who may "
                              "patch a pod can then give it any share)")
+    parser.add_argument("--unaccounted-threshold", type=float, default=DEFAULT_THRESHOLD, metavar="SHARE",
+                        help="warn (Event GPUTimeUnaccounted) when the GPU reports a pod used more than this share "
+                             "of its time beyond what the arbiter charged it, over ~10 s (default: %(default)s)")
     add_timing_arguments(parser)
     add_edge_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -170,8 +181,7 @@ def simulated_driver(args: argparse.Namespace, gpus: tuple[GpuDevice, ...]) -> S
     gpu_dirs = {}
     for gpu in gpus:
         directory = args.state_dir / "fake-gpus" / gpu.uuid
-        directory.mkdir(parents=True, exist_ok=True)
-        directory.chmod(0o777)  # containers of any user attach to the simulated GPU
+        ensure_simulated_gpu_files(directory)  # containers mount its two files, never the directory
         gpu_dirs[gpu.uuid] = str(directory)
     return SimulatedDriver(libcuda=str(libcuda), libnvidia_ml=str(nvml), gpu_dirs=gpu_dirs,
                            gpu_memory={gpu.uuid: gpu.memory_bytes for gpu in gpus})
@@ -192,6 +202,7 @@ class Components:
     agent: NodeAgent
     stopping: threading.Event
     metrics: MetricsServer
+    audit: UsageAudit | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -203,7 +214,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThread,
-                  devices: DeviceState) -> MetricsServer:
+                  devices: DeviceState, audit: UsageAudit | None = None) -> MetricsServer:
     from device_plugin.metrics import MetricsServer, NodeMetrics  # noqa: PLC0415 - after the arbiter starts
 
     host, port = parse_listen(args.metrics_listen)
@@ -221,7 +232,8 @@ def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThre
         return problem is None
 
     try:
-        return MetricsServer(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory), arbiter_answers)
+        return MetricsServer(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory,
+                                                     audit.latest if audit is not None else None), arbiter_answers)
     except OSError as error:
         raise StartupError(f"cannot serve metrics on --metrics-listen {args.metrics_listen}: "
                            f"{error.strerror or error}") from None
@@ -243,6 +255,9 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
         raise StartupError("--node-name is required (or set $NODE_NAME, e.g. from the downward API)", 2)
     if args.slots_per_gpu < 1:
         raise StartupError(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}", 2)
+    if not 0.0 < args.unaccounted_threshold <= 1.0:
+        raise StartupError(f"--unaccounted-threshold {args.unaccounted_threshold}: expected a share of GPU time "
+                           "in (0, 1], e.g. 0.05", 2)
     try:
         backend = make_backend(args)
     except InvalidInventory as error:
@@ -285,7 +300,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
     try:
         hook = install_hook(args.hook_library, args.state_dir / "lib")
         driver = simulated_driver(args, backend.devices())
-    except HookInstallError as error:
+    except (HookInstallError, SimulatedGpuFilesError) as error:
         raise StartupError(str(error)) from None
 
     stopping = threading.Event()
@@ -299,7 +314,9 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
                     report=lambda pod, message: writer.warn(pod, REASON_ASSIGNMENT_REFUSED, message))
     early.shares.attach(AssignmentShares(pods))
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
-    metrics = start_metrics(args, pods, arbiter, devices)
+    audit = usage_audit(args, backend, driver, arbiter, pods,  # warns once it runs, when the writer exists
+                        warn=lambda pod, reason, message: writer.warn(pod, reason, message))  # noqa: PLW0108
+    metrics = start_metrics(args, pods, arbiter, devices, audit)
     writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)},
                         instance=args.node_name)
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
@@ -316,7 +333,29 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
     log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s metrics=%s:%d", args.node_name,
              ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu, hook,
              parse_listen(args.metrics_listen)[0], metrics.port)
-    return Components(pods, arbiter, agent, stopping, metrics)
+    return Components(pods, arbiter, agent, stopping, metrics, audit)
+
+
+def usage_audit(args: argparse.Namespace, backend: GpuBackend, driver: SimulatedDriver | None,
+                arbiter: ArbiterThread, pods: NodePods, *,
+                warn: Callable[[PodRecord, str, str], None]) -> UsageAudit | None:
+    """The audit of the arbiter's charges against the GPU's own per-process account: NVML's on
+    real GPUs, the simulated driver's where it is installed; None where neither can say."""
+    from device_plugin.arbiter.identity import pod_uid_of_pid  # noqa: PLC0415
+    from device_plugin.gpu_usage import UsageAudit  # noqa: PLC0415
+
+    gpu: ProcessGpuTime
+    if isinstance(backend, NvmlGpus):
+        gpu = NvmlProcessGpuTime(backend)
+    elif driver is not None:
+        from device_plugin.simulated_usage import SimulatedProcessGpuTime  # noqa: PLC0415
+
+        gpu = SimulatedProcessGpuTime({uuid: Path(directory) for uuid, directory in driver.gpu_dirs.items()})
+    else:
+        log.warning("no per-process GPU accounting here (simulated GPUs without the simulated driver): "
+                    "the charges are not audited")
+        return None
+    return UsageAudit(gpu, arbiter.usage, pods, warn, pod_uid_of_pid, threshold=args.unaccounted_threshold)
 
 
 def run(parts: Components) -> None:
@@ -331,7 +370,11 @@ def run(parts: Components) -> None:
     parts.arbiter.follow(parts.pods)
     parts.metrics.start()
     parts.agent.start()
+    if parts.audit is not None:
+        parts.audit.start()
     parts.stopping.wait()
+    if parts.audit is not None:
+        parts.audit.stop()
     parts.agent.stop()
     parts.metrics.stop()
     parts.arbiter.stop()

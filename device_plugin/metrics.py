@@ -4,8 +4,9 @@ was promised next to the share it got; per GPU, how busy it was, its health and 
 Metric names and labels are a contract (docs/observability.md). Every value is built at scrape
 time from three sources: the pods bound to this node with an assignment (what was promised), the
 arbiter's usage snapshot (what was delivered: GPU time the hooks reported over the last 10 s,
-token waits, throttling, memory), and the device state (health). A pod's series go when the pod
-leaves the cache (promised) or its use has left the window (delivered).
+token waits, throttling, memory), and the device state (health); plus the usage audit's latest
+comparison of the charges with the GPU's own account (:mod:`device_plugin.gpu_usage`). A pod's
+series go when the pod leaves the cache (promised) or its use has left the window (delivered).
 
 The only module of the agent that imports ``prometheus_client``.
 """
@@ -13,7 +14,7 @@ The only module of the agent that imports ``prometheus_client``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -44,10 +45,12 @@ class NodeMetrics:
     """A Prometheus collector over the agent's pods, arbiter and devices."""
 
     def __init__(self, pods: PodSource, usage: Callable[[], ArbiterUsage],
-                 inventory: Callable[[], NodeInventory]) -> None:
+                 inventory: Callable[[], NodeInventory],
+                 unaccounted: Callable[[], Mapping[tuple[str, str, str], float]] | None = None) -> None:
         self._pods = pods
         self._usage = usage
         self._inventory = inventory
+        self._unaccounted = unaccounted  # (namespace, pod, GPU) -> share: the usage audit's latest
 
     def describe(self) -> list[Metric]:
         return []  # built at scrape time only
@@ -60,7 +63,20 @@ class NodeMetrics:
             log.warning("metrics: the arbiter did not answer: %s", error)
             usage = None
         yield from self._pod_families(promised, usage)
+        yield from self._unaccounted_family()
         yield from self._gpu_families(usage)
+
+    def _unaccounted_family(self) -> Iterator[Metric]:
+        if self._unaccounted is None:
+            return
+        family = GaugeMetricFamily(
+            "fastgshare_pod_gpu_time_unaccounted_share",
+            "Share of GPU time (0..1) the GPU reports the pod's processes used minus the share the arbiter "
+            "charged it, over the last audit interval (~10 s); positive: used without being charged",
+            labels=POD_LABELS)
+        for (namespace, name, gpu), share in sorted(self._unaccounted().items()):
+            family.add_metric([namespace, name, gpu], share)
+        yield family
 
     def _promised(self) -> dict[tuple[str, str], tuple[str, str, PodRecord]]:
         """(gpu, pod key) -> (namespace, name, record) of every running pod with an assignment."""

@@ -1,14 +1,17 @@
-"""The NVML backend: real GPUs and their XID health events, through pynvml.
+"""The NVML backend: real GPUs, their XID health events and what each process used, through pynvml.
 
 The only module that imports ``pynvml`` (from the ``nvidia-ml-py`` package). Application
 XIDs (a CUDA program's own faults) are ignored as NVIDIA's device plugin does; every other
 XID marks the GPU unhealthy. Recovery is the agent's policy (``--health-recovery-seconds``).
+:class:`NvmlProcessGpuTime` is the real GPU's side of the usage audit (:mod:`device_plugin.gpu_usage`).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import pynvml
 
 from device_plugin.discovery import HealthEvent
+from device_plugin.gpu_usage import ProcessTime
 from fastgshare.inventory import GpuDevice
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,37 @@ class NvmlGpus:
             return None
         return HealthEvent(uuid, healthy=False, reason=f"critical XID {xid}")
 
+    def process_seconds(self, since_us: int, elapsed_s: float) -> dict[str, dict[int, float]]:
+        """GPU uuid -> pid -> GPU seconds each process used since ``since_us`` (CPU time, µs),
+        from NVML's per-process utilisation: each sample's ``smUtil`` is the percent of one sample
+        period in which the process had a kernel running; NVML returns a sample only for processes
+        that ran, so the periods are counted on the device's own utilisation samples (every
+        period, idle ones too)."""
+        return {device.uuid: self._process_seconds(handle, since_us, elapsed_s)
+                for device, handle in zip(self._devices, self._handles, strict=True)}
+
+    def _process_seconds(self, handle: Any, since_us: int, elapsed_s: float) -> dict[int, float]:
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+        except self._nvml.NVMLError as error:
+            if getattr(error, "value", None) not in (self._nvml.NVML_ERROR_NOT_FOUND, self._nvml.NVML_SUCCESS):
+                log.warning("nvml per-process utilisation unavailable: %s", error)
+            return {}  # NOT_FOUND (or an empty answer): no process ran since then
+        periods = self._sample_periods(handle, since_us) or len({int(s.timeStamp) for s in samples})
+        seconds: dict[int, float] = {}
+        for sample in samples:
+            pid = int(sample.pid)
+            seconds[pid] = seconds.get(pid, 0.0) + int(sample.smUtil) / 100 / max(periods, 1) * elapsed_s
+        return seconds
+
+    def _sample_periods(self, handle: Any, since_us: int) -> int:
+        try:
+            _kind, samples = self._nvml.nvmlDeviceGetSamples(handle, self._nvml.NVML_GPU_UTILIZATION_SAMPLES,
+                                                             since_us)
+        except self._nvml.NVMLError:
+            return 0
+        return len(samples)
+
     def close(self) -> None:
         if self._events is not None:
             self._nvml.nvmlEventSetFree(self._events)
@@ -105,6 +140,24 @@ class NvmlGpus:
             log.warning("nvml health events unavailable (%s): GPUs stay healthy", error)
             return None
         return events
+
+
+class NvmlProcessGpuTime:
+    """The :class:`~device_plugin.gpu_usage.ProcessGpuTime` port on a real GPU: NVML's
+    per-process utilisation since the previous reading (pids are the host's)."""
+
+    def __init__(self, gpus: NvmlGpus, clock: Callable[[], float] = time.time) -> None:
+        self._gpus = gpus
+        self._clock = clock  # NVML's sample timestamps are CPU wall-clock microseconds
+        self._since_us: int | None = None
+
+    def read(self) -> ProcessTime | None:
+        now_us = int(self._clock() * 1e6)
+        since_us, self._since_us = self._since_us, now_us
+        if since_us is None:
+            return None
+        elapsed_s = (now_us - since_us) / 1e6
+        return ProcessTime(elapsed_s=elapsed_s, seconds=self._gpus.process_seconds(since_us, elapsed_s))
 
 
 def _text(value: str | bytes) -> str:

@@ -130,7 +130,8 @@ class Cluster:
         return load_api_client(str(self.kubeconfig))
 
     def fake_gpu_dir(self, gpu_uuid: str) -> Path:
-        """Where the simulated GPU keeps its state (the node agent mounts it into pods)."""
+        """Where the simulated GPU keeps its state: ``fake_gpu.state`` and ``fake_gpu.lock``, the two
+        files the node agent mounts into pods one by one (the directory itself is never mounted)."""
         return self.node_agent_state_dir / "fake-gpus" / gpu_uuid
 
 

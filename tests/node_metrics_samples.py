@@ -28,7 +28,8 @@ class _Pods:
 
 def node_agent_exposition() -> str:
     """Pod ``team-a/resnet-7d9f8-abcde`` on GPU-0000 (0.3..0.5, 50 % SMs, 2 GiB): achieved 0.37,
-    1 GiB held, 0.5 s throttled, 4 token waits; GPU-0000 busy 0.4; GPU-0001 idle."""
+    1 GiB held, 0.5 s throttled, 4 token waits, 0.02 less used than charged by the GPU's account;
+    GPU-0000 busy 0.4; GPU-0001 idle."""
     assignment = PodAssignment(node_name=NODE, gpu_uuid="GPU-0000", gpu_index=0,
                                share=make_share(300, 500, 50, 2 * GiB), assigned_at_ms=1)
     namespace, name = POD.split("/")
@@ -40,7 +41,7 @@ def node_agent_exposition() -> str:
         gpus=(GpuUsage(gpu="GPU-0000", busy_share=0.4),))
     inventory = NodeInventory(node_name=NODE, gpus=(make_gpu(0), make_gpu(1)), slots_per_gpu=16)
     metrics = NodeMetrics(_Pods([record]), lambda: ArbiterUsage(usage=usage, memory_bytes={("GPU-0000", POD): GiB}),
-                          lambda: inventory)
+                          lambda: inventory, lambda: {(namespace, name, "GPU-0000"): -0.02})
     registry = CollectorRegistry(auto_describe=False)
     registry.register(metrics)
     return generate_latest(registry).decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -13,13 +14,14 @@ import pytest
 
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.agent import NodeAgent
-from device_plugin.allocation import Allocator, HostPaths, PodRecord
+from device_plugin.allocation import Allocator, HostPaths, PodRecord, SimulatedDriver
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import SimulatedGpus
 from device_plugin.pod_resources import PodResourcesClient
 from device_plugin.servicer import DevicePluginServicer
 from fastgshare import keys
 from fastgshare.inventory import parse_gpu_spec
+from simgpu.build import SimGpuBuildError, build
 from tests.fake_kubelet import FakeKubelet, FakePodResources
 
 NODE = "gpu-node-1"
@@ -119,7 +121,23 @@ def short_tmp() -> Iterator[Path]:
         yield Path(directory)
 
 
-def _run_agent(short_tmp: Path, pod_resources: FakePodResources | None) -> Iterator[RunningAgent]:
+def _simulated_driver(short_tmp: Path, gpus: SimulatedGpus) -> SimulatedDriver:
+    """The simulated driver as the agent installs it (``make -C simgpu``'s build), one state
+    directory per GPU under ``short_tmp``."""
+    try:
+        simgpu = build(sys.executable)
+    except SimGpuBuildError as error:
+        pytest.fail(str(error))
+    gpu_dirs = {gpu.uuid: short_tmp / "fake-gpus" / gpu.uuid for gpu in gpus.devices()}
+    for directory in gpu_dirs.values():
+        directory.mkdir(parents=True)  # as the agent's start-up does (device_plugin.main.simulated_driver)
+    return SimulatedDriver(libcuda=str(simgpu / keys.CUDA_DRIVER_LIBRARY), libnvidia_ml=str(simgpu / keys.NVML_LIBRARY),
+                           gpu_dirs={uuid: str(directory) for uuid, directory in gpu_dirs.items()},
+                           gpu_memory={gpu.uuid: gpu.memory_bytes for gpu in gpus.devices()})
+
+
+def _run_agent(short_tmp: Path, pod_resources: FakePodResources | None,
+               simulated: bool = False) -> Iterator[RunningAgent]:
     plugin_dir = short_tmp / "dp"
     plugin_dir.mkdir()
     kubelet = FakeKubelet(plugin_dir)
@@ -128,7 +146,8 @@ def _run_agent(short_tmp: Path, pod_resources: FakePodResources | None) -> Itera
     pods, publisher = FakePods(), FakePublisher()
     marker = FakeMarker(pods)
     paths = HostPaths(hook_library=str(short_tmp / "lib" / "libfastgshare-hook.abc.so"),
-                      run_dir=str(short_tmp / "run"), mps_pipe_dir="/tmp/nvidia-mps")
+                      run_dir=str(short_tmp / "run"), mps_pipe_dir="/tmp/nvidia-mps",
+                      simulated_driver=_simulated_driver(short_tmp, gpus) if simulated else None)
     devices = DeviceState(NODE, gpus.devices(), slots_per_gpu=4)
     allocator = Allocator(NODE, paths)
     stopping = threading.Event()
@@ -152,6 +171,12 @@ def _run_agent(short_tmp: Path, pod_resources: FakePodResources | None) -> Itera
 def running_agent(short_tmp: Path) -> Iterator[RunningAgent]:
     """The agent with a kubelet that has no PodResources API: it relies on its annotations."""
     yield from _run_agent(short_tmp, None)
+
+
+@pytest.fixture
+def simulated_agent(short_tmp: Path) -> Iterator[RunningAgent]:
+    """The agent giving GPU containers the simulated driver and their GPU's state (``--fake-driver-dir``)."""
+    yield from _run_agent(short_tmp, None, simulated=True)
 
 
 @pytest.fixture

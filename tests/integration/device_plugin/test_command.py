@@ -46,7 +46,7 @@ def test_help_documents_every_flag() -> None:
     assert result.returncode == 0
     for flag in ("--node-name", "--kubeconfig", "--device-plugin-dir", "--state-dir", "--fake-gpus",
                  "--slots-per-gpu", "--hook-library", "--mps-pipe-dir", "--health-recovery-seconds",
-                 "--allocate-wait-seconds"):
+                 "--allocate-wait-seconds", "--assignment-key-file", "--unaccounted-threshold"):
         assert flag in result.stdout
 
 

@@ -61,7 +61,7 @@ def alert_expressions() -> list[str]:
 def test_promtool_accepts_the_alert_rules(promtool: str) -> None:
     result = check_rules(promtool, ALERT_RULES)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 8 rules found" in result.stdout
+    assert "SUCCESS: 9 rules found" in result.stdout
 
 
 def test_promtool_would_refuse_a_broken_rule(promtool: str, tmp_path: Path) -> None:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path, PurePosixPath
+
 import attrs
 import pytest
 
 from device_plugin.allocation import (
+    SIMULATED_GPU_FILES,
     Allocator,
     AmbiguousAllocate,
     HostPaths,
     NoPendingPod,
     SimulatedDriver,
+    answer_for,
     candidates,
     preferred_slots,
     vetted,
@@ -19,6 +24,7 @@ from device_plugin.arbiter.shares import share_of
 from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.share import share_annotations
+from simgpu.state import LOCK_FILE, STATE_FILE
 from tests.builders import TEST_TRUST, make_share
 from tests.builders_k8s import assignment, pod_record
 
@@ -70,21 +76,96 @@ def test_grant_without_mps_sets_no_mps_environment() -> None:
     assert grant.pod_complete
 
 
-def test_simulated_gpus_get_the_simulated_driver_and_their_own_gpu_state_mounted() -> None:
+def _simulated_paths(root: Path) -> tuple[SimulatedDriver, HostPaths]:
     driver = SimulatedDriver(libcuda="/s/lib/libcuda-simulated.1.so", libnvidia_ml="/s/lib/libnvidia-ml-simulated.1.so",
-                             gpu_dirs={"G7": "/s/fake-gpus/G7", "G8": "/s/fake-gpus/G8"},
+                             gpu_dirs={"G7": str(root / "G7"), "G8": str(root / "G8")},
                              gpu_memory={"G7": 16 << 30, "G8": 8 << 30})
-    paths = HostPaths(hook_library=PATHS.hook_library, run_dir=PATHS.run_dir, mps_pipe_dir=PATHS.mps_pipe_dir,
-                      simulated_driver=driver)
+    return driver, HostPaths(hook_library=PATHS.hook_library, run_dir=PATHS.run_dir, mps_pipe_dir=PATHS.mps_pipe_dir,
+                             simulated_driver=driver)
+
+
+def test_simulated_gpus_get_the_simulated_driver_and_their_gpus_two_state_files(tmp_path: Path) -> None:
+    driver, paths = _simulated_paths(tmp_path)
     grant = Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G8"))], 1,
                                          mps_enabled=True)
     [container] = grant.containers
     mounts = {m.container_path: (m.host_path, m.read_only) for m in container.mounts}
     assert mounts["/usr/lib/x86_64-linux-gnu/libcuda.so.1"] == (driver.libcuda, True)
     assert mounts["/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"] == (driver.libnvidia_ml, True)
-    assert mounts[keys.CONTAINER_FAKE_GPU_DIR] == ("/s/fake-gpus/G8", False)
+    # The driver opens <FASTGSHARE_FAKE_GPU_DIR>/fake_gpu.state and .lock: the same container paths as
+    # before, but only these two files are the GPU's; the directory around them is the container's own.
+    view = PurePosixPath(keys.CONTAINER_FAKE_GPU_DIR)
+    assert mounts[str(view / STATE_FILE)] == (str(tmp_path / "G8" / STATE_FILE), False)
+    assert mounts[str(view / LOCK_FILE)] == (str(tmp_path / "G8" / LOCK_FILE), False)
+    assert keys.CONTAINER_FAKE_GPU_DIR not in mounts
     assert container.envs[keys.ENV_FAKE_GPU_DIR] == keys.CONTAINER_FAKE_GPU_DIR
     assert container.envs[keys.ENV_FAKE_GPU_MEMORY] == str(8 << 30)
+
+
+def test_nothing_a_tenant_may_write_is_a_directory_or_anything_but_the_simulated_gpus_own_files(tmp_path: Path) -> None:
+    """Issue 42, row 8: the GPU's state directory was mounted writable into every GPU pod, so a
+    file team B wrote there showed in team A's pod. Now a pod can create, replace or remove no
+    file another pod sees: its only writable mounts are the simulated GPU's state and lock files
+    (the simulated hardware every process of the GPU maps, as every GPU container opens
+    /dev/nvidia*), single files, never a directory."""
+    _, paths = _simulated_paths(tmp_path)
+    grant = Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1,
+                                         mps_enabled=True)
+    [container] = grant.containers
+    writable = {m.host_path for m in container.mounts if not m.read_only}
+    assert writable == {str(tmp_path / "G7" / STATE_FILE), str(tmp_path / "G7" / LOCK_FILE)}
+    assert all(Path(path).is_file() for path in writable)
+
+
+def test_allocate_makes_the_state_files_so_the_runtime_never_makes_directories_in_their_place(tmp_path: Path) -> None:
+    """A bind mount whose host file is missing makes containerd create a directory there, which
+    would break the simulated GPU for every pod: the files exist before the answer leaves."""
+    _, paths = _simulated_paths(tmp_path)
+    (tmp_path / "G7").mkdir()
+    (tmp_path / "G7" / STATE_FILE).write_bytes(b"kept")  # a GPU in use keeps its state
+    Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1, mps_enabled=True)
+    assert (tmp_path / "G7" / STATE_FILE).read_bytes() == b"kept"
+    lock = tmp_path / "G7" / LOCK_FILE
+    assert lock.read_bytes() == b""
+    assert stat.S_IMODE(lock.stat().st_mode) == 0o666  # containers of any user attach to the simulated GPU
+
+
+def test_allocate_that_cannot_make_the_state_files_refuses_with_the_path(tmp_path: Path) -> None:
+    _, paths = _simulated_paths(tmp_path)
+    (tmp_path / "G7" / LOCK_FILE).mkdir(parents=True)  # what a runtime leaves for a missing file
+    with pytest.raises(NoPendingPod, match=f"simulated GPU G7: {tmp_path / 'G7' / LOCK_FILE} is a directory"):
+        Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1, mps_enabled=True)
+
+
+def test_a_link_in_place_of_a_state_file_is_refused_never_mounted(tmp_path: Path) -> None:
+    """A bind mount follows links: a link planted where the state file was (by a pod, when the
+    directory was mounted writable) would give the next pod a host file of the link's choice."""
+    _, paths = _simulated_paths(tmp_path)
+    (tmp_path / "G7").mkdir()
+    (tmp_path / "G7" / STATE_FILE).symlink_to("/etc/hostname")
+    with pytest.raises(NoPendingPod, match=f"{tmp_path / 'G7' / STATE_FILE} is a symbolic link; remove it"):
+        Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1, mps_enabled=True)
+
+
+def test_the_gpus_state_directory_is_no_longer_writable_by_all(tmp_path: Path) -> None:
+    _, paths = _simulated_paths(tmp_path)
+    (tmp_path / "G7").mkdir()
+    (tmp_path / "G7").chmod(0o777)  # what agents before issue 42 made it, for pods to create the files
+    Allocator(NODE, paths).grant([pod_record("p", NODE, assigned=assignment(NODE, "G7"))], 1, mps_enabled=True)
+    assert stat.S_IMODE((tmp_path / "G7").stat().st_mode) == 0o755
+
+
+def test_pods_on_one_simulated_gpu_get_the_same_answer(tmp_path: Path) -> None:
+    """Allocate may serve waiting pods in unknown order when they would all get the same: the
+    simulated GPU's mounts name no pod, so that still holds."""
+    _, paths = _simulated_paths(tmp_path)
+    pods = [pod_record("a", NODE, assigned=assignment(NODE, "G7", at_ms=1), namespace="team-a"),
+            pod_record("b", NODE, assigned=assignment(NODE, "G7", at_ms=2), namespace="team-b")]
+    assert answer_for(pods[0], paths, True) == answer_for(pods[1], paths, True)
+
+
+def test_the_agent_names_the_files_the_simulated_driver_opens() -> None:
+    assert SIMULATED_GPU_FILES == (STATE_FILE, LOCK_FILE)
 
 
 def test_completed_pods_are_not_served_twice_even_if_the_cache_lags() -> None:
