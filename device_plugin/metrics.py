@@ -109,7 +109,7 @@ class NodeMetrics:
 
         achieved = GaugeMetricFamily(
             "fastgshare_pod_gpu_time_share",
-            "Share of GPU time (0..1) the pod's processes used over the last 10 s, as the hook measured it",
+            "Share of GPU time (0..1) charged to the pod over the last 10 s (each token at least the time held)",
             labels=POD_LABELS)
         memory_used = GaugeMetricFamily("fastgshare_pod_gpu_memory_used_bytes",
                                         "GPU memory the pod's processes hold through the hook", labels=POD_LABELS)

@@ -17,8 +17,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from fastgshare import keys
-from fastgshare.codec import encode_assignment
+from fastgshare.codec import decode_assignment, encode_assignment
 from fastgshare.share import ShareSpec
 from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster.cluster import Cluster
@@ -43,6 +43,7 @@ from tests.cluster.real_node import (  # noqa: F401 - the fixture core
     gateway_credentials,
     gpu_pod,
     http,
+    kubectl,
     measure_shares,
     node_metrics_address,
     real_node_core,
@@ -310,3 +311,128 @@ def test_the_kubelet_and_the_api_server_authenticate_as_a_users_cluster_does(
     server = json.loads(Path(real_cluster.kubeconfig).read_text())["clusters"][0]["cluster"]["server"]
     with urllib.request.urlopen(f"{server}/api/v1/nodes", context=context, timeout=30) as answer:
         assert real_cluster.node_name in answer.read().decode()
+
+
+# --- issue 42: with the webhook down, the node does not trust what a tenant writes --------------
+
+WEBHOOK = "fastgshare-validate"
+
+
+@contextmanager
+def webhook_down(core: kubernetes.client.CoreV1Api, probe: Callable[[], bool]) -> Iterator[None]:
+    """The webhook gone, as while its pod is down (failurePolicy Ignore admits everything), then back.
+    ``probe`` says whether a forged write is refused now: it is waited on in both directions."""
+    registrations = kubernetes.client.AdmissionregistrationV1Api(core.api_client)
+    saved = core.api_client.sanitize_for_serialization(registrations.read_validating_webhook_configuration(WEBHOOK))
+    saved["metadata"] = {key: saved["metadata"][key] for key in ("name", "labels") if key in saved["metadata"]}
+    registrations.delete_validating_webhook_configuration(WEBHOOK)
+    try:
+        wait_until(lambda: not probe(), what="the API server admitting forged writes (webhook gone)", timeout_s=30)
+        yield
+    finally:
+        registrations.create_validating_webhook_configuration(saved)
+        wait_until(probe, what="the API server refusing forged writes again (webhook back)", timeout_s=30)
+
+
+def forged_pod_refused(b_core: kubernetes.client.CoreV1Api, namespace: str, forged: str) -> bool:
+    """Whether a dry-run create of a pod carrying ``forged`` is refused by admission now."""
+    pod = gpu_pod("probe", {**SMALL, keys.POD_ASSIGNMENT_ANNOTATION: forged}, tenant_container())
+    return denial(lambda: b_core.create_namespaced_pod(namespace, pod, dry_run="All"))[0] in {400, 403}
+
+
+def team_a_pod(core: kubernetes.client.CoreV1Api, team_a: str) -> kubernetes.client.V1Pod:
+    return next(p for p in core.list_namespaced_pod(team_a).items if p.status.phase == "Running")
+
+
+def events_of(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> list[str]:
+    return [f"{e.reason}: {e.message}" for e in core.list_namespaced_event(namespace).items
+            if e.involved_object.name == name]
+
+
+def test_with_the_webhook_down_forged_assignments_get_nothing_on_the_node(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    """Issue 42 rows 1-4: a pod placed past the scheduler with a copied, raised assignment; the same
+    written onto a running pod; a never-scheduled ghost counted by the extender; pods without a vGPU
+    request taken for pods waiting for Allocate. Team A keeps its request throughout."""
+    namespace = team_b[0]
+    b_core = team_api(team_b)
+    a_pod = team_a_pod(core, team_a)
+    a_uid, gpu = a_pod.metadata.uid, assignment_of(a_pod).gpu_uuid
+    forged = forged_assignment(core, team_a)
+    honest = b_core.create_namespaced_pod(namespace, gpu_pod("honest-42", SMALL, tenant_container()))
+    wait_until(lambda: core.read_namespaced_pod("honest-42", namespace).status.phase == "Running",
+               what="team B's pod honest-42 running", timeout_s=90)
+    honest_gpu = assignment_of(core.read_namespaced_pod("honest-42", namespace)).gpu_uuid
+    dated_2100 = encode_assignment(attrs.evolve(decode_assignment(forged), assigned_at_ms=4_102_444_800_000))
+
+    with webhook_down(core, lambda: forged_pod_refused(b_core, namespace, forged)):
+        # row 1: placed by spec.nodeName, past our scheduler
+        placed = gpu_pod("placed", {**SMALL, keys.POD_ASSIGNMENT_ANNOTATION: forged}, tenant_container())
+        placed["spec"]["nodeName"] = real_cluster.node_name
+        b_core.create_namespaced_pod(namespace, placed)
+        # row 2: the raised assignment written onto team B's running, correctly scheduled pod
+        b_core.patch_namespaced_pod("honest-42", namespace,
+                                    {"metadata": {"annotations": {keys.POD_ASSIGNMENT_ANNOTATION: forged}}})
+        # row 3: a ghost no scheduler will place, "holding" team A's GPU
+        ghost = gpu_pod("ghost", {**SMALL, keys.POD_ASSIGNMENT_ANNOTATION: forged}, tenant_container())
+        ghost["spec"]["schedulerName"] = "nobody"
+        b_core.create_namespaced_pod(namespace, ghost)
+        # row 4: pods with no vGPU request on the node, dated in 2100, as if waiting for Allocate
+        for index in range(4):
+            b_core.create_namespaced_pod(namespace, {
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"bystander-{index}", "annotations": {keys.POD_ASSIGNMENT_ANNOTATION: dated_2100}},
+                "spec": {"nodeName": real_cluster.node_name, "terminationGracePeriodSeconds": 1,
+                         "containers": [tenant_container(command=["sleep", "3600"])]}})
+
+    # row 1: the placed pod gets no GPU: the kubelet's admission fails on Allocate
+    wait_until(lambda: core.read_namespaced_pod("placed", namespace).status.phase == "Failed",
+               what="the pod placed past the scheduler refused at Allocate", timeout_s=60)
+    # row 2: the agent keeps what it served the running pod, and says why
+    wait_until(lambda: any("AssignmentRefused" in e for e in events_of(core, namespace, "honest-42")),
+               what="an AssignmentRefused event on the rewritten pod", timeout_s=30)
+    # row 3: the extender does not count the ghost
+    status, body = http(f"{real_cluster.extender_url}/inspect")
+    assert status == 200
+    assert a_pod.metadata.name.encode() in body, body[:2000]
+    assert b'"ghost"' not in body, body[:2000]
+    # row 4: team A's next replica starts, and none of its pods is deleted
+    custom = kubernetes.client.CustomObjectsApi(core.api_client)
+    custom.patch_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, team_a, keys.FASTPOD_PLURAL,
+                                          "steady", {"spec": {"replicas": 2}})
+    started = time.monotonic()
+    pods = running_pods(core, team_a, 2, timeout_s=60)
+    print(f"team A's second replica ran {time.monotonic() - started:.1f} s after it was asked for")
+    assert a_uid in {p.metadata.uid for p in pods}
+    # team A's first pod kept its request; the rewritten pod kept its own limit (0.2 at most)
+    shares = measure_shares(real_cluster, {gpu, honest_gpu}, 10)
+    print(f"under rows 1-4: team A's pod {shares.get(a_uid, 0):.3f}, team B's rewritten pod "
+          f"{shares.get(honest.metadata.uid, 0):.3f}")
+    assert shares.get(a_uid, 0.0) >= 0.27, shares
+    assert shares.get(honest.metadata.uid, 0.0) <= 0.23, shares
+    custom.patch_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, team_a, keys.FASTPOD_PLURAL,
+                                          "steady", {"spec": {"replicas": 1}})
+
+
+def test_a_pod_cannot_write_what_another_pod_of_its_gpu_reads(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    """Issue 42 row 8: of the simulated GPU's state only its two device files are mounted, one by
+    one: what team B writes beside them stays in its own container."""
+    namespace = team_b[0]
+    a_pod = team_a_pod(core, team_a)
+    b_core = team_api(team_b)
+    b_core.create_namespaced_pod(namespace, gpu_pod("planter", SMALL, tenant_container()))
+    wait_until(lambda: core.read_namespaced_pod("planter", namespace).status.phase == "Running",
+               what="team B's pod planter running", timeout_s=90)
+    view = keys.CONTAINER_FAKE_GPU_DIR
+    tried = kubectl(real_cluster, "exec", "-n", namespace, "planter", "--", "sh", "-c",
+                    f"echo x > {view}/planted; busybox rm -f {view}/fake_gpu.lock; echo rm=$?; "
+                    f"busybox mv {view}/planted {view}/fake_gpu.state; echo mv=$?")
+    assert "rm=0" not in tried, tried  # the device files are mount points: neither removed
+    assert "mv=0" not in tried, tried  # nor replaced
+    seen = kubectl(real_cluster, "exec", "-n", team_a, a_pod.metadata.name, "--", "ls", "-A", view).split()
+    assert sorted(seen) == ["fake_gpu.lock", "fake_gpu.state"], seen
+    gpu_dir = real_cluster.fake_gpu_dir(assignment_of(a_pod).gpu_uuid)
+    assert sorted(path.name for path in Path(gpu_dir).iterdir()) == ["fake_gpu.lock", "fake_gpu.state"]
