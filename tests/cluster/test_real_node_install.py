@@ -36,6 +36,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     assignment_of,
     busy_by_pod,
     fastpod,
+    gateway_credentials,
     http,
     measure_shares,
     real_node_core,
@@ -157,7 +158,11 @@ def test_a_function_deployed_through_the_deployed_gateway_answers_and_is_deleted
                   "envVars": {"FAKE_FN_GPU_MS": "2"},
                   "annotations": {keys.GPU_QUOTA_REQUEST: "0.2", keys.GPU_QUOTA_LIMIT: "0.4",
                                   keys.GPU_SM_PARTITION: "30", keys.GPU_MEM: "256Mi"}}
-    status, body = http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode())
+    # /system/* needs the credentials install.sh put in Secret basic-auth, as faas-cli login reads them
+    assert http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode())[0] == 401
+    admin = gateway_credentials(core)
+    status, body = http(f"{gateway}/system/functions", method="POST", body=json.dumps(deployment).encode(),
+                        auth=admin)
     assert status == 202, body
     answers: list[tuple[int, bytes]] = []
 
@@ -171,7 +176,7 @@ def test_a_function_deployed_through_the_deployed_gateway_answers_and_is_deleted
     assert pod.spec.scheduler_name == "fastgshare-scheduler"
     assert assignment_of(pod).share.limit_permille == 400
     status, body = http(f"{gateway}/system/functions", method="DELETE",
-                        body=json.dumps({"functionName": "echo", "namespace": namespace}).encode())
+                        body=json.dumps({"functionName": "echo", "namespace": namespace}).encode(), auth=admin)
     assert status == 202, body
     wait_until(lambda: not core.list_namespaced_pod(namespace).items, what=f"no pods left in {namespace}",
                timeout_s=120)

@@ -341,7 +341,8 @@ def forged_pod_refused(b_core: kubernetes.client.CoreV1Api, namespace: str, forg
 
 
 def team_a_pod(core: kubernetes.client.CoreV1Api, team_a: str) -> kubernetes.client.V1Pod:
-    return next(p for p in core.list_namespaced_pod(team_a).items if p.status.phase == "Running")
+    """Team A's running pod that is not being deleted."""
+    return next(p for p in running_pods(core, team_a, 1) if p.metadata.deletion_timestamp is None)
 
 
 def events_of(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> list[str]:
@@ -413,6 +414,7 @@ def test_with_the_webhook_down_forged_assignments_get_nothing_on_the_node(
     assert shares.get(honest.metadata.uid, 0.0) <= 0.23, shares
     custom.patch_namespaced_custom_object(keys.FASTPOD_GROUP, keys.FASTPOD_VERSION, team_a, keys.FASTPOD_PLURAL,
                                           "steady", {"spec": {"replicas": 1}})
+    running_pods(core, team_a, 1)  # the other replica gone: later tests find team A's one pod
 
 
 def test_a_pod_cannot_write_what_another_pod_of_its_gpu_reads(
