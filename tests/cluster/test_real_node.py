@@ -186,7 +186,7 @@ def test_prometheus_and_inspect_show_what_each_pod_was_promised_and_got(
         assert all(total >= 3 for total in totals.values()), totals
         wait_until(lambda: all(rule["health"] == "ok" for rule in prometheus.rules()),
                    what="every alert rule evaluated without error", timeout_s=10)
-        assert len(prometheus.rules()) == 8
+        assert len(prometheus.rules()) == 9
         assert not prometheus.query('ALERTS{alertname=~"FastGSharePodBelowRequest|FastGShareGpuUnhealthy"}')
 
     # `fastgshare inspect`, from the kubeconfig alone, lists every pod: configured next to achieved

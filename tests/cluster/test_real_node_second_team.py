@@ -27,6 +27,7 @@ import kubernetes.client
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from device_plugin.gpu_usage import REASON_GPU_TIME_UNACCOUNTED
 from fastgshare import keys
 from fastgshare.codec import decode_assignment, encode_assignment
 from fastgshare.share import ShareSpec
@@ -45,6 +46,7 @@ from tests.cluster.real_node import (  # noqa: F401 - the fixture core
     http,
     kubectl,
     measure_shares,
+    node_metrics,
     node_metrics_address,
     real_node_core,
     real_node_namespace,
@@ -438,3 +440,106 @@ def test_a_pod_cannot_write_what_another_pod_of_its_gpu_reads(
     assert sorted(seen) == ["fake_gpu.lock", "fake_gpu.state"], seen
     gpu_dir = real_cluster.fake_gpu_dir(assignment_of(a_pod).gpu_uuid)
     assert sorted(path.name for path in Path(gpu_dir).iterdir()) == ["fake_gpu.lock", "fake_gpu.state"]
+
+
+# --- issue 42 item 4: usage the arbiter can trust ------------------------------------------------
+
+HOLD = ["/opt/fastgshare/bin/arbiter-flood", "--what", "hold"]
+# The tenant image's own entrypoint (its TENANT_* environment), with the hook Allocate preloads unset.
+BYPASS = ["sh", "-c", "exec env -u LD_PRELOAD /usr/local/bin/tenant-entrypoint"]
+
+
+def logged_line(core: kubernetes.client.CoreV1Api, namespace: str, name: str, marker: str) -> str:
+    """Waits until the pod runs and its log has a line with ``marker``; returns that line (fails at once,
+    with its log, if the pod ended)."""
+    line = ""
+
+    def logged() -> bool:
+        nonlocal line
+        pod = core.read_namespaced_pod(name, namespace)
+        if pod.status.phase in {"Succeeded", "Failed"}:
+            log = core.read_namespaced_pod_log(name, namespace)
+            raise AssertionError(f"pod {namespace}/{name} ended: {describe_pod(pod)}; its log:\n{log}")
+        if pod.status.phase != "Running":
+            return False
+        line = next((text for text in core.read_namespaced_pod_log(name, namespace).splitlines()
+                     if marker in text), "")
+        return bool(line)
+
+    wait_until(logged, what=f"pod {namespace}/{name} logging {marker!r}", timeout_s=90)
+    return line
+
+
+def pod_metric(metrics: dict[tuple[str, frozenset[Any]], float], name: str, namespace: str, pod: str,
+               gpu: str) -> float | None:
+    return metrics.get((name, frozenset({"namespace": namespace, "pod": pod, "gpu": gpu}.items())))
+
+
+def test_a_client_that_holds_its_tokens_and_reports_nothing_gets_its_limit_only(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    """Issue 42 row 5: team B's pod (limit 0.2) runs a client that holds every token to its end and
+    reports used_ns=0 (it got 0.79 of the GPU before the arbiter charged held time). Binpack places it
+    on team A's GPU, the fullest: there team A keeps its request, and the agent's metric says the
+    holder was charged no more than its limit."""
+    namespace = team_b[0]
+    b_core = team_api(team_b)
+    a_pod = team_a_pod(core, team_a)
+    a_uid, gpu = a_pod.metadata.uid, assignment_of(a_pod).gpu_uuid
+    annotations = {**SMALL, keys.SCHEDULING_POLICY_ANNOTATION: "binpack"}
+    b_core.create_namespaced_pod(namespace, gpu_pod("holder", annotations, tenant_container(command=HOLD)))
+    try:
+        print(logged_line(core, namespace, "holder", "holding tokens"))
+        holder_gpu = assignment_of(core.read_namespaced_pod("holder", namespace)).gpu_uuid
+        time.sleep(1)  # past the holder's first window
+        shares = measure_shares(real_cluster, {gpu}, 10)
+        metrics = node_metrics(real_cluster, core)
+        charged = pod_metric(metrics, "fastgshare_pod_gpu_time_share", namespace, "holder", holder_gpu)
+        share = shares.get(a_uid, 0.0)
+        print(f"over 10 s with the holder: team A's pod {share:.3f} of {gpu}; the holder charged {charged} "
+              f"on {holder_gpu}")
+        assert charged is not None, f"no fastgshare_pod_gpu_time_share for team-b/holder on {holder_gpu}"
+        assert charged <= 0.2 + 0.02, f"the holder (limit 0.2) was charged {charged:.3f} of the GPU's time"
+        assert charged >= 0.05, f"the holder (request 0.1) was charged {charged:.3f}: did it hold any token?"
+        assert holder_gpu == gpu, (
+            f"binpack puts a pod on the fullest GPU it fits: team A's {gpu} (holding every pod of this module), "
+            f"but the holder went to {holder_gpu}; the extender's view: "
+            f"{http(f'{real_cluster.extender_url}/inspect')[1][:3000]!r}")
+        assert share >= 0.3 - 0.03, f"team A's pod (request 0.3) got {share:.3f} beside the holder: {shares}"
+        holder = core.read_namespaced_pod("holder", namespace)
+        assert holder.status.phase == "Running", describe_pod(holder)  # it held tokens throughout
+    finally:
+        b_core.delete_namespaced_pod("holder", namespace)
+
+
+def test_a_process_that_skips_the_hook_is_reported_unaccounted(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_b: tuple[str, Path]) -> None:
+    """Issue 42 item 4's audit: team B's tenant runs without the hook (no token, so no charge); the
+    simulated GPU's own accounting sees its GPU time, and within a few audit periods (10 s each) the
+    node agent exports it as unaccounted and puts a Warning Event GPUTimeUnaccounted on the pod."""
+    namespace = team_b[0]
+    b_core = team_api(team_b)
+    container = tenant_container({"TENANT_KERNEL_US": "2000"}, command=BYPASS)
+    b_core.create_namespaced_pod(namespace, gpu_pod("bypass", SMALL, container))
+    try:
+        logged_line(core, namespace, "bypass", '"event": "report"')  # the tenant reports its launches each second
+        gpu = assignment_of(core.read_namespaced_pod("bypass", namespace)).gpu_uuid
+        seen: dict[str, Any] = {}
+
+        def reported() -> bool:
+            seen["share"] = pod_metric(node_metrics(real_cluster, core),
+                                       "fastgshare_pod_gpu_time_unaccounted_share", namespace, "bypass", gpu)
+            seen["events"] = [f"{e.type} {e.reason}: {e.message}" for e in core.list_namespaced_event(namespace).items
+                              if e.involved_object.name == "bypass" and e.reason == REASON_GPU_TIME_UNACCOUNTED]
+            return seen["share"] is not None and seen["share"] > 0.05 and any(
+                event.startswith("Warning ") for event in seen["events"])
+
+        try:
+            wait_until(reported, what="the bypassing pod reported as unaccounted GPU time", timeout_s=45,
+                       interval_s=2)
+        except TimeoutError as error:
+            raise AssertionError(f"{error}: unaccounted share {seen.get('share')}, events {seen.get('events')}; "
+                                 f"the pod's events: {events_of(core, namespace, 'bypass')}") from None
+        print(f"unaccounted share of team-b/bypass on {gpu}: {seen['share']:.3f}; {seen['events'][0]}")
+    finally:
+        b_core.delete_namespaced_pod("bypass", namespace)

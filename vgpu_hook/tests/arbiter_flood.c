@@ -2,7 +2,7 @@
  * arbiter_flood.c: a hostile tenant for tests (issue 37 item 4), shipped in the tenant image as
  * /opt/fastgshare/bin/arbiter-flood. Not part of the hook.
  *
- *   arbiter-flood [--connections N] [--seconds S] [--what ping|reserve]
+ *   arbiter-flood [--connections N] [--seconds S] [--what ping|reserve|hold]
  *
  * Opens N connections (default 256) to the arbiter at $FASTGSHARE_ARBITER_SOCKET (what the node
  * agent's Allocate gives a GPU container) and says HELLO on each with the hook's own client code
@@ -15,6 +15,13 @@
  * Prints "arbiter-flood: flooding N connections ..." once they are open (tests wait for it) and one
  * summary line at the end. Exit 0 after the flood, 1 when the arbiter took no connection at all, 2
  * on bad usage.
+ *
+ * --what hold (issue 42 row 5's client) opens ONE connection the same way and then, until S seconds
+ * or SIGTERM, asks for a TOKEN reporting used_ns=0 for the previous one and holds the granted token
+ * for its whole token_ns (sleeping) before asking again. Before the arbiter charged held time this
+ * got 0.79 of the GPU at a limit of 0.2. Prints "arbiter-flood: holding tokens ..." once registered
+ * and "arbiter-flood: held T tokens for H s of E s (...)" at the end; exit 1 when the arbiter
+ * refused the connection or dropped it. --connections does not apply.
  */
 #define _GNU_SOURCE
 #include "arbiter_client.h"
@@ -38,11 +45,14 @@
 #define MAX_REQUEST_FRAME (FGS_HEADER_SIZE + 8)
 #define HELLO_TIMEOUT_MS 5000
 #define READ_BUFFER 8192
+#define TOKEN_TIMEOUT_MS 30000 /* as the hook's default reply timeout: a token may be queued behind others */
+
+enum what { WHAT_PING, WHAT_RESERVE, WHAT_HOLD };
 
 struct options {
     int connections;
     double seconds; /* 0: until killed */
-    int reserve;    /* MEM_RESERVE 0 instead of PING */
+    enum what what;
 };
 
 struct conn {
@@ -68,7 +78,8 @@ static void on_signal(int sig)
 
 static void usage_error(const char *message)
 {
-    fprintf(stderr, "arbiter-flood: %s\nusage: arbiter-flood [--connections N] [--seconds S] [--what ping|reserve]\n",
+    fprintf(stderr,
+            "arbiter-flood: %s\nusage: arbiter-flood [--connections N] [--seconds S] [--what ping|reserve|hold]\n",
             message);
     exit(2);
 }
@@ -94,9 +105,23 @@ static uint64_t get_le(const uint8_t *p, int n)
     return v;
 }
 
+static enum what parse_what(const char *text)
+{
+    char message[256];
+    if (strcmp(text, "ping") == 0)
+        return WHAT_PING;
+    if (strcmp(text, "reserve") == 0)
+        return WHAT_RESERVE;
+    if (strcmp(text, "hold") == 0)
+        return WHAT_HOLD;
+    snprintf(message, sizeof message, "--what %.64s: expected ping, reserve or hold", text);
+    usage_error(message);
+    return WHAT_PING; /* not reached */
+}
+
 static struct options parse_options(int argc, char **argv)
 {
-    struct options o = {.connections = 256, .seconds = 0, .reserve = 0};
+    struct options o = {.connections = 256, .seconds = 0, .what = WHAT_PING};
     static const struct option longopts[] = {{"connections", required_argument, NULL, 'c'},
                                              {"seconds", required_argument, NULL, 's'},
                                              {"what", required_argument, NULL, 'w'},
@@ -119,11 +144,8 @@ static struct options parse_options(int argc, char **argv)
                 usage_error(message);
             }
             o.seconds = s;
-        } else if (opt == 'w' && (strcmp(optarg, "ping") == 0 || strcmp(optarg, "reserve") == 0)) {
-            o.reserve = strcmp(optarg, "reserve") == 0;
         } else if (opt == 'w') {
-            snprintf(message, sizeof message, "--what %.64s: expected ping or reserve", optarg);
-            usage_error(message);
+            o.what = parse_what(optarg);
         } else {
             usage_error("unknown option");
         }
@@ -162,24 +184,31 @@ static void note_refusal(struct stats *st, const char *err)
         snprintf(st->first_refusal, sizeof st->first_refusal, "%s", err);
 }
 
-/* Connect and HELLO as the hook does; the connection's fd (non-blocking), or -1 when refused. */
-static int open_connection(const char *socket_path, struct stats *st)
+/* Connect and HELLO as the hook does (replies awaited up to timeout_ms); 0, or -1 when refused. */
+static int register_client(struct fgs_client *client, const char *socket_path, int timeout_ms, struct stats *st)
 {
-    struct fgs_client client;
     struct fgs_hello_reply hello;
     char err[256];
     const char *pod = getenv(FGS_ENV_POD), *gpu = getenv(FGS_ENV_GPU_UUID);
-    fgs_client_init(&client, HELLO_TIMEOUT_MS);
-    if (fgs_client_connect(&client, socket_path, err, sizeof err) != 0) {
+    fgs_client_init(client, timeout_ms);
+    if (fgs_client_connect(client, socket_path, err, sizeof err) != 0) {
         note_refusal(st, err);
         return -1;
     }
-    if (fgs_client_hello(&client, (uint32_t)getpid(), pod ? pod : "", gpu ? gpu : "", &hello, err,
-                         sizeof err) != 0) {
-        fgs_client_close(&client);
+    if (fgs_client_hello(client, (uint32_t)getpid(), pod ? pod : "", gpu ? gpu : "", &hello, err, sizeof err) != 0) {
+        fgs_client_close(client);
         note_refusal(st, err);
         return -1;
     }
+    return 0;
+}
+
+/* A registered connection's fd (non-blocking), or -1 when refused. */
+static int open_connection(const char *socket_path, struct stats *st)
+{
+    struct fgs_client client;
+    if (register_client(&client, socket_path, HELLO_TIMEOUT_MS, st) != 0)
+        return -1;
     int fd = client.fd;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     return fd;
@@ -244,7 +273,7 @@ static int receive_some(struct conn *c, struct stats *st)
 static void flood(struct conn *conns, int count, int ep, const struct options *o, struct stats *st)
 {
     uint8_t burst[BURST_FRAMES * MAX_REQUEST_FRAME];
-    size_t burst_len = build_burst(burst, o->reserve);
+    size_t burst_len = build_burst(burst, o->what == WHAT_RESERVE);
     double end = o->seconds > 0 ? now_s() + o->seconds : 0;
     struct epoll_event events[256];
     int live = count;
@@ -285,6 +314,50 @@ static int open_all(struct conn *conns, int count, int ep, const char *socket_pa
     return opened;
 }
 
+/* Sleeps until `until` (now_s's clock) unless a signal asks to stop; the seconds slept. */
+static double sleep_until(double until)
+{
+    double from = now_s(), left;
+    while (!stop_requested && (left = until - now_s()) > 0) {
+        struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL); /* EINTR: the loop looks at stop_requested again */
+    }
+    return now_s() - from;
+}
+
+/* --what hold: one connection; each token held to its end, each reported as used_ns=0. */
+static int hold(const char *socket_path, const struct options *o)
+{
+    struct fgs_client client;
+    struct stats st = {0};
+    char err[256];
+    if (register_client(&client, socket_path, TOKEN_TIMEOUT_MS, &st) != 0) {
+        printf("arbiter-flood: the arbiter refused the connection: %s\n", st.first_refusal);
+        return 1;
+    }
+    printf("arbiter-flood: holding tokens to their end on %s, reporting used_ns=0 for each\n", socket_path);
+    fflush(stdout);
+    double started = now_s(), end = o->seconds > 0 ? started + o->seconds : 0, held = 0;
+    uint64_t tokens = 0, token_ns;
+    int lost = 0;
+    while (!stop_requested && (end == 0 || now_s() < end)) {
+        if (fgs_client_token(&client, 0, &token_ns, err, sizeof err) != 0) {
+            lost = !stop_requested;
+            break;
+        }
+        tokens++;
+        held += sleep_until(now_s() + (double)token_ns / 1e9);
+    }
+    double elapsed = now_s() - started;
+    if (lost)
+        printf("arbiter-flood: the arbiter stopped granting tokens: %s\n", err);
+    printf("arbiter-flood: held %llu tokens for %.3f s of %.3f s (%.3f of the time), reporting used_ns=0\n",
+           (unsigned long long)tokens, held, elapsed, elapsed > 0 ? held / elapsed : 0.0);
+    fflush(stdout);
+    fgs_client_close(&client);
+    return lost ? 1 : 0;
+}
+
 static void install_signals(void)
 {
     struct sigaction sa;
@@ -301,13 +374,15 @@ int main(int argc, char **argv)
     if (socket_path == NULL || socket_path[0] == '\0')
         usage_error(FGS_ENV_ARBITER_SOCKET " is not set: it names the arbiter's socket (a GPU container has it)");
     install_signals();
+    if (o.what == WHAT_HOLD)
+        return hold(socket_path, &o);
     struct conn *conns = calloc((size_t)o.connections, sizeof *conns);
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (conns == NULL || ep < 0) {
         perror("arbiter-flood");
         return 1;
     }
-    const char *what = o.reserve ? "MEM_RESERVE 0" : "PING";
+    const char *what = o.what == WHAT_RESERVE ? "MEM_RESERVE 0" : "PING";
     struct stats st = {0};
     st.opened = open_all(conns, o.connections, ep, socket_path, &st);
     printf("arbiter-flood: flooding %d connections with %s to %s (%d refused%s%s)\n", st.opened, what,
@@ -318,7 +393,7 @@ int main(int argc, char **argv)
     double started = now_s();
     flood(conns, st.opened, ep, &o, &st);
     double elapsed = now_s() - started;
-    uint64_t frames = st.bytes_sent / frame_length(o.reserve);
+    uint64_t frames = st.bytes_sent / frame_length(o.what == WHAT_RESERVE);
     printf("arbiter-flood: sent %llu %s frames in %.1f s (%.0f/s), %llu replies, %llu errors; "
            "%d connections opened, %d refused, %d closed by the arbiter\n",
            (unsigned long long)frames, what, elapsed, elapsed > 0 ? (double)frames / elapsed : 0.0,

@@ -6,10 +6,16 @@ The tool opens 256 connections with the hook's own client code, says HELLO on ea
 another pod's memory reservations stay under 50 ms at p99, over 200 of them, and the node agent's
 liveness check never fails (test_fairness's bounds, the issue's). Connections the arbiter refuses are
 counted, not fatal, and ``--seconds`` ends the flood with a summary.
+
+``--what hold`` is issue 42 row 5's client: one connection that holds every token to its end and
+reports ``used_ns=0`` for it. At a limit of 0.2 it holds no more than 0.2 + 0.02 of the time (the
+arbiter charges held time, as test_fairness's held-token test measures), and the arbiter's charge is
+at least what it held.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -23,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from device_plugin.arbiter.client import HookClient
+from device_plugin.arbiter.server import ArbiterUsage
 from fastgshare import keys
 from tests.integration.arbiter.test_fairness import CONNECTIONS, MIB, RESERVATIONS, Liveness
 from tests.integration.arbiter.test_fairness import arbiter as arbiter  # noqa: PLC0414 - the fixture
@@ -44,11 +51,10 @@ def tool() -> Path:
     return FLOOD_TOOL
 
 
-def start_flood(tool: Path, socket_path: Path, *args: str) -> subprocess.Popen[str]:
-    """The tool in a process of its own, as pod ``ns/flood`` would run it (its environment as Allocate
-    gives a GPU container)."""
-    env = {**os.environ, keys.ENV_ARBITER_SOCKET: str(socket_path), keys.ENV_POD: "ns/flood",
-           keys.ENV_GPU_UUID: GPU}
+def start_flood(tool: Path, socket_path: Path, *args: str, pod: str = "ns/flood") -> subprocess.Popen[str]:
+    """The tool in a process of its own, as ``pod`` would run it (its environment as Allocate gives a
+    GPU container)."""
+    env = {**os.environ, keys.ENV_ARBITER_SOCKET: str(socket_path), keys.ENV_POD: pod, keys.ENV_GPU_UUID: GPU}
     return subprocess.Popen([str(tool), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -157,7 +163,7 @@ def finish_after(process: subprocess.Popen[str], timeout_s: float) -> tuple[int,
         output, errors = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         status, output, errors = finish(process)
-        pytest.fail(f"arbiter-flood --seconds 1 still ran after {timeout_s} s (then exited {status}): {output}")
+        pytest.fail(f"arbiter-flood still ran after {timeout_s} s (then exited {status}): {output}")
     return process.returncode, output, errors
 
 
@@ -171,3 +177,52 @@ def test_without_the_socket_variable_it_says_what_is_missing(tool: Path) -> None
                          check=False)
     assert bad.returncode == 2
     assert "--connections many: expected a whole number" in bad.stderr, bad.stderr
+    what = subprocess.run([str(tool), "--what", "steal"], env=env, capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert what.returncode == 2
+    assert "--what steal: expected ping, reserve or hold" in what.stderr, what.stderr
+
+
+HELD = re.compile(r"held (\d+) tokens for ([0-9.]+) s of ([0-9.]+) s")
+
+
+def charged_seconds(arbiter: RunningArbiter, pod: str) -> float:
+    """What the arbiter charged ``pod`` so far (its usage counter), in seconds."""
+    async def usage() -> ArbiterUsage:
+        return arbiter.server.usage()
+    snapshot = asyncio.run_coroutine_threadsafe(usage(), arbiter.loop).result(5)
+    return sum(entry.used_seconds_total for entry in snapshot.usage.pods if entry.pod == pod)
+
+
+def test_a_holder_reporting_nothing_gets_no_more_than_its_limit_and_is_charged_what_it_held(
+        tool: Path, arbiter: RunningArbiter) -> None:
+    """Issue 42 row 5's client, ``ns/cheat`` (limit 0.2): each token held to its end, used_ns=0."""
+    process = start_flood(tool, arbiter.server.socket_path, "--what", "hold", "--seconds", "3", pod="ns/cheat")
+    status, output, errors = finish_after(process, 30)
+    assert status == 0, (status, output, errors)
+    first, *_ = output.splitlines()
+    assert first.startswith("arbiter-flood: holding tokens"), first
+    summary = HELD.search(output)
+    assert summary, output
+    print(output.strip())
+    tokens, held, elapsed = int(summary[1]), float(summary[2]), float(summary[3])
+    assert tokens > 10, output  # 3 s of 100 ms windows
+    assert 2.9 <= elapsed <= 4.0, output
+    share = held / elapsed
+    assert share <= 0.2 + 0.02, f"held {share:.3f} of the GPU's time at a limit of 0.2: {output}"
+    charged = charged_seconds(arbiter, "ns/cheat")
+    assert charged >= 0.9 * held, f"charged {charged:.3f} s for {held:.3f} s held, reporting used_ns=0"
+
+
+def test_the_holder_stops_on_sigterm_with_its_summary(tool: Path, arbiter: RunningArbiter) -> None:
+    """As the kubelet stops the holder's pod: SIGTERM ends the hold, with the summary, exit 0."""
+    process = start_flood(tool, arbiter.server.socket_path, "--what", "hold", pod="ns/cheat")
+    assert process.stdout is not None
+    first = process.stdout.readline()
+    assert first.startswith("arbiter-flood: holding tokens"), first
+    time.sleep(0.5)
+    status, output, errors = finish(process)
+    assert status == 0, (status, output, errors)
+    summary = HELD.search(output)
+    assert summary, output
+    assert int(summary[1]) > 0, output
