@@ -25,7 +25,7 @@
 #                              (admin) and basic-auth-password (random); read the password with
 #                              kubectl -n fastgshare-system get secret basic-auth \
 #                                -o jsonpath='{.data.basic-auth-password}' | base64 -d
-#   fastgshare-assignment-key  key: 32 random bytes, the key the extender signs assignments with
+#   fastgshare-assignment-key  key: 32 random bytes in hex, the key the extender signs assignments with
 #                              and the node agents verify them with
 # Key material is made in one private temporary directory, removed on every exit (success,
 # failure or Ctrl-C).
@@ -176,7 +176,7 @@ ensure_gateway_auth() {
     echo "  kubectl -n $NAMESPACE get secret $GATEWAY_AUTH_SECRET -o jsonpath='{.data.basic-auth-password}' | base64 -d"
 }
 
-# ensure_assignment_key: Secret fastgshare-assignment-key (key: 32 random bytes) unless there is one.
+# ensure_assignment_key: Secret fastgshare-assignment-key (key: 32 random bytes in hex) unless there is one.
 ensure_assignment_key() {
     local dir="$WORK_DIR/$ASSIGNMENT_KEY_SECRET"
     if secret_exists "$ASSIGNMENT_KEY_SECRET"; then
@@ -184,7 +184,8 @@ ensure_assignment_key() {
         return
     fi
     mkdir -m 700 "$dir"
-    head -c 32 /dev/urandom >"$dir/key"
+    # 32 random bytes as 64 hex characters: a text key has no whitespace for a reader to trim
+    head -c 32 /dev/urandom | od -An -v -tx1 | tr -d ' \n' >"$dir/key"
     create_secret_from "$dir" "$ASSIGNMENT_KEY_SECRET"
     echo "assignment key: new Secret $NAMESPACE/$ASSIGNMENT_KEY_SECRET"
 }

@@ -125,5 +125,6 @@ def gateway_credentials() -> dict[str, bytes]:
 
 
 def assignment_key() -> dict[str, bytes]:
-    """What install.sh puts in Secret ``fastgshare-assignment-key``: 32 random bytes."""
-    return {keys.ASSIGNMENT_KEY_SECRET_KEY: secrets.token_bytes(32)}
+    """What install.sh puts in Secret ``fastgshare-assignment-key``: 32 random bytes as 64 hex characters
+    (raw bytes could begin or end with whitespace, which the key's reader trims as a file's newline)."""
+    return {keys.ASSIGNMENT_KEY_SECRET_KEY: secrets.token_hex(32).encode()}

@@ -400,13 +400,6 @@ class GuardedHttpServer:
         return keep
 
     def _call_app(self, conn: _Conn, request: _Request, body: bytes) -> tuple[str, list[tuple[str, str]], list[bytes]]:
-        started: list[Any] = []
-        chunks: list[bytes] = []
-
-        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
-            started[:] = [status, headers]
-            return chunks.append
-
         path, _, query = request.target.partition("?")
         if "://" in path:  # absolute form: http://host/path
             path = "/" + path.split("://", 1)[1].partition("/")[2]
@@ -421,20 +414,39 @@ class GuardedHttpServer:
             "wsgi.multiprocess": False, "wsgi.run_once": False, "wsgi.input_terminated": True,
             **request.headers,
         }
+        return call_wsgi(self._app, environ, name=self._name)
+
+
+def call_wsgi(app: WsgiApp, environ: dict[str, Any], *, name: str,
+              passthrough: tuple[type[BaseException], ...] = ()) -> tuple[str, list[tuple[str, str]], list[bytes]]:
+    """One request through a WSGI ``app``: (status, headers, body chunks), collected whole (nothing is
+    sent before the app returns; a later ``start_response`` replaces an earlier one). An app that
+    fails, or returns without calling ``start_response``, is a 500 and one log line naming ``name``;
+    exceptions of ``passthrough`` (the connection's own, raised through ``wsgi.input``) propagate.
+    Both of our servers use it: this one and ``scheduler_extender.threaded_http``."""
+    started: list[Any] = []
+    chunks: list[bytes] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
+        started[:] = [status, headers]
+        return chunks.append
+
+    try:
+        result = app(environ, start_response)
         try:
-            result = self._app(environ, start_response)
-            try:
-                chunks.extend(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-            if not started:
-                raise RuntimeError("the WSGI app returned without calling start_response")
-        except Exception:
-            log.exception("%s: the app failed on %s %s", self._name, request.method, request.target)
-            return "500 Internal Server Error", [("Content-Type", "application/json")], [_INTERNAL_ERROR]
-        return str(started[0]), list(started[1]), chunks
+            chunks.extend(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        if not started:
+            raise RuntimeError("the WSGI app returned without calling start_response")
+    except passthrough:
+        raise
+    except Exception:
+        log.exception("%s: the app failed on %s %s", name, environ.get("REQUEST_METHOD"), environ.get("RAW_URI"))
+        return "500 Internal Server Error", [("Content-Type", "application/json")], [_INTERNAL_ERROR]
+    return str(started[0]), list(started[1]), chunks
 
 
 def _parse_head(head: bytes, max_body: int) -> _Request:

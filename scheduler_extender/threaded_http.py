@@ -51,6 +51,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from fastgshare_kube.guarded_http import call_wsgi
+
 log = logging.getLogger(__name__)
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -70,7 +72,6 @@ LINGER_MAX_BYTES = 2**20
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "date"})
 _NO_BODY_STATUS = frozenset({204, 304})
-_INTERNAL_ERROR = b'{"Error":"internal server error; see the server\'s log"}'
 
 
 class _BadRequest(Exception):
@@ -251,29 +252,8 @@ class _Connection:
         return keep_alive
 
     def _call_app(self, request: _Request, body: _Body) -> tuple[str, list[tuple[str, str]], list[bytes]]:
-        started: list[Any] = []
-        chunks: list[bytes] = []
-
-        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[..., Any]:
-            started[:] = [status, headers]  # nothing is sent before the app returns: a later call replaces
-            return chunks.append
-
-        try:
-            result = self.server._app(self._environ(request, body), start_response)
-            try:
-                chunks.extend(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-            if not started:
-                raise RuntimeError("the WSGI app returned without calling start_response")
-        except (_Closed, OSError):
-            raise
-        except Exception:
-            log.exception("%s: the app failed on %s %s", self.server._name, request.method, request.target)
-            return "500 Internal Server Error", [("Content-Type", "application/json")], [_INTERNAL_ERROR]
-        return str(started[0]), list(started[1]), chunks
+        return call_wsgi(self.server._app, self._environ(request, body), name=self.server._name,
+                         passthrough=(_Closed, OSError))
 
     def _environ(self, request: _Request, body: _Body) -> dict[str, Any]:
         environ: dict[str, Any] = {

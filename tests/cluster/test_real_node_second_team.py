@@ -200,27 +200,6 @@ def test_idle_and_slow_connections_do_not_stall_the_webhook(
 FLOOD_CONNECTIONS = 256
 
 
-def flood_started(core: kubernetes.client.CoreV1Api, namespace: str, name: str) -> str:
-    """Waits until the flood pod runs and its log says it floods; returns that line (fails at once, with
-    its log, if the pod ended)."""
-    line = ""
-
-    def flooding() -> bool:
-        nonlocal line
-        pod = core.read_namespaced_pod(name, namespace)
-        if pod.status.phase in {"Succeeded", "Failed"}:
-            log = core.read_namespaced_pod_log(name, namespace)
-            raise AssertionError(f"the flood pod ended: {describe_pod(pod)}; its log:\n{log}")
-        if pod.status.phase != "Running":
-            return False
-        line = next((text for text in core.read_namespaced_pod_log(name, namespace).splitlines()
-                     if "flooding" in text), "")
-        return bool(line)
-
-    wait_until(flooding, what=f"pod {namespace}/{name} flooding the arbiter", timeout_s=90)
-    return line
-
-
 class HealthProbe:
     """GET /healthz of the node agent every second on a thread of its own (as the kubelet's liveness
     probe would); the answers, a status or the error."""
@@ -258,7 +237,7 @@ def test_a_ping_flood_from_team_bs_pod_leaves_team_a_its_share(
     command = ["/opt/fastgshare/bin/arbiter-flood", "--connections", str(FLOOD_CONNECTIONS)]
     b_core.create_namespaced_pod(namespace, gpu_pod("flood", SMALL, tenant_container(command=command)))
     try:
-        started = flood_started(core, namespace, "flood")
+        started = logged_line(core, namespace, "flood", "flooding")
         print(started)
         assert f"flooding {FLOOD_CONNECTIONS} connections" in started, started
         time.sleep(1)  # the flood at full strength

@@ -123,20 +123,26 @@ class Liveness:
         self._thread.join(10)
 
 
+def reservation_latencies(arbiter: RunningArbiter) -> list[float]:
+    """RESERVATIONS reservations (and releases) of another pod, ``ns/a``, within 30 s; each one's seconds."""
+    tenant = HookClient(arbiter.server.socket_path, timeout_s=10)
+    tenant.hello("ns/a", GPU)
+    latencies: list[float] = []
+    deadline = time.monotonic() + 30
+    while len(latencies) < RESERVATIONS and time.monotonic() < deadline:
+        started = time.monotonic()
+        assert tenant.reserve(MIB).granted
+        latencies.append(time.monotonic() - started)
+        tenant.release(MIB)
+    return latencies
+
+
 @pytest.mark.parametrize("flood", ["ping", "reserve"], indirect=True)
 def test_a_flood_over_256_connections_leaves_other_pods_reservations_and_liveness_alone(
         arbiter: RunningArbiter, flood: subprocess.Popen[str]) -> None:
     liveness = Liveness(arbiter)
     try:
-        tenant = HookClient(arbiter.server.socket_path, timeout_s=10)
-        tenant.hello("ns/a", GPU)
-        latencies: list[float] = []
-        deadline = time.monotonic() + 30
-        while len(latencies) < RESERVATIONS and time.monotonic() < deadline:
-            started = time.monotonic()
-            assert tenant.reserve(MIB).granted
-            latencies.append(time.monotonic() - started)
-            tenant.release(MIB)
+        latencies = reservation_latencies(arbiter)
         time.sleep(0.2)
     finally:
         liveness.stop()

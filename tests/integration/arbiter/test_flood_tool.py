@@ -21,20 +21,18 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from device_plugin.arbiter.client import HookClient
 from device_plugin.arbiter.server import ArbiterUsage
 from fastgshare import keys
-from tests.integration.arbiter.test_fairness import CONNECTIONS, MIB, RESERVATIONS, Liveness
+from tests.integration.arbiter.test_fairness import CONNECTIONS, RESERVATIONS, Liveness, reservation_latencies
 from tests.integration.arbiter.test_fairness import arbiter as arbiter  # noqa: PLC0414 - the fixture
 from tests.integration.arbiter.test_server import GPU, RunningArbiter, pod_share
-from tests.integration.hook.tenants import BUILD, HOOK_DIR
+from tests.integration.hook.tenants import BUILD, make_hook
 
 FLOOD_TOOL = BUILD / "arbiter-flood"
 SUMMARY = re.compile(r"sent (\d+) .* frames in .* (\d+) replies, (\d+) errors; (\d+) connections opened, "
@@ -44,10 +42,7 @@ SUMMARY = re.compile(r"sent (\d+) .* frames in .* (\d+) replies, (\d+) errors; (
 @pytest.fixture(scope="module")
 def tool() -> Path:
     """``make -C vgpu_hook`` (up to date: nothing to do), then the tool's path."""
-    result = subprocess.run(["make", "-C", str(HOOK_DIR), f"PYTHON={sys.executable}"], capture_output=True,
-                            text=True, timeout=300, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"make -C vgpu_hook failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    make_hook()
     return FLOOD_TOOL
 
 
@@ -89,20 +84,6 @@ def flood(tool: Path, arbiter: RunningArbiter, request: pytest.FixtureRequest) -
         for pipe in (process.stdout, process.stderr):
             if pipe is not None:
                 pipe.close()
-
-
-def reservation_latencies(arbiter: RunningArbiter) -> list[float]:
-    """RESERVATIONS reservations (and releases) of another pod, ``ns/a``, within 30 s; each one's seconds."""
-    tenant = HookClient(arbiter.server.socket_path, timeout_s=10)
-    tenant.hello("ns/a", GPU)
-    latencies: list[float] = []
-    deadline = time.monotonic() + 30
-    while len(latencies) < RESERVATIONS and time.monotonic() < deadline:
-        started = time.monotonic()
-        assert tenant.reserve(MIB).granted
-        latencies.append(time.monotonic() - started)
-        tenant.release(MIB)
-    return latencies
 
 
 @pytest.mark.parametrize("flood", ["ping", "reserve"], indirect=True)

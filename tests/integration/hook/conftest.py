@@ -8,8 +8,6 @@ gets a fresh fake GPU directory and, where it needs one, a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,15 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.integration.hook.fake_arbiter import FakeArbiter, Script
-from tests.integration.hook.tenants import BUILD, HOOK_DIR, SIMGPU_BUILD, Build
+from tests.integration.hook.tenants import BUILD, SIMGPU_BUILD, Build, make_hook
 
 
 @pytest.fixture(scope="session")
 def build() -> Build:
-    result = subprocess.run(["make", "-C", str(HOOK_DIR), f"PYTHON={sys.executable}"], capture_output=True,
-                            text=True, timeout=300, check=False)
-    if result.returncode != 0:
-        pytest.fail(f"make -C vgpu_hook failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    make_hook()
     return Build(hook=BUILD / "libfastgshare-hook.so", fake_dir=SIMGPU_BUILD, tenant=SIMGPU_BUILD / "tenant",
                  test_quota=BUILD / "test_quota", memcheck=BUILD / "memcheck")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,14 @@ class TenantResult:
     @property
     def hook_lines(self) -> list[str]:
         return [line for line in self.stderr.splitlines() if line.startswith("fastgshare-hook:")]
+
+
+def make_hook() -> None:
+    """``make -C vgpu_hook`` (up to date: nothing to do); the test fails with make's output otherwise."""
+    result = subprocess.run(["make", "-C", str(HOOK_DIR), f"PYTHON={sys.executable}"], capture_output=True,
+                            text=True, timeout=300, check=False)
+    if result.returncode != 0:
+        pytest.fail(f"make -C vgpu_hook failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
 
 
 def tenant_env(build: Build, gpu_dir: Path, *, hook: bool, arbiter: FakeArbiter | None = None,

@@ -1,5 +1,5 @@
 """deploy/install.sh's Secrets and key material (issue 37, items 1 and 11): it creates the gateway's
-``basic-auth`` (user admin, a random password) and ``fastgshare-assignment-key`` (32 random bytes) in
+``basic-auth`` (user admin, a random password) and ``fastgshare-assignment-key`` (32 random bytes in hex) in
 fastgshare-system when absent and keeps them when present, prints no secret value, and leaves no key
 material in the temporary directory on any exit: success, a failure midway, or an interrupt."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -76,7 +77,7 @@ def test_absent_secrets_are_created_and_no_value_is_printed(tmp_path: Path) -> N
     assert len(password) == 32
     assert password.isalnum()
     key = (secrets / keys.ASSIGNMENT_KEY_SECRET / keys.ASSIGNMENT_KEY_SECRET_KEY).read_bytes()
-    assert len(key) == 32
+    assert re.fullmatch(rb"[0-9a-f]{64}", key), key  # text: nothing a reader's trim could take away
     output = result.stdout + result.stderr
     assert password not in output
     assert "get secret basic-auth -o jsonpath='{.data.basic-auth-password}' | base64 -d" in output
