@@ -34,6 +34,7 @@ from device_plugin.allocation import PodRecord, vetted
 from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare_kube import rest
+from fastgshare_kube.access_reviews import kubernetes_metrics_access  # noqa: F401 - this adapter's API
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 from fastgshare_kube.errors import ApiError
 from fastgshare_kube.events import WARNING, EventRecorder

@@ -62,7 +62,7 @@ if TYPE_CHECKING:  # imported where used: they load kubernetes, grpc and prometh
     from device_plugin.agent import NodeAgent
     from device_plugin.gpu_usage import UsageAudit
     from device_plugin.kube import NodePods
-    from device_plugin.metrics import MetricsServer
+    from device_plugin.metrics import MetricsAccess, MetricsServer
 
 log = logging.getLogger("device_plugin")
 
@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-listen", default=f"0.0.0.0:{keys.DEFAULT_NODE_METRICS_PORT}", metavar="HOST:PORT",
                         help="where to serve /metrics and /healthz (default: %(default)s; port 0 picks a free one); "
                              "the port is published on the node for `fastgshare inspect`")
+    parser.add_argument("--metrics-auth", choices=keys.METRICS_AUTH_CHOICES, default=keys.METRICS_AUTH_KUBERNETES,
+                        help="who may read /metrics (the node's pods with their shares): 'kubernetes' (default) serves "
+                             "it only to a bearer token the API server authenticates and allows get on the "
+                             "non-resource URL /metrics (TokenReview, SubjectAccessReview); 'none' serves it to "
+                             "anyone who reaches the port (development only)")
     parser.add_argument(KEY_FILE_FLAG, metavar="PATH",
                         help="the key the extender signs assignments with (Secret fastgshare-assignment-key); "
                              f"Allocate serves only assignments it signed for the pod; required unless "
@@ -214,7 +219,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThread,
-                  devices: DeviceState, audit: UsageAudit | None = None) -> MetricsServer:
+                  devices: DeviceState, audit: UsageAudit | None = None, *,
+                  access: MetricsAccess | None = None) -> MetricsServer:
     from device_plugin.metrics import MetricsServer, NodeMetrics  # noqa: PLC0415 - after the arbiter starts
 
     host, port = parse_listen(args.metrics_listen)
@@ -233,7 +239,8 @@ def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThre
 
     try:
         return MetricsServer(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory,
-                                                     audit.latest if audit is not None else None), arbiter_answers)
+                                                     audit.latest if audit is not None else None), arbiter_answers,
+                             access=access)
     except OSError as error:
         raise StartupError(f"cannot serve metrics on --metrics-listen {args.metrics_listen}: "
                            f"{error.strerror or error}") from None
@@ -290,6 +297,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
         KubeConfigError,
         KubeWriter,
         NodePods,
+        kubernetes_metrics_access,
         load_api_client,
         missing_node,
     )
@@ -316,7 +324,11 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
     devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
     audit = usage_audit(args, backend, driver, arbiter, pods,  # warns once it runs, when the writer exists
                         warn=lambda pod, reason, message: writer.warn(pod, reason, message))  # noqa: PLW0108
-    metrics = start_metrics(args, pods, arbiter, devices, audit)
+    if args.metrics_auth == keys.METRICS_AUTH_NONE:
+        log.warning("--metrics-auth none: /metrics (every pod's share) is served to anyone who reaches the port")
+    metrics = start_metrics(args, pods, arbiter, devices, audit,
+                            access=kubernetes_metrics_access(api) if args.metrics_auth != keys.METRICS_AUTH_NONE
+                            else None)
     writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)},
                         instance=args.node_name)
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),

@@ -27,6 +27,7 @@ from device_plugin.arbiter.shares import share_of
 from fastgshare.inventory import NodeInventory
 from fastgshare.usage import WAIT_BUCKETS_S
 from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
+from fastgshare_kube.metrics_access import MetricsAccess, guard_metrics
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +154,12 @@ class MetricsServer:
     """``GET /metrics`` and ``GET /healthz`` (200 while ``healthy()`` says so), served by
     :class:`~fastgshare_kube.guarded_http.GuardedHttpServer`: any pod on the node's network can
     connect, so idle and slow clients are closed on deadlines, connections are capped and a few
-    threads serve every request (issue 37: 400 idle connections were 400 threads)."""
+    threads serve every request (issue 37: 400 idle connections were 400 threads). With ``access``,
+    ``/metrics`` is served only to whom the API server allows it (:mod:`fastgshare_kube.metrics_access`:
+    the per-pod names and shares are what RBAC hides from tenants); ``/healthz`` stays open."""
 
     def __init__(self, host: str, port: int, collector: NodeMetrics, healthy: Callable[[], bool],
-                 *, limits: Limits = LIMITS) -> None:
+                 *, limits: Limits = LIMITS, access: MetricsAccess | None = None) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
 
@@ -173,7 +176,8 @@ class MetricsServer:
             start_response(status, [("Content-Type", kind)])
             return [body]
 
-        self._server = GuardedHttpServer(app, host, port, name="metrics", limits=limits)
+        self._server = GuardedHttpServer(app if access is None else guard_metrics(app, access), host, port,
+                                         name="metrics", limits=limits)
 
     @property
     def port(self) -> int:

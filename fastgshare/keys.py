@@ -104,6 +104,17 @@ BASIC_AUTH_PASSWORD_KEY: Final = "basic-auth-password"
 # SYSTEM_NAMESPACE, key ASSIGNMENT_KEY_SECRET_KEY, a file for --assignment-key-file.
 ASSIGNMENT_KEY_SECRET: Final = "fastgshare-assignment-key"
 ASSIGNMENT_KEY_SECRET_KEY: Final = "key"
+# Who may read every component's /metrics (fastgshare_kube.metrics_access): under --metrics-auth
+# kubernetes (the default) a bearer token the API server authenticates, of a user it allows get on
+# the non-resource URL /metrics. The token may come in METRICS_TOKEN_HEADER instead of
+# Authorization, which the API server removes before it proxies a request to a pod or node.
+# `fastgshare inspect` reads as METRICS_READER_SERVICE_ACCOUNT (in SYSTEM_NAMESPACE) where the
+# caller's own kubeconfig has no token.
+METRICS_AUTH_KUBERNETES: Final = "kubernetes"
+METRICS_AUTH_NONE: Final = "none"
+METRICS_AUTH_CHOICES: Final = (METRICS_AUTH_KUBERNETES, METRICS_AUTH_NONE)
+METRICS_TOKEN_HEADER: Final = "X-Fastgshare-Authorization"
+METRICS_READER_SERVICE_ACCOUNT: Final = "fastgshare-metrics-reader"
 
 # --- environment handed to GPU containers by the node agent ----------------------------
 ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from fastgshare_cli.cluster_reader import ReadError, read_cluster
+from fastgshare import keys
+from fastgshare_cli.cluster_reader import MetricsCredentials, ReadError, read_cluster
 from fastgshare_cli.inspection import NodeView, build_view, render_table, to_json
 from fastgshare_kube import rest
 from fastgshare_kube.client import KubeConfigError, load_api_client
@@ -25,8 +26,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="List every GPU node, its GPUs (how busy, what area of time x SMs and memory the scheduler "
                     "has free) and their pods (request, limit, SMs and memory next to the share of GPU time "
                     "and the memory each used over the last 10 s), read through the API server: the nodes' "
-                    "and pods' annotations and the node agents' /metrics via the node proxy. Needs get/list "
-                    "on nodes and pods and get on nodes/proxy.")
+                    "and pods' annotations and the node agents' /metrics via the pod or node proxy. Needs "
+                    "get/list on nodes and pods, get on pods/proxy (or nodes/proxy), and for the achieved shares "
+                    "a kubeconfig token allowed get on /metrics, or create on serviceaccounts/token for "
+                    f"{keys.SYSTEM_NAMESPACE}/{keys.METRICS_READER_SERVICE_ACCOUNT}.")
     parser.add_argument("-o", "--output", choices=["table", "wide", "json"], default="table",
                         help="table, wide (adds phase, throttling, mean token wait) or json (default: %(default)s)")
     parser.add_argument("-w", "--watch", action="store_true", help="refresh until interrupted")
@@ -51,7 +54,8 @@ def inspect_main(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO
     render = _renderer(args.output, qualify=args.namespace is None)
     try:
         with api:
-            return _loop(lambda: render(_view(api, args)), args, out, err, stop or threading.Event())
+            credentials = MetricsCredentials(api)
+            return _loop(lambda: render(_view(api, args, credentials)), args, out, err, stop or threading.Event())
     except KeyboardInterrupt:
         return 0 if args.watch else 130
 
@@ -75,8 +79,8 @@ def _loop(show: Callable[[], str], args: argparse.Namespace, out: TextIO, err: T
             return 0
 
 
-def _view(api: rest.ApiClient, args: argparse.Namespace) -> list[NodeView]:
-    facts = read_cluster(api, node=args.node)
+def _view(api: rest.ApiClient, args: argparse.Namespace, credentials: MetricsCredentials) -> list[NodeView]:
+    facts = read_cluster(api, node=args.node, credentials=credentials)
     return build_view(facts.nodes, facts.pods, facts.samples, namespace=args.namespace)
 
 

@@ -36,7 +36,8 @@ DEPLOY = REPO / "deploy"
 # What the shipped manifests grant, applied in this order (namespaces first), and the function
 # namespace's vGPU quota.
 RBAC_FILES = ("namespace.yaml", "crd/roles.yaml", "scheduler/rbac.yaml", "node-agent/rbac.yaml",
-              "controller/rbac.yaml", "function-controller/rbac.yaml", "gateway/rbac.yaml", "function-quota.yaml")
+              "controller/rbac.yaml", "function-controller/rbac.yaml", "gateway/rbac.yaml", "function-quota.yaml",
+              "monitoring/metrics-reader.yaml")
 # The ServiceAccount each host process runs as (all in keys.SYSTEM_NAMESPACE).
 COMPONENT_ACCOUNTS: Mapping[str, str] = {
     "fastgshare-extender": keys.SCHEDULER_SERVICE_ACCOUNT,

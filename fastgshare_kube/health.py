@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
+from fastgshare_kube.metrics_access import MetricsAccess, guard_metrics
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +25,12 @@ LIMITS = Limits(max_connections=256, workers=4, idle_timeout_s=30.0, header_time
 
 class HealthServer:
     """Serves ``GET /healthz`` (and ``/readyz``) from ``check`` and ``GET /metrics`` from
-    ``metrics`` (the text format and its content type) from a :class:`GuardedHttpServer`."""
+    ``metrics`` (the text format and its content type) from a :class:`GuardedHttpServer`; with
+    ``access``, ``/metrics`` only to whom it allows (:mod:`fastgshare_kube.metrics_access`)."""
 
     def __init__(self, host: str, port: int, check: Callable[[], bool],
-                 metrics: Callable[[], tuple[bytes, str]] | None = None, *, limits: Limits = LIMITS) -> None:
+                 metrics: Callable[[], tuple[bytes, str]] | None = None, *, limits: Limits = LIMITS,
+                 access: MetricsAccess | None = None) -> None:
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ["PATH_INFO"]
             if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
@@ -44,7 +47,8 @@ class HealthServer:
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"ok\n" if ok else b"unhealthy\n"]
 
-        self._server = GuardedHttpServer(app, host, port, name="health", limits=limits)
+        self._server = GuardedHttpServer(app if access is None or metrics is None else guard_metrics(app, access),
+                                         host, port, name="health", limits=limits)
 
     @property
     def port(self) -> int:
@@ -68,12 +72,13 @@ def parse_address(text: str) -> tuple[str, int] | None:
 
 
 def start_health(address: str, check: Callable[[], bool],
-                 metrics: Callable[[], tuple[bytes, str]] | None = None) -> HealthServer | None:
+                 metrics: Callable[[], tuple[bytes, str]] | None = None, *,
+                 access: MetricsAccess | None = None) -> HealthServer | None:
     """A started :class:`HealthServer` on ``address`` (``HOST:PORT``, checked by the caller with
     :func:`parse_address`); None when ``address`` is empty (off)."""
     where = parse_address(address) if address else None
     if where is None:
         return None
-    server = HealthServer(where[0], where[1], check, metrics)
+    server = HealthServer(where[0], where[1], check, metrics, access=access)
     server.start()
     return server

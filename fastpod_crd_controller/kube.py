@@ -19,6 +19,7 @@ from typing import Any
 from fastgshare import keys
 from fastgshare_kube import client as shared_client
 from fastgshare_kube import rest
+from fastgshare_kube.access_reviews import kubernetes_metrics_access  # noqa: F401 - this adapter's API
 from fastgshare_kube.rest import RawListWatch, api_error, client_refusal  # noqa: F401 - this adapter's API
 from fastpod_crd_controller.errors import ConfigError
 

@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_leader_election_arguments(parser, lease_name=names.LEASE_NAME, lease_namespace=keys.SYSTEM_NAMESPACE)
     parser.add_argument("--health-address", default="", metavar="HOST:PORT",
                         help="serve /healthz, /readyz and /metrics (Prometheus) here (default: off)")
+    parser.add_argument("--metrics-auth", choices=keys.METRICS_AUTH_CHOICES, default=keys.METRICS_AUTH_KUBERNETES,
+                        help="who may read /metrics on --health-address: 'kubernetes' (default) a bearer token the API "
+                             "server authenticates and allows get on the non-resource URL /metrics; 'none' anyone "
+                             "who reaches the port (development only). /healthz and /readyz stay open")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -103,8 +107,9 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                             settings=Settings(workers=args.workers, resync_s=args.resync_seconds), observer=metrics)
     metrics.follow(depth=lambda: len(controller.queue), leader=lambda: elector is None or elector.is_leader,
                    fastpods=controller.fastpods.statuses)
+    access = kube.kubernetes_metrics_access(api) if args.metrics_auth != keys.METRICS_AUTH_NONE else None
     health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy,
-                           metrics.exposition)
+                           metrics.exposition, access=access)
     try:
         return _lead(args, controller, elector, stopping, api)
     finally:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import attrs
 from flask import Flask
 
+from fastgshare_kube.metrics_access import MetricsAccess, guard_metrics
 from scheduler_extender import routes
 from scheduler_extender.binder import Binder
 from scheduler_extender.config import ExtenderConfig
@@ -64,10 +65,13 @@ def create_app(services: Services, settings: Mapping[str, object] | None = None)
     return app
 
 
-def create_status_app(services: Services) -> Flask:
-    """Only /healthz, /readyz and /metrics: what may be served beyond the pod's loopback."""
+def create_status_app(services: Services, *, access: MetricsAccess | None = None) -> Flask:
+    """Only /healthz, /readyz and /metrics: what may be served beyond the pod's loopback; with
+    ``access``, /metrics only to whom it allows (:mod:`fastgshare_kube.metrics_access`)."""
     app = Flask(__name__)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = services
     app.register_blueprint(routes.status)
+    if access is not None:
+        app.wsgi_app = guard_metrics(app.wsgi_app, access)  # type: ignore[method-assign,assignment]
     return app

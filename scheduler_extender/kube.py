@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, TypeVar
 
 from fastgshare_kube import rest
+from fastgshare_kube.access_reviews import kubernetes_metrics_access  # noqa: F401 - this adapter's API
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 from fastgshare_kube.errors import ApiError
 from fastgshare_kube.reflector import Reflector

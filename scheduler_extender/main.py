@@ -39,7 +39,7 @@ from scheduler_extender.config import (
     parse_listen,
     parse_system_writers,
 )
-from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, load_api_client
+from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, kubernetes_metrics_access, load_api_client
 from scheduler_extender.server import HttpServer
 from scheduler_extender.share_changes import ShareChanges
 from scheduler_extender.state import ClusterState
@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-listen", default="", metavar="HOST:PORT",
                         help="also serve only GET /healthz, /readyz and /metrics here (plain HTTP), for probes and "
                              "Prometheus when --listen is a loopback address (default: not served separately)")
+    parser.add_argument("--metrics-auth", choices=keys.METRICS_AUTH_CHOICES, default=keys.METRICS_AUTH_KUBERNETES,
+                        help="who may read /metrics on --metrics-listen: 'kubernetes' (default) a bearer token the API "
+                             "server authenticates and allows get on the non-resource URL /metrics; 'none' anyone "
+                             "who reaches the port (development only). /healthz and /readyz stay open")
     parser.add_argument("--webhook-listen", default="", metavar="HOST:PORT",
                         help="also serve the validating admission webhook (POST /validate: FaSTPods and pods with "
                              "fastgshare/ annotations, the messages of fastgshare check; the system annotations of "
@@ -152,7 +156,8 @@ def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace,
 
 
 def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *, trust: AssignmentTrust,
-        webhook: WebhookFactory | None = None, metrics_at: tuple[str, int] | None = None) -> None:
+        webhook: WebhookFactory | None = None, metrics_at: tuple[str, int] | None = None,
+        metrics_auth: str = keys.METRICS_AUTH_KUBERNETES) -> None:
     """Serve until SIGTERM or SIGINT, then stop the servers and the watches."""
     api = load_api_client(kubeconfig, connections=API_CONNECTIONS)
     state = ClusterState(bind_wait_s=config.bind_wait_s, bind_window=config.bind_window, trust=trust)
@@ -166,7 +171,8 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
         if webhook is not None:
             extra.append(webhook(kube))
         if metrics_at is not None:
-            extra.append(HttpServer(create_status_app(services), *metrics_at, name="extender-status"))
+            access = kubernetes_metrics_access(api) if metrics_auth != keys.METRICS_AUTH_NONE else None
+            extra.append(HttpServer(create_status_app(services, access=access), *metrics_at, name="extender-status"))
     except OSError:
         server.stop()
         for started in extra:
@@ -230,7 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(error).replace("--listen", "--metrics-listen"))
     webhook = _webhook(parser, args, config)
     try:
-        run(config, host, port, args.kubeconfig, trust=trust, webhook=webhook, metrics_at=metrics_at)
+        run(config, host, port, args.kubeconfig, trust=trust, webhook=webhook, metrics_at=metrics_at,
+            metrics_auth=args.metrics_auth)
     except KubeConfigError as error:
         log.error("%s", error)
         return 1

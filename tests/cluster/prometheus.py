@@ -52,15 +52,24 @@ class Prometheus:
 
 
 @contextmanager
-def running_prometheus(jobs: Mapping[str, Sequence[str]], directory: Path) -> Iterator[Prometheus]:
-    """Prometheus scraping ``jobs`` (job name -> host:port targets) every second."""
+def running_prometheus(jobs: Mapping[str, Sequence[str]], directory: Path, *,
+                       bearer_token: str | None = None) -> Iterator[Prometheus]:
+    """Prometheus scraping ``jobs`` (job name -> host:port targets) every second, each scrape with
+    ``bearer_token`` from a file, as deploy/monitoring/prometheus-scrape-configs.yaml sends the
+    ServiceAccount's token (authorization.credentials_file)."""
     binary = shutil.which("prometheus")
     assert binary, "no prometheus binary: apt-get install prometheus (.ci/run does)"
     directory.mkdir(parents=True, exist_ok=True)
+    authorization = {}
+    if bearer_token is not None:
+        token_file = directory / "token"
+        token_file.write_text(bearer_token)
+        token_file.chmod(0o600)
+        authorization = {"authorization": {"credentials_file": str(token_file)}}
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(ALERT_RULES)],
-        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}]}
+        "scrape_configs": [{"job_name": job, "static_configs": [{"targets": list(targets)}], **authorization}
                            for job, targets in jobs.items()],
     }
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))

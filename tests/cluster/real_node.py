@@ -271,12 +271,25 @@ def pod_cgroup_exists(uid: str) -> bool:
             continue
 
 
+def metrics_reader_token(core: kubernetes.client.CoreV1Api, seconds: int = 600) -> str:
+    """A token of ServiceAccount fastgshare-metrics-reader (deploy/monitoring/metrics-reader.yaml),
+    which every component serves its /metrics to, as Prometheus's own account would be."""
+    answer = rest.send(core.api_client, "POST", f"/api/v1/namespaces/{keys.SYSTEM_NAMESPACE}/serviceaccounts/"
+                       f"{keys.METRICS_READER_SERVICE_ACCOUNT}/token",
+                       {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                        "spec": {"expirationSeconds": seconds}})
+    return str(answer["status"]["token"])
+
+
 def node_metrics(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> dict[tuple[str, frozenset[Any]], float]:
-    """The node agent's /metrics, through the API server's node proxy, parsed by prometheus-client:
+    """The node agent's /metrics, through the API server's node proxy as ``fastgshare inspect`` reads
+    them (the metrics reader's token in the header the proxy keeps), parsed by prometheus-client:
     (sample name, labels) -> value."""
     node = core.read_node(cluster.node_name)
     port = node.metadata.annotations[keys.NODE_METRICS_PORT_ANNOTATION]
-    text = kubectl(cluster, "get", "--raw", f"/api/v1/nodes/{cluster.node_name}:{port}/proxy/metrics")
+    text = rest.call_text(rest.core_v1(core.api_client).connect_get_node_proxy_with_path,
+                          f"{cluster.node_name}:{port}", "metrics",
+                          _headers={keys.METRICS_TOKEN_HEADER: f"Bearer {metrics_reader_token(core)}"})
     return {(sample.name, frozenset(sample.labels.items())): sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples}
 

@@ -33,6 +33,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     live_memory,
     log_lines,
     measure_shares,
+    metrics_reader_token,
     node_metrics,
     node_metrics_address,
     real_node_core,
@@ -157,7 +158,10 @@ def test_prometheus_and_inspect_show_what_each_pod_was_promised_and_got(
     jobs = {"fastgshare-node-agents": [node_metrics_address(real_cluster, core)],
             "fastgshare-controller": [real_cluster.controller_url.removeprefix("http://")],
             "fastgshare-extender": [real_cluster.extender_url.removeprefix("http://")]}
-    with running_prometheus(jobs, tmp_path / "prometheus") as prometheus:
+    # Every component serves /metrics only to an account allowed them (issue 42, item 5): Prometheus
+    # scrapes with the metrics reader's token, as its own ServiceAccount's on a user's cluster.
+    with running_prometheus(jobs, tmp_path / "prometheus", bearer_token=metrics_reader_token(core, 3600)) \
+            as prometheus:
         time.sleep(2)  # every tenant attached and past its first window
         achieved = measure_shares(real_cluster, {assignment_of(pod).gpu_uuid for pod in pods}, 20)
         end = time.time()

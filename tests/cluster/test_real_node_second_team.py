@@ -421,6 +421,37 @@ def test_a_pod_cannot_write_what_another_pod_of_its_gpu_reads(
     assert sorted(path.name for path in Path(gpu_dir).iterdir()) == ["fake_gpu.lock", "fake_gpu.state"]
 
 
+def test_a_tenant_pod_cannot_read_the_node_agents_metrics(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    """Issue 42 row 7 (item 5): from team B's pod, the agent's /metrics (team A's pod names and
+    shares) without a token is a 401 and with team B's own token (its ``edit`` account) a 403;
+    the metrics reader (Prometheus's role) reads them, team A's pod among them."""
+    namespace = team_b[0]
+    a_pod = team_a_pod(core, team_a)
+    b_core = team_api(team_b)
+    b_core.create_namespaced_pod(namespace, gpu_pod("reader", SMALL, tenant_container(
+        command=["sh", "-c", "sleep 600"])))
+    try:
+        wait_until(lambda: core.read_namespaced_pod("reader", namespace).status.phase == "Running",
+                   what="team B's pod reader running", timeout_s=90)
+        url = f"http://{node_metrics_address(real_cluster, core)}/metrics"
+        token = json.loads(team_b[1].read_text())["users"][0]["user"]["token"]
+        tried = kubectl(real_cluster, "exec", "-n", namespace, "reader", "--", "sh", "-c",
+                        f"busybox wget -q -S -O - {url} 2>&1; echo; echo ===; "
+                        f"busybox wget -q -S -O - --header 'Authorization: Bearer {token}' {url} 2>&1; true")
+        anonymous, with_token = tried.split("===")
+        print(f"without a token: {anonymous.strip()[:200]}\nwith team B's token: {with_token.strip()[:200]}")
+        assert "401" in anonymous, anonymous
+        assert "403" in with_token, with_token
+        assert a_pod.metadata.name not in tried, tried  # nothing of team A's pods leaked
+        seen = node_metrics(real_cluster, core)  # as the metrics reader: allowed
+        assert pod_metric(seen, "fastgshare_pod_gpu_time_request", team_a, a_pod.metadata.name,
+                          assignment_of(a_pod).gpu_uuid) == pytest.approx(0.3)
+    finally:
+        b_core.delete_namespaced_pod("reader", namespace)
+
+
 # --- issue 42 item 4: usage the arbiter can trust ------------------------------------------------
 
 HOLD = ["/opt/fastgshare/bin/arbiter-flood", "--what", "hold"]

@@ -17,6 +17,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fastgshare import keys
 from fastpod_crd_controller.metrics import ControllerMetrics
 from scheduler_extender.metrics import Metrics as ExtenderMetrics
 from tests.deploy_manifests import DEPLOY, objects, pod_specs
@@ -188,3 +189,29 @@ def test_the_pod_job_scrapes_only_our_annotated_pods_on_their_port_and_path() ->
     assert (target["__address__"], target["__metrics_path__"]) == ("10.1.2.3:8081", "/metrics")
     other = {**pod, "__meta_kubernetes_pod_label_app_kubernetes_io_part_of": "someone-else"}
     assert scrape("fastgshare-pods", other) is None
+
+
+def test_every_scrape_sends_a_token_of_an_account_allowed_metrics() -> None:
+    """Issue 42, item 5: the components serve /metrics only to a token allowed get on it, so every
+    shipped scrape sends one: the plain jobs Prometheus's own ServiceAccount token, the PodMonitors
+    the token Secret of the metrics reader, whose ClusterRole holds exactly that rule."""
+    reader = {(obj["kind"], obj["metadata"]["name"]): obj
+              for obj in yaml.safe_load_all((MONITORING / "metrics-reader.yaml").read_text())}
+    role = reader[("ClusterRole", "fastgshare-metrics-reader")]
+    assert role["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    binding = reader[("ClusterRoleBinding", "fastgshare-metrics-reader")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": keys.METRICS_READER_SERVICE_ACCOUNT,
+                                    "namespace": keys.SYSTEM_NAMESPACE}]
+    secret = reader[("Secret", "fastgshare-metrics-reader-token")]
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"]["kubernetes.io/service-account.name"] == \
+        keys.METRICS_READER_SERVICE_ACCOUNT
+    configs = yaml.safe_load((MONITORING / "prometheus-scrape-configs.yaml").read_text())["scrape_configs"]
+    for job in configs:
+        assert job["authorization"]["credentials_file"] == "/var/run/secrets/kubernetes.io/serviceaccount/token", job
+    for monitor in yaml.safe_load_all((MONITORING / "podmonitors.yaml").read_text()):
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            assert endpoint["authorization"] == {"type": "Bearer", "credentials": {
+                "name": "fastgshare-metrics-reader-token", "key": "token"}}, monitor["metadata"]["name"]
+    kustomization = yaml.safe_load((MONITORING.parent / "kustomization.yaml").read_text())
+    assert "monitoring/metrics-reader.yaml" in kustomization["resources"]

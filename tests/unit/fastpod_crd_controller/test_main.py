@@ -9,7 +9,7 @@ from fastpod_crd_controller.main import build_parser, main
 FLAGS = ["--kubeconfig", "--namespace", "--scheduler-name", "--host-ipc", "--no-host-ipc", "--workers",
          "--resync-seconds", "--leader-elect", "--no-leader-elect", "--lease-namespace", "--lease-name", "--identity",
          "--lease-duration-seconds", "--renew-deadline-seconds", "--retry-period-seconds", "--health-address",
-         "--log-level"]
+         "--metrics-auth", "--log-level"]
 
 
 def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
