@@ -3,22 +3,21 @@ the simulated GPU itself, outside the pods.
 
 Each GPU's state file counts every process's busy time and memory; its lock file tells which
 host process holds each slot (:func:`simgpu.state.slot_holders`), and that process's
-cgroup (``/kubepods/.../pod<uid>/...``) names its pod: the way NVML's per-process accounting and
-host PIDs identify a pod's use of a real GPU. Run it on the node, as root.
+cgroup names its pod (:mod:`fastgshare.pod_cgroup`, the node agent's own reading: kubelet's
+layouts only): the way NVML's per-process accounting and host PIDs identify a pod's use of a
+real GPU. Run it on the node, as root.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import attrs
 
+from fastgshare.pod_cgroup import pod_uid_from_cgroup
 from simgpu.state import FakeGpuStateError, read_state, slot_holders
-
-_POD_UID = re.compile(r"/pod([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(/|$)")
 
 
 @attrs.frozen
@@ -32,11 +31,9 @@ class PodUse:
 def pod_of_pid(pid: int) -> str | None:
     """The UID of the Kubernetes pod whose cgroup holds the host process ``pid``."""
     try:
-        text = Path(f"/proc/{pid}/cgroup").read_text()
+        return pod_uid_from_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
     except OSError:
         return None
-    match = _POD_UID.search(text)
-    return match.group(1) if match else None
 
 
 def use_by_pod(gpu_dir: Path) -> dict[str, PodUse]:
