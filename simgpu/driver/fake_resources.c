@@ -18,6 +18,7 @@
 
 #include "fake_memory.h"
 #include "kernel_time.h"
+#include "raw_syscalls.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -87,7 +88,7 @@ CUresult fake_read_file(const char *path, void **data, size_t *size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_FILE_BYTES) {
+    if (fd < 0 || fgpu_fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MAX_FILE_BYTES) {
         if (fd >= 0)
             close(fd);
         return CUDA_ERROR_FILE_NOT_FOUND;

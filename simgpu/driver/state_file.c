@@ -8,6 +8,7 @@
 #include "state_file.h"
 
 #include "gpu_state.h"
+#include "raw_syscalls.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +17,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -88,7 +88,7 @@ static void init_state(struct fake_gpu_state *s, uint64_t mem_total)
     s->sm_total = FAKE_GPU_SM_UNITS;
     s->sm_free = FAKE_GPU_SM_UNITS;
     s->mem_total = mem_total;
-    if (getrandom(s->uuid, sizeof s->uuid, 0) != (ssize_t)sizeof s->uuid) {
+    if (fgpu_getrandom(s->uuid, sizeof s->uuid) != (ssize_t)sizeof s->uuid) {
         uint64_t seed = fgpu_now_ns() ^ ((uint64_t)getpid() << 32);
         memcpy(s->uuid, &seed, sizeof seed);
     }
@@ -103,7 +103,7 @@ static struct fake_gpu_state *map_state(int fd, const char *path, uint64_t mem_t
                                         size_t err_len)
 {
     struct stat st;
-    if (fstat(fd, &st) != 0) {
+    if (fgpu_fstat(fd, &st) != 0) {
         snprintf(err, err_len, "cannot stat %s: %s", path, strerror(errno));
         return NULL;
     }
