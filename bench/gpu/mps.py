@@ -5,10 +5,18 @@ setting is changed: no compute mode, no reset), runs the tenant's spin kernel ov
 threads per SM (one wave on the whole GPU) at ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` 100 and 50,
 and stops the daemon (``quit``; run.py stops it again after the part, whatever happened). Else it
 records ``"mps": false`` and why.
+
+``read_only_pipe`` answers issue 42, item 6: the node agent mounts the MPS pipe directory into
+pods read-only, so a pod cannot plant a file another pod's client opens. One more client runs at 50 %
+with the pipe directory read-only in a private mount namespace (``unshare --mount``, a read-only
+bind mount of the directory onto itself, as the kubelet mounts it): ``"ok": true`` when MPS clients
+need no writes there, else the client's error. Needs root and ``unshare``; else ``"checked": false``
+and why.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -54,6 +62,23 @@ def kernel_ms(program: Program, env: dict[str, str], grid: int, iters: int) -> J
     return {"kernel_ms": round(float(summary["busy_ms"]) / LAUNCHES, 3), "sm_count_seen": summary["sm_count"]}
 
 
+def read_only_pipe_client(program: Program, mps_dir: Path, grid: int, iters: int) -> JsonDict:
+    """The spin kernel at 50 % from a client that sees the pipe directory read-only (see the module)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return {"checked": False, "reason": "needs root and unshare (a private read-only bind mount)"}
+    pipe = str(mps_dir / "pipe")
+    client = [program.binary, "--ptx", str(program.ptx), "--kernel", "spin", "--iters", str(iters),
+              "--grid", str(grid), "--block", str(BLOCK), "--launches", str(LAUNCHES)]
+    in_read_only_view = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                         'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', pipe, *client]
+    env = {**mps_env(mps_dir), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"}
+    try:
+        summary = run_one(in_read_only_view, env, 120)
+    except PartFailed as error:
+        return {"checked": True, "ok": False, "error": str(error), "log": log_tail(mps_dir)}
+    return {"checked": True, "ok": True, "kernel_ms": round(float(summary["busy_ms"]) / LAUNCHES, 3)}
+
+
 def start_daemon(mps_dir: Path) -> subprocess.Popen[bytes]:
     for sub in ("pipe", "log"):
         (mps_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -89,6 +114,7 @@ def measure(ctx: PartContext, program: Program, progress: Progress) -> JsonDict:
             except PartFailed as error:
                 why = f"a client at {percentage} % failed under MPS: {error}; log: {log_tail(ctx.mps_dir)}"
                 raise Skipped(why, {**progress.data, "mps": False, "reason": why}) from None
+        progress.put("read_only_pipe", read_only_pipe_client(program, ctx.mps_dir, grid, iters))
     finally:
         progress.put("daemon_stop", stop_daemon(ctx.mps_dir))
         try:
