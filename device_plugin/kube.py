@@ -117,7 +117,15 @@ def pod_object(pod: PodRecord) -> dict[str, Any]:
 def keep_trusted(record: PodRecord, known: PodRecord | None) -> tuple[PodRecord, str | None]:
     """``record``, keeping ``known``'s trusted assignment if the new one is not trusted (the agent
     enforces what it served, not what an annotation says later), and the Warning to report on the
-    pod, if any: once per distinct refused assignment of a pod that requests the vGPU resource."""
+    pod, if any: once per distinct refused assignment of a pod that requests the vGPU resource.
+    A signed assignment older than the one served is not trusted either: the extender stamps every
+    change of a pod's share later than the assignment it replaces, so an older one written back
+    (a replay with the webhook down) is told apart."""
+    if (record.assignment is not None and known is not None and known.assignment is not None
+            and record.assignment.assigned_at_ms < known.assignment.assigned_at_ms):
+        record = attrs.evolve(record, assignment=None, assignment_problem=(
+            f"it was assigned at {record.assignment.assigned_at_ms} ms, before the assignment the node agent "
+            f"serves ({known.assignment.assigned_at_ms} ms): an older assignment written back"))
     text = record.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
     report = None
     if (record.assignment_problem is not None and record.gpu_containers

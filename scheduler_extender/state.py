@@ -17,7 +17,11 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
   a relist that started after the bind ended is the truth.
 - A live share change (:mod:`scheduler_extender.resharing`) of a bound pod is judged and
   taken on the ledger in one step (:meth:`ClusterState.begin_share_change`), before it is
-  written; until the API shows the new share, events showing the old one change nothing.
+  written; until the API shows the new share, events showing the old one change nothing. The
+  new assignment is stamped later than the one it replaces (a later ``assigned_at_ms``, which
+  the signature covers), and an assignment older than the one a placement holds is ignored: an
+  older signed assignment written back (a replay, with the webhook down) is never followed past
+  the fit check of the GPU as it is now. The node agent refuses it too.
 - The pods that are not bound yet are kept as the watch last showed them
   (:meth:`ClusterState.pending_pod`), so a bind need not read its pod from the API server.
 - With ``bind_wait_s`` > 0, binds to one node take turns in arrival order within a window of
@@ -102,9 +106,10 @@ class ShareChangeStart:
     node: str
     gpu_uuid: str
     gpu_index: int
-    assigned_at_ms: int
+    assigned_at_ms: int  # the new assignment's time: later than the one it replaces
     old: ShareSpec
     new: ShareSpec
+    old_assigned_at_ms: int = 0
 
 
 @attrs.frozen
@@ -124,6 +129,7 @@ class ClusterState:
                  now_ms: Callable[[], int] = wall_clock_ms) -> None:
         self.trust = trust  # signs what our binds and share changes write, and vets what the API shows
         self._distrusted: OrderedDict[str, None] = OrderedDict()  # uids whose untrusted assignment was logged
+        self._older_logged: OrderedDict[tuple[str, int], None] = OrderedDict()  # (uid, time) of older ones logged
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)  # the cache changed (every method holds its lock)
         self._turn_waiters: dict[str, threading.Condition] = {}  # uid -> what its wait_turn waits on
@@ -245,8 +251,8 @@ class ClusterState:
                 if old.in_flight:
                     old.seen = old.seen or same
                     fresh[uid] = old
-                elif listed is not None and same and old.share_pending and listed.share != old.share:
-                    fresh[uid] = old  # our share change: the list may predate its write
+                elif listed is not None and listed.assigned_at_ms < old.assigned_at_ms:
+                    fresh[uid] = old  # older than ours: a list from before our share change's write, or a replay
                 elif not old.seen and old.done_seq > started_seq and not same:
                     fresh[uid] = old  # bound after the list began: the list may predate our write
             self._placements = fresh
@@ -282,23 +288,42 @@ class ClusterState:
                     self._drop(old)
                 return
             read = self._read(record)
-            assignment = read.assignment
             if old is None:
-                if assignment is not None:
-                    self._place(placement_of(record, assignment))
-            elif old.in_flight or not old.seen:
-                if assignment is not None and old.matches(assignment):  # our write came back
-                    self._refresh(old, record)
-            elif read.problem is not None:
-                pass  # an untrusted assignment over one we hold: the pod keeps what we placed
-            elif assignment is None:
-                self._unplace(old)  # the assignment was removed
-            elif old.matches(assignment):
-                self._refresh(old, record)
-                self._follow_share(old, assignment.share)
+                if read.assignment is not None:
+                    self._place(placement_of(record, read.assignment))
             else:
-                self._unplace(old)
-                self._place(placement_of(record, assignment))
+                self._update_placed(old, record, read)
+
+    def _update_placed(self, old: Placement, record: PodRecord, read: ReadAssignment) -> None:
+        """What the API now shows of a pod we hold a placement for."""
+        assignment = read.assignment
+        if old.in_flight or not old.seen:
+            if assignment is not None and old.matches(assignment):  # our write came back
+                self._refresh(old, record)
+        elif read.problem is not None:
+            pass  # an untrusted assignment over one we hold: the pod keeps what we placed
+        elif assignment is None:
+            self._unplace(old)  # the assignment was removed
+        elif assignment.assigned_at_ms < old.assigned_at_ms:
+            self._ignore_older(record, old, assignment.assigned_at_ms)
+        elif old.matches(assignment):
+            self._refresh(old, record)
+            self._follow_share(old, assignment.share)
+        else:
+            self._unplace(old)
+            self._place(placement_of(record, assignment))
+
+    def _ignore_older(self, record: PodRecord, placement: Placement, older_ms: int) -> None:
+        """An assignment older than the placement's (a replay, or an event from before our own
+        write): the pod keeps what we placed; logged once per pod and time."""
+        seen = (record.uid, older_ms)
+        if seen not in self._older_logged:
+            self._older_logged[seen] = None
+            while len(self._older_logged) > DISTRUSTED_REMEMBERED:
+                self._older_logged.popitem(last=False)
+            log.warning("pod=%s uid=%s assignment of %d ms not followed: older than the one held (%d ms), "
+                        "the pod keeps %s", record.key, record.uid, older_ms, placement.assigned_at_ms,
+                        placement.share.describe())
 
     def _read(self, record: PodRecord) -> ReadAssignment:
         """The pod's assignment if we can trust it; an untrusted one is logged once per pod."""
@@ -346,9 +371,11 @@ class ClusterState:
                                          f"cache; the share stays {placement.share.describe()}")
             entry.judge_change(uid, placement.gpu_uuid, placement.share, wanted)
             start = ShareChangeStart(uid=uid, node=placement.node, gpu_uuid=placement.gpu_uuid,
-                                     gpu_index=placement.gpu_index, assigned_at_ms=placement.assigned_at_ms,
-                                     old=placement.share, new=wanted)
+                                     gpu_index=placement.gpu_index,
+                                     assigned_at_ms=max(self._now_ms(), placement.assigned_at_ms + 1),
+                                     old=placement.share, new=wanted, old_assigned_at_ms=placement.assigned_at_ms)
             self._reshare(placement, wanted)
+            placement.assigned_at_ms = start.assigned_at_ms
             placement.share_pending = True
             return start
 
@@ -360,6 +387,7 @@ class ClusterState:
             if placement is None or written or not placement.share_pending or placement.share != start.new:
                 return
             placement.share_pending = False
+            placement.assigned_at_ms = start.old_assigned_at_ms
             self._reshare(placement, start.old)
 
     def delete_pod(self, record: PodRecord) -> None:

@@ -398,6 +398,38 @@ def test_with_the_webhook_down_forged_assignments_get_nothing_on_the_node(
     running_pods(core, team_a, 1)  # the other replica gone: later tests find team A's one pod
 
 
+def test_an_older_signed_assignment_written_back_is_refused_on_the_node(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
+        team_b: tuple[str, Path]) -> None:
+    """Issue 42 item 2, a replay: team B's pod had its limit lowered through the share path (the
+    extender signs the new assignment, stamped later); with the webhook down team B writes back the
+    first assignment the extender signed, valid signature and all, with the share annotations of
+    then. The node agent refuses it as older than what it serves, with an event."""
+    namespace = team_b[0]
+    b_core = team_api(team_b)
+    b_core.create_namespaced_pod(namespace, gpu_pod("replayer", SMALL, tenant_container()))
+    wait_until(lambda: core.read_namespaced_pod("replayer", namespace).status.phase == "Running",
+               what="team B's pod replayer running", timeout_s=90)
+    first = core.read_namespaced_pod("replayer", namespace).metadata.annotations
+    first_assignment = decode_assignment(first[keys.POD_ASSIGNMENT_ANNOTATION])
+    b_core.patch_namespaced_pod("replayer", namespace, {"metadata": {"annotations": {keys.GPU_QUOTA_LIMIT: "0.15"}}})
+    wait_until(lambda: assignment_of(core.read_namespaced_pod("replayer", namespace)).share.limit_permille == 150,
+               what="the extender's signed change to limit 0.15", timeout_s=30)
+    changed = assignment_of(core.read_namespaced_pod("replayer", namespace))
+    assert changed.assigned_at_ms > first_assignment.assigned_at_ms
+    replay = {keys.POD_ASSIGNMENT_ANNOTATION: first[keys.POD_ASSIGNMENT_ANNOTATION],
+              keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION: first[keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION],
+              keys.GPU_QUOTA_LIMIT: first[keys.GPU_QUOTA_LIMIT]}
+    forged = forged_assignment(core, team_a)
+    try:
+        with webhook_down(core, lambda: forged_pod_refused(b_core, namespace, forged)):
+            b_core.patch_namespaced_pod("replayer", namespace, {"metadata": {"annotations": replay}})
+        wait_until(lambda: any("an older assignment written back" in e for e in events_of(core, namespace, "replayer")),
+                   what="the node agent refusing the replayed assignment", timeout_s=30)
+    finally:
+        b_core.delete_namespaced_pod("replayer", namespace)
+
+
 def test_a_pod_cannot_write_what_another_pod_of_its_gpu_reads(
         real_cluster: Cluster, core: kubernetes.client.CoreV1Api, team_a: str,
         team_b: tuple[str, Path]) -> None:

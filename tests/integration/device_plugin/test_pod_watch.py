@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import attrs
 import kubernetes.client
 import pytest
 
@@ -186,3 +187,31 @@ def test_a_forged_rewrite_keeps_the_trusted_assignment(serve: Any) -> None:
     [record] = pods.snapshot()[1]
     assert record.assignment == assigned  # what the arbiter's shares and Allocate read
     assert record.assignment_problem is not None
+
+
+def test_an_older_signed_assignment_written_back_is_not_applied(serve: Any) -> None:
+    """Issue 42, item 2: with the webhook down, a tenant writes back the first assignment the
+    extender signed for its pod (0.3..0.6) after a live change to 0.3..0.3, stamped later. The
+    signature is valid, but it is older than what the agent serves: kept out, reported once."""
+    first = PodAssignment(node_name=NODE, gpu_uuid="GPU-0", gpu_index=0,
+                          share=make_share(request=300, limit=600, sm=50), assigned_at_ms=1_000)
+    lowered = attrs.evolve(first, share=make_share(request=300, limit=300, sm=50), assigned_at_ms=2_000)
+    api = ScriptedApi([gpu_pod("10", first)], "10", [[
+        {"type": "MODIFIED", "object": gpu_pod("11", lowered)},
+        {"type": "MODIFIED", "object": gpu_pod("12", first)},  # the replay
+    ]])
+    reports: list[tuple[str, str]] = []
+    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05,
+                    report=lambda pod, message: reports.append((pod.key, message)))
+    pods.start()
+    try:
+        assert pods.wait_synced(10)
+        wait_until(lambda: pods.snapshot()[1][0].resource_version == "12", what="the replay", timeout_s=10)
+    finally:
+        pods.stop()
+    [record] = pods.snapshot()[1]
+    assert record.assignment == lowered
+    [(pod, message)] = reports
+    assert pod == "team-a/gpu"
+    assert "assigned at 1000 ms, before the assignment the node agent serves (2000 ms)" in message
+    assert "it keeps GPU GPU-0 with" in message

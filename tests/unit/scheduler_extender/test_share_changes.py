@@ -71,8 +71,8 @@ def test_sm_or_memory_changes_on_a_running_pod_are_refused_with_why(wanted: Any,
 
 # --- the cache -------------------------------------------------------------------------------
 def running(name: str, uid: str, *, request: int = 400, limit: int = 800, sm: int = 50,
-            annotations: dict[str, str] | None = None) -> PodRecord:
-    placed = attrs.evolve(assignment("node-a", request=request, sm=sm),
+            annotations: dict[str, str] | None = None, at_ms: int = 1_000) -> PodRecord:
+    placed = attrs.evolve(assignment("node-a", request=request, sm=sm, at_ms=at_ms),
                           share=make_share(request=request, limit=limit, sm=sm))
     return pod_record(name, uid=uid, node_name="node-a", assignment=placed, allocated=True, annotations=annotations)
 
@@ -110,10 +110,39 @@ def test_while_a_written_change_is_pending_events_with_the_old_share_change_noth
     assert ledger_share(state, "u1") == wanted
     state.replace_pods([pod], state.begin_relist())  # a list from before our write
     assert ledger_share(state, "u1") == wanted
-    shown = running("p", "u1", request=600)
+    shown = running("p", "u1", request=600, at_ms=start.assigned_at_ms)
     state.upsert_pod(shown)  # our write comes back
-    state.upsert_pod(pod)  # now the API says the old share again (another writer): it is followed
+    state.upsert_pod(pod)  # now the API shows the older assignment again (a replay): it is not followed
+    assert ledger_share(state, "u1") == wanted
+
+
+def test_a_change_is_stamped_later_than_the_assignment_it_replaces_and_reverted_with_it() -> None:
+    """Issue 42, item 2: the signature covers the time, so a replayed older assignment is told apart."""
+    pod = running("p", "u1")
+    state = one_gpu_state(pod)
+    start = state.begin_share_change("u1", make_share(request=600, limit=800))
+    assert start is not None
+    assert start.assigned_at_ms > 1_000
+    state.end_share_change(start, written=False)  # not written: the pod's own assignment holds again
+    state.upsert_pod(attrs.evolve(pod, phase="Running"))
     assert ledger_share(state, "u1") == make_share(request=400, limit=800)
+    later = state.begin_share_change("u1", make_share(request=500, limit=800))
+    assert later is not None
+    assert later.old_assigned_at_ms == 1_000
+
+
+def test_an_older_signed_assignment_written_back_is_not_followed() -> None:
+    """Issue 42, item 2 (a replay with the webhook down): after a change to 0.3, the pod's first
+    assignment (0.4, signed by us, older) is written back; the ledger keeps 0.3."""
+    pod = running("p", "u1")
+    state = one_gpu_state(pod)
+    lower = make_share(request=300, limit=800)
+    start = state.begin_share_change("u1", lower)
+    assert start is not None
+    state.end_share_change(start, written=True)
+    state.upsert_pod(running("p", "u1", request=300, at_ms=start.assigned_at_ms))  # our write came back
+    state.upsert_pod(pod)  # the replay: the first assignment, validly signed, older
+    assert ledger_share(state, "u1") == lower
 
 
 def test_a_refused_change_leaves_the_ledger_alone() -> None:
@@ -185,8 +214,8 @@ def test_lowering_a_running_pods_limit_rewrites_its_assignment_and_says_so() -> 
     r.changes.run_pending()
     after = decode_assignment(r.kube.pods[pod.key].annotations[keys.POD_ASSIGNMENT_ANNOTATION])
     assert after.share == make_share(request=300, limit=300)
-    assert (after.node_name, after.gpu_uuid, after.assigned_at_ms) == (before.node_name, before.gpu_uuid,
-                                                                      before.assigned_at_ms)
+    assert (after.node_name, after.gpu_uuid) == (before.node_name, before.gpu_uuid)
+    assert after.assigned_at_ms > before.assigned_at_ms  # later than the one it replaces (a replay is told apart)
     assert [(reason, kind) for _, kind, reason, _ in r.events.sent] == [(REASON_CHANGED, "Normal")]
     assert "from request 0.3 limit 0.6 to request 0.3 limit 0.3" in r.events.sent[0][3]
     assert ledger_share(r.state, "u1") == make_share(request=300, limit=300)
