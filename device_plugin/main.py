@@ -36,6 +36,13 @@ from device_plugin.arbiter.runner import (
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import AssignmentShares, DeferredShares
 from device_plugin.arbiter.state import STATE_FILE_NAME, StateFile
+from device_plugin.context_reserve import (
+    CONTEXT_RESERVE_HELP,
+    InvalidContextReserve,
+    parse_context_reserve,
+    with_context_reserve,
+)
+from device_plugin.context_reserve import describe as describe_reserves
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.gpu_usage import DEFAULT_THRESHOLD, ProcessGpuTime
@@ -94,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"simulate GPUs instead of asking NVML: {GPU_SPEC_HELP}")
     parser.add_argument("--slots-per-gpu", type=int, default=keys.DEFAULT_SLOTS_PER_GPU,
                         help="pods one GPU may hold; each is one kubelet device (default: %(default)s)")
+    parser.add_argument("--context-reserve", default="auto", metavar="QUANTITY|auto",
+                        help="GPU memory each pod's CUDA context is charged next to its gpu_mem, published per GPU "
+                             f"in the inventory: {CONTEXT_RESERVE_HELP} (default: %(default)s)")
     parser.add_argument("--hook-library", type=Path, default=Path(DEFAULT_HOOK),
                         help="the CUDA hook to install into --state-dir and mount into containers "
                              "(default: %(default)s)")
@@ -254,6 +264,7 @@ class EarlyArbiter:
     run_dir: Path
     shares: DeferredShares
     thread: ArbiterThread
+    gpus: tuple[GpuDevice, ...]  # as published: the backend's, with their context reserves
 
 
 def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
@@ -266,6 +277,10 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
         raise StartupError(f"--unaccounted-threshold {args.unaccounted_threshold}: expected a share of GPU time "
                            "in (0, 1], e.g. 0.05", 2)
     try:
+        reserve = parse_context_reserve(args.context_reserve)
+    except InvalidContextReserve as error:
+        raise StartupError(str(error), 2) from None
+    try:
         backend = make_backend(args)
     except InvalidInventory as error:
         raise StartupError(f"--fake-gpus: {error}", 2) from None
@@ -273,6 +288,11 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
         raise StartupError(f"no GPUs: {error}; on a machine without NVIDIA GPUs pass --fake-gpus SPEC "
                            f"(e.g. 2x80GiB:132sm) or label the node {keys.SIMULATED_GPUS_LABEL}=SPEC "
                            "(e.g. 2x16GiB_80sm)") from None
+    try:  # the simulated GPU holds no context memory: auto is 0 there
+        gpus = with_context_reserve(backend.devices(), reserve, simulated=bool(args.fake_gpus))
+    except InvalidContextReserve as error:
+        backend.close()
+        raise StartupError(str(error), 2) from None
     run_dir = args.state_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     shares = DeferredShares()
@@ -286,7 +306,7 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
     except OSError as error:
         backend.close()
         raise StartupError(f"cannot start the arbiter: {error}") from None
-    return EarlyArbiter(backend, run_dir, shares, thread)
+    return EarlyArbiter(backend, run_dir, shares, thread, gpus)
 
 
 def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust) -> Components:
@@ -321,7 +341,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
     pods = NodePods(api, args.node_name, trust=trust,  # reports once it runs, when the writer below exists
                     report=lambda pod, message: writer.warn(pod, REASON_ASSIGNMENT_REFUSED, message))
     early.shares.attach(AssignmentShares(pods))
-    devices = DeviceState(args.node_name, backend.devices(), args.slots_per_gpu)
+    devices = DeviceState(args.node_name, early.gpus, args.slots_per_gpu)
     audit = usage_audit(args, backend, driver, arbiter, pods,  # warns once it runs, when the writer exists
                         warn=lambda pod, reason, message: writer.warn(pod, reason, message))  # noqa: PLW0108
     if args.metrics_auth == keys.METRICS_AUTH_NONE:
@@ -342,9 +362,9 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
                                                    kubelet_record=kubelet_record),
     )
     inventory = devices.inventory()
-    log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d hook=%s metrics=%s:%d", args.node_name,
-             ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu, hook,
-             parse_listen(args.metrics_listen)[0], metrics.port)
+    log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d context_reserve=%s hook=%s metrics=%s:%d",
+             args.node_name, ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu,
+             describe_reserves(inventory.gpus), hook, parse_listen(args.metrics_listen)[0], metrics.port)
     return Components(pods, arbiter, agent, stopping, metrics, audit)
 
 

@@ -141,13 +141,17 @@ class NodeMetrics:
                                  "Share of the last 10 s in which some pod held the GPU", labels=["gpu"])
         allocated = GaugeMetricFamily("fastgshare_gpu_memory_allocated_bytes",
                                       "GPU memory the pods' processes hold through the hook", labels=["gpu"])
+        reserve = GaugeMetricFamily("fastgshare_gpu_context_reserve_bytes",
+                                    "GPU memory each pod on the GPU is charged for its CUDA context, next to its "
+                                    "gpu_mem (the agent's --context-reserve)", labels=["gpu"])
         by_gpu = {g.gpu: g.busy_share for g in usage.usage.gpus} if usage else {}
         for gpu in inventory.gpus:
             healthy.add_metric([gpu.uuid], 1 if gpu.healthy else 0)
             busy.add_metric([gpu.uuid], by_gpu.get(gpu.uuid, 0.0))
             held = sum(b for (g, _pod), b in usage.memory_bytes.items() if g == gpu.uuid) if usage else 0
             allocated.add_metric([gpu.uuid], held)
-        yield from (healthy, busy, allocated)
+            reserve.add_metric([gpu.uuid], gpu.context_reserve_bytes)
+        yield from (healthy, busy, allocated, reserve)
 
 
 class MetricsServer:

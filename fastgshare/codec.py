@@ -1,6 +1,9 @@
 """Versioned JSON payloads that components write into annotations for each other.
 
-- the node inventory (node annotation ``fastgshare/gpu_info``), written by the node agent;
+- the node inventory (node annotation ``fastgshare/gpu_info``), written by the node agent; a GPU's
+  ``contextReserveBytes`` (the CUDA context reserve) came after version 1 was out: it is optional,
+  0 when missing (inventories of older agents), so the version stays 1 and older extenders still
+  read newer inventories (without charging the reserve);
 - the pod assignment (pod annotation ``fastgshare/assignment``), written by the extender's
   bind and read by the node agent's Allocate.
 
@@ -55,6 +58,7 @@ def encode_node_inventory(inventory: NodeInventory) -> str:
                 "smCount": gpu.sm_count,
                 "healthy": gpu.healthy,
                 "mps": gpu.mps_enabled,
+                "contextReserveBytes": gpu.context_reserve_bytes,
             }
             for gpu in inventory.gpus
         ],
@@ -84,6 +88,7 @@ def _decode_gpu(raw: object, where: str) -> GpuDevice:
         sm_count=_field(raw, "smCount", int, where),
         healthy=_field(raw, "healthy", bool, where),
         mps_enabled=_field(raw, "mps", bool, where),
+        context_reserve_bytes=_optional_field(raw, "contextReserveBytes", int, where, 0),
     ))
 
 
@@ -154,6 +159,12 @@ def _field(payload: dict[str, object], name: str, kind: type[T], what: str) -> T
         raise CodecError(f"{what}: field {name!r} must be {kind.__name__}, got "
                          f"{type(value).__name__}")
     return value
+
+
+def _optional_field(payload: dict[str, object], name: str, kind: type[T], what: str, default: T) -> T:
+    """A field added after its payload's version was out: ``default`` when missing, else checked as
+    :func:`_field` does."""
+    return _field(payload, name, kind, what) if name in payload else default
 
 
 def _nonempty(value: str, name: str, what: str) -> str:

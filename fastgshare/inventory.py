@@ -1,5 +1,9 @@
 """What GPUs a node has: the inventory the node agent discovers and publishes.
 
+Each GPU carries its CUDA context reserve: the GPU memory every pod on it is charged next to its
+``gpu_mem`` for what a CUDA context holds outside the pod's allocations (the agent's
+``--context-reserve``; 0 where nothing is charged, as on the simulated GPU).
+
 Also the compact GPU spec users and the simulated inventory use, ``"2x80GiB:132sm"``
 (count, memory, SM count; an optional ``:mps`` or ``:nomps`` suffix, MPS on by default,
 and an optional model name before ``=``: ``"V100=1x16GiB:80sm"``).
@@ -28,6 +32,7 @@ class GpuDevice:
     sm_count: int
     healthy: bool = True
     mps_enabled: bool = False
+    context_reserve_bytes: int = 0  # charged per pod on this GPU, next to the pod's gpu_mem
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -37,6 +42,9 @@ class GpuDevice:
             problems.append(f"index must be >= 0, got {self.index}")
         if self.memory_bytes <= 0:
             problems.append(f"memory_bytes must be > 0, got {self.memory_bytes}")
+        elif not 0 <= self.context_reserve_bytes < self.memory_bytes:
+            problems.append(f"context_reserve_bytes must be >= 0 and less than memory_bytes "
+                            f"({self.memory_bytes}), got {self.context_reserve_bytes}")
         if self.sm_count <= 0:
             problems.append(f"sm_count must be > 0, got {self.sm_count}")
         if problems:

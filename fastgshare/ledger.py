@@ -2,8 +2,11 @@
 
 A :class:`GpuLedger` holds the pods placed on one GPU with their shares and keeps three
 budgets: pod slots, memory bytes, and the 2-D time x SM bin (see :mod:`fastgshare.packing`).
-Best-effort pods (request 0) take only a slot and memory. On a GPU without MPS, pods cannot
-run concurrently, so every rectangle is the full SM height: their requests must sum to <= 1.
+Each pod's memory is its ``gpu_mem`` plus the GPU's CUDA context reserve
+(:attr:`fastgshare.inventory.GpuDevice.context_reserve_bytes`): what its context holds outside
+the allocations ``gpu_mem`` limits. Best-effort pods (request 0) take only a slot and memory. On
+a GPU without MPS, pods cannot run concurrently, so every rectangle is the full SM height: their
+requests must sum to <= 1.
 
 Adding a pod first tries to place it in the current free space, keeping every other pod's
 position; when that fails it re-packs all rectangles from scratch in a few deterministic
@@ -135,11 +138,27 @@ class GpuLedger:
 
     @property
     def used_memory(self) -> int:
+        """The pods' ``gpu_mem``, summed (their context reserves not included)."""
         return self._used_memory
 
     @property
+    def reserved_memory(self) -> int:
+        """The context reserves of the pods on the GPU: one per pod."""
+        return self.gpu.context_reserve_bytes * len(self._pods)
+
+    @property
+    def committed_memory(self) -> int:
+        """The pods' ``gpu_mem`` and their context reserves."""
+        return self._used_memory + self.reserved_memory
+
+    @property
     def free_memory(self) -> int:
-        return self.gpu.memory_bytes - self.used_memory
+        """What one more pod's ``gpu_mem`` and context reserve must fit in (negative if over-committed)."""
+        return self.gpu.memory_bytes - self.committed_memory
+
+    def memory_charge(self, share: ShareSpec) -> int:
+        """What a pod with ``share`` takes of this GPU's memory: its ``gpu_mem`` and one context reserve."""
+        return share.memory_bytes + self.gpu.context_reserve_bytes
 
     @property
     def free_slots(self) -> int:
@@ -163,8 +182,8 @@ class GpuLedger:
             gpu = self.gpu
             self._summary_id = intern_key((
                 "gpu", gpu.index, gpu.model, gpu.memory_bytes, gpu.sm_count, gpu.healthy, gpu.mps_enabled,
-                self.slots, len(self._pods), self._used_memory, self._used_area, self._overcommitted,
-                self._layout_id))
+                gpu.context_reserve_bytes, self.slots, len(self._pods), self._used_memory, self._used_area,
+                self._overcommitted, self._layout_id))
         return self._summary_id
 
     @property
@@ -174,7 +193,8 @@ class GpuLedger:
 
     @property
     def memory_fraction(self) -> float:
-        return self.used_memory / self.gpu.memory_bytes
+        """The share of the GPU's memory committed to pods, context reserves included."""
+        return self.committed_memory / self.gpu.memory_bytes
 
     @property
     def is_empty(self) -> bool:
@@ -190,7 +210,7 @@ class GpuLedger:
         """Whether a pod with ``share`` fits now, and if not the most basic reason why."""
         gpu = self.gpu
         if (not gpu.healthy or len(self._pods) >= self.slots
-                or share.memory_bytes > gpu.memory_bytes - self._used_memory):
+                or self.memory_charge(share) > self.free_memory):
             fit, _ = self._evaluate(share)  # the refusal and its message
             return fit
         if share.request_permille == 0:  # best effort
@@ -268,8 +288,8 @@ class GpuLedger:
             return Fit(Rejection.UNHEALTHY, f"GPU {self.gpu.index} is unhealthy"), None
         if self.free_slots < 1:
             return Fit(Rejection.NO_SLOT, f"GPU {self.gpu.index} has all {self.slots} slots taken"), None
-        if share.memory_bytes > self.free_memory:
-            return Fit(Rejection.MEMORY, f"needs {format_bytes(share.memory_bytes)}, GPU "
+        if self.memory_charge(share) > self.free_memory:
+            return Fit(Rejection.MEMORY, f"needs {format_bytes(share.memory_bytes)}{self._reserve_words()}, GPU "
                        f"{self.gpu.index} has {format_bytes(max(self.free_memory, 0))} free"), None
         if share.is_best_effort:
             return FITS, dict(self._layout)
@@ -277,6 +297,10 @@ class GpuLedger:
         if layout is None:
             return Fit(Rejection.COMPUTE, self._compute_message(share)), None
         return FITS, layout
+
+    def _reserve_words(self) -> str:
+        reserve = self.gpu.context_reserve_bytes
+        return f" + {format_bytes(reserve)} context reserve" if reserve else ""
 
     def _compute_message(self, share: ShareSpec) -> str:
         time = format_fraction(share.request_permille)

@@ -124,7 +124,7 @@ def _choice(ledger: GpuLedger, share: ShareSpec) -> GpuChoice:
         uuid=ledger.gpu.uuid,
         index=ledger.gpu.index,
         area_after=(ledger.used_area + area) / BIN.area,
-        memory_after=(ledger.used_memory + share.memory_bytes) / ledger.gpu.memory_bytes,
+        memory_after=(ledger.committed_memory + ledger.memory_charge(share)) / ledger.gpu.memory_bytes,
         best_effort=share.is_best_effort,
     )
 
@@ -151,7 +151,7 @@ def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuL
         parts.append(f"GPU {_indexes(full)} out of pod slots")
     if memory := by_kind.get(Rejection.MEMORY):
         largest = max(max(ledger.free_memory, 0) for ledger, _ in memory)
-        parts.append(f"needs {format_bytes(share.memory_bytes)} of GPU memory, largest free "
+        parts.append(f"needs {format_bytes(share.memory_bytes)} of GPU memory{_reserve_words(memory)}, largest free "
                      f"{format_bytes(largest)}")
     if compute := by_kind.get(Rejection.COMPUTE):
         if all(ledger.gpu.mps_enabled and not ledger.overcommitted for ledger, _ in compute):
@@ -160,6 +160,15 @@ def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuL
         else:
             parts.extend(fit.message for _, fit in compute)
     return "; ".join(parts)
+
+
+def _reserve_words(refusals: list[tuple[GpuLedger, Fit]]) -> str:
+    """`` + 300 MiB context reserve`` (the range where the GPUs differ); "" where no GPU has one."""
+    reserves = sorted({ledger.gpu.context_reserve_bytes for ledger, _ in refusals})
+    if reserves[-1] == 0:
+        return ""
+    low, high = format_bytes(reserves[0]), format_bytes(reserves[-1])
+    return f" + {low} context reserve" if low == high else f" + {low} to {high} context reserve"
 
 
 def _indexes(items: list[tuple[GpuLedger, Fit]]) -> str:

@@ -6,7 +6,8 @@ reader (:mod:`fastgshare_cli.cluster_reader`) gathered, rendered as a table or J
   percent and memory limit on one GPU.
 - *Free* is what the extender's ledger would leave: the node's GPUs (its ``gpu_info``) with every
   assigned, unfinished pod added, so the figures are the ones placement decisions use (guaranteed
-  time × SMs, as a fraction of the GPU's area; memory in bytes).
+  time × SMs, as a fraction of the GPU's area; memory in bytes, each pod charged its ``gpu_mem``
+  and the GPU's CUDA context reserve, which is shown too).
 - *Achieved* is the node agent's ``fastgshare_pod_gpu_time_share`` (GPU time over the last 10 s)
   and ``fastgshare_pod_gpu_memory_used_bytes``. A pod whose achieved share is below its request by
   more than :data:`BELOW_REQUEST_MARGIN` is marked: it was idle, or it was starved (the wait and
@@ -105,6 +106,7 @@ class GpuView:
     memory_bytes: int
     free_area: float  # of the GPU's guaranteed time × SM area, 0..1
     free_memory_bytes: int
+    context_reserve_bytes: int  # charged per pod, next to its gpu_mem
     busy_share: float | None
     memory_allocated_bytes: int | None
     pod_count: int  # every pod on the GPU, also those a --namespace leaves out of ``pods``
@@ -146,7 +148,8 @@ def _node_view(node: NodeFacts, pods: list[PodFacts], samples: NodeSamples, name
             uuid=uuid, index=ledger.gpu.index, model=ledger.gpu.model,
             healthy=gpu_sample.healthy if gpu_sample.healthy is not None else ledger.gpu.healthy,
             memory_bytes=ledger.gpu.memory_bytes, free_area=max(0.0, 1.0 - ledger.area_fraction),
-            free_memory_bytes=max(0, ledger.free_memory), busy_share=gpu_sample.busy_share,
+            free_memory_bytes=max(0, ledger.free_memory), context_reserve_bytes=ledger.gpu.context_reserve_bytes,
+            busy_share=gpu_sample.busy_share,
             memory_allocated_bytes=gpu_sample.memory_allocated_bytes, pod_count=len(on_gpu),
             pods=tuple(_pod_view(pod, samples.pods.get((pod.key, uuid), PodSample())) for pod in shown)))
     return NodeView(name=node.name, problem=node.problem, metrics_error=node.metrics_error, gpus=tuple(gpus))
@@ -171,7 +174,8 @@ def to_json(view: Sequence[NodeView]) -> dict[str, object]:
         "gpus": [{
             "uuid": gpu.uuid, "index": gpu.index, "model": gpu.model, "healthy": gpu.healthy,
             "memoryBytes": gpu.memory_bytes, "freeArea": round(gpu.free_area, 4),
-            "freeMemoryBytes": gpu.free_memory_bytes, "busyShare": gpu.busy_share,
+            "freeMemoryBytes": gpu.free_memory_bytes, "contextReserveBytes": gpu.context_reserve_bytes,
+            "busyShare": gpu.busy_share,
             "memoryAllocatedBytes": gpu.memory_allocated_bytes, "podCount": gpu.pod_count,
             "pods": [{
                 "namespace": pod.namespace, "name": pod.name, "phase": pod.phase,
@@ -186,22 +190,25 @@ def to_json(view: Sequence[NodeView]) -> dict[str, object]:
     } for node in view]}
 
 
-GPU_COLUMNS = ("NODE", "GPU", "MODEL", "HEALTH", "PODS", "BUSY", "FREE AREA", "FREE MEMORY", "MEMORY HELD")
+GPU_COLUMNS = ("NODE", "GPU", "MODEL", "HEALTH", "PODS", "BUSY", "FREE AREA", "FREE MEMORY", "CTX RESERVE",
+               "MEMORY HELD")
 POD_COLUMNS = ("POD", "NODE", "GPU", "REQUEST", "LIMIT", "ACHIEVED", "SM", "MEMORY", "MEM USED")
 WIDE_POD_COLUMNS = (*POD_COLUMNS, "PHASE", "THROTTLED", "MEAN WAIT")
 
 
 def gpu_rows(view: Sequence[NodeView]) -> list[tuple[str, ...]]:
-    """One row per GPU: its pods, how busy it was, the area and memory the ledger has free and the
-    memory its pods hold; a node without a usable inventory gets a row saying why."""
+    """One row per GPU: its pods, how busy it was, the area and memory the ledger has free, the context
+    reserve each pod is charged and the memory its pods hold; a node without a usable inventory gets a
+    row saying why."""
     rows: list[tuple[str, ...]] = []
     for node in view:
         if node.problem:
-            rows.append((node.name, "-", f"({node.problem})", "", "", "", "", "", ""))
+            rows.append((node.name, "-", f"({node.problem})", "", "", "", "", "", "", ""))
         for gpu in node.gpus:
             rows.append((node.name, str(gpu.index), gpu.model, "ok" if gpu.healthy else "UNHEALTHY",
                          str(gpu.pod_count), _share(gpu.busy_share), f"{gpu.free_area:.0%}",
-                         format_bytes(gpu.free_memory_bytes), _bytes(gpu.memory_allocated_bytes)))
+                         format_bytes(gpu.free_memory_bytes), format_bytes(gpu.context_reserve_bytes),
+                         _bytes(gpu.memory_allocated_bytes)))
     return rows
 
 

@@ -1,7 +1,9 @@
 """The ``/inspect`` view: per node, per GPU, what is committed and what is free, as JSON.
 
 Built from a :class:`~scheduler_extender.state.Snapshot`, so it is one consistent picture.
-Fractions are of the GPU's time x SM area (guaranteed time only); memory in bytes.
+Fractions are of the GPU's time x SM area (guaranteed time only); memory in bytes. A GPU's free
+memory counts each pod's CUDA context reserve (``contextReserveBytes``, charged once per pod) as well
+as its ``gpu_mem``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def _gpu(ledger: GpuLedger, by_uid: dict[str, Placement]) -> dict[str, object]:
     return {
         "uuid": gpu.uuid, "index": gpu.index, "model": gpu.model, "healthy": gpu.healthy, "mps": gpu.mps_enabled,
         "memoryBytes": gpu.memory_bytes, "freeMemoryBytes": ledger.free_memory,
+        "contextReserveBytes": gpu.context_reserve_bytes,
         "slots": ledger.slots, "freeSlots": ledger.free_slots,
         "areaUsed": round(ledger.area_fraction, 4), "areaFree": round(1 - ledger.area_fraction, 4),
         "overcommitted": ledger.overcommitted,

@@ -30,6 +30,7 @@ from fastgshare.share import ShareSpec, parse_share
 from tests.builders import share_annotations, signed_annotations
 from tests.cluster.conftest import MakeGpuNode, StartScheduler
 from tests.cluster.controlplane import ControlPlane, free_ports, wait_until
+from tests.cluster.gpu_nodes import fake_gpus
 from tests.integration.scheduler_extender.harness import (
     AllocationMarker,
     ExtenderProcess,
@@ -289,3 +290,24 @@ def test_scheduling_events_show_our_reasons_ungarbled(cluster: Cluster) -> None:
                    what=f"a FailedScheduling event for {name} with our reason", timeout_s=120)
         messages = [message for message in failed_scheduling_messages(core, namespace, name) if reason in message]
         assert not any("%!" in message for message in messages), messages
+
+
+def test_sixteen_one_gib_pods_do_not_all_land_on_a_16_gib_gpu_with_a_300_mib_context_reserve(
+        cluster: Cluster, marker: AllocationMarker) -> None:
+    """Issue 36 item 3: each pod is charged its GPU's context reserve next to its gpu_mem, so twelve
+    1 GiB pods fill 16 GiB (12 x 1324 MiB; 496 MiB left), and the other four hear why."""
+    core, namespace = cluster.core, cluster.namespace
+    (gpu,) = fake_gpus("ctx-reserve", 1)
+    node = cluster.make_gpu_node([attrs.evolve(gpu, context_reserve_bytes=300 * 2**20)])
+    cluster.start()
+    tiny = {"request": "0.05", "limit": "0.05", "sm": "100", "mem": "1Gi"}  # sixteen fit the time x SM bin
+    for i in range(16):
+        core.create_namespaced_pod(namespace, gpu_pod(f"r{i:02d}", **tiny))
+
+    wait_until(lambda: len(placed_pods(core, namespace)) == 12 and unschedulable(core, namespace) == 4,
+               what="12 pods bound and 4 unschedulable", timeout_s=300, interval_s=1)
+    assert_nothing_over_committed(core, namespace, [core.read_node(node.metadata.name)])
+    waiting = [pod.metadata.name for pod in core.list_namespaced_pod(namespace).items if not pod.spec.node_name]
+    reason = "needs 1 GiB of GPU memory + 300 MiB context reserve, largest free 496 MiB"
+    wait_until(lambda: any(reason in message for message in failed_scheduling_messages(core, namespace, waiting[0])),
+               what=f"a FailedScheduling event for {waiting[0]} naming the context reserve", timeout_s=120)

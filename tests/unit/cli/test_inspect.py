@@ -7,7 +7,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 
+import attrs
 import pytest
 
 from fastgshare.codec import PodAssignment
@@ -131,3 +133,18 @@ def test_a_kubeconfig_that_is_not_there_is_one_line_and_exit_1() -> None:
     assert inspect_main(args, io.StringIO(), err) == 1
     assert err.getvalue().count("\n") == 1
     assert "--kubeconfig /nonexistent/kubeconfig: no such file" in err.getvalue()
+
+
+def test_free_memory_counts_each_pods_context_reserve_and_the_reserve_is_shown() -> None:
+    reserve = 300 * 2**20
+    inventory = NodeInventory(node_name=NODE, gpus=(attrs.evolve(make_gpu(0), context_reserve_bytes=reserve),
+                                                    make_gpu(1)), slots_per_gpu=16)
+    built = build_view([NodeFacts(name=NODE, inventory=inventory)], PODS, SAMPLES)
+    gpu0, gpu1 = built[0].gpus
+    assert gpu0.free_memory_bytes == 16 * GiB - 3 * GiB - 2 * reserve  # two pods on GPU 0
+    assert (gpu0.context_reserve_bytes, gpu1.context_reserve_bytes) == (reserve, 0)
+    assert [gpu["contextReserveBytes"] for gpu in to_json(built)["nodes"][0]["gpus"]] == [reserve, 0]  # type: ignore[index]
+    table = render_table(built)
+    header, row0 = (re.split(r" {2,}", line) for line in table.splitlines()[:2])
+    assert (header[7:9], row0[7:9]) == (["FREE MEMORY", "CTX RESERVE"], ["12.41 GiB", "300 MiB"])
+    assert max(len(line) for line in table.splitlines()) <= 120, table

@@ -35,9 +35,9 @@ def test_inventory_wire_form_is_stable() -> None:
         "version": 1, "node": "gpu-node-1", "slotsPerGpu": 8,
         "gpus": [
             {"uuid": "GPU-0000", "index": 0, "model": "Tesla V100", "memoryBytes": 16 * GiB, "smCount": 80,
-             "healthy": True, "mps": True},
+             "healthy": True, "mps": True, "contextReserveBytes": 0},
             {"uuid": "GPU-0001", "index": 1, "model": "Tesla V100", "memoryBytes": 16 * GiB, "smCount": 80,
-             "healthy": False, "mps": False},
+             "healthy": False, "mps": False, "contextReserveBytes": 0},
         ],
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +39,8 @@ def reference_check(ledger: GpuLedger, share: ShareSpec) -> Fit:  # noqa: PLR091
         return Fit(Rejection.UNHEALTHY)
     if len(ledger.pods) >= ledger.slots:
         return Fit(Rejection.NO_SLOT)
-    if share.memory_bytes > gpu.memory_bytes - sum(s.memory_bytes for s in ledger.pods.values()):
+    reserve = gpu.context_reserve_bytes  # charged once per pod, next to its gpu_mem
+    if share.memory_bytes + reserve > gpu.memory_bytes - sum(s.memory_bytes + reserve for s in ledger.pods.values()):
         return Fit(Rejection.MEMORY)
     if share.is_best_effort:
         return FITS
@@ -65,10 +67,11 @@ def layout_is_valid(layout: Mapping[str, Rect]) -> bool:
 
 @settings(max_examples=300, deadline=None)
 @given(mps=st.booleans(), healthy=st.booleans(), slots=st.integers(1, 6), history=st.lists(step, max_size=14),
-       asked=st.lists(shares, min_size=1, max_size=6))
+       asked=st.lists(shares, min_size=1, max_size=6), reserve=st.sampled_from([0, 0, 300 * 2**20, GiB]))
 def test_check_decides_exactly_as_the_packing_rules(mps: bool, healthy: bool, slots: int,
-                                                    history: list[tuple[object, ...]], asked: list[ShareSpec]) -> None:
-    ledger = GpuLedger(make_gpu(0, mps=mps, healthy=healthy), slots)
+                                                    history: list[tuple[object, ...]], asked: list[ShareSpec],
+                                                    reserve: int) -> None:
+    ledger = GpuLedger(attrs.evolve(make_gpu(0, mps=mps, healthy=healthy), context_reserve_bytes=reserve), slots)
     for serial, (kind, *args) in enumerate(history):
         if kind == "add":
             share, force = args
