@@ -6,7 +6,8 @@ component of ours runs as a pod (the node agent's DaemonSet on the simulated GPU
 label asks for, the scheduler Deployment with the extender beside kube-scheduler, the
 controllers, the gateway). Tenants are FaSTPods applied with kubectl, scheduled by the deployed
 scheduler and extender, served by the deployed node agent. Then an upgrade is rolled out while
-they run, and ``deploy/uninstall.sh`` must leave the cluster as it was.
+they run, and ``deploy/uninstall.sh`` must leave the cluster as it was. Last, FaST-GShare's README
+commands run verbatim in their order (``yaml/``, ``install/``: issue 36 item 8) on the same cluster.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     assert_tenants_never_failed,
     assignment_of,
     busy_by_pod,
+    describe_pod,
     fastpod,
     gateway_credentials,
     http,
@@ -263,3 +265,142 @@ def test_uninstall_leaves_nothing_of_ours_and_install_works_again(
     print(f"install.sh again after uninstall.sh: every component Ready in {seconds:.0f} s")
     uninstall_and_wait(real_cluster, core)
     assert snapshot(real_cluster) == clean
+
+
+# --- the seed's README commands (issue 36 item 8) ------------------------------------------------
+# A user moving from FaST-GShare starts with its README: apply the FaSTPod CRD, run
+# apply_deploy_ctr_mgr_node_daemon.sh, apply the sample FaSTPod in fast-gshare, look at it with
+# kubectl get, clean up, then install the function layer, apply the function example and
+# uninstall. Each command runs as written, with `bash -c` from the repository root, on this
+# module's cluster (after the uninstall test above: it begins with deploy/uninstall.sh --yes, so
+# the commands start from a cluster without fastgshare, as a FaST-GShare user's does).
+# tests/unit/deploy/test_seed_commands.py keeps yaml/ and install/ in step with deploy/.
+
+SEED_REPO = manifests.REPO
+SAMPLE_NAMESPACE = "fast-gshare"
+SAMPLE_POD_SHARE = (700, 800)  # yaml/fastpod/testfastpod.yaml: request and limit, permille
+FUNCTION = "fake-fn"  # yaml/fastpod/test-fastgshare-fn.yaml (examples/functions/fake-fn-fastpod.yaml)
+FUNCTION_REPLICAS = 2
+FUNCTION_SHARE = (300, 500)
+SEED_WAIT = "300s"  # FASTGSHARE_WAIT_TIMEOUT for install.sh under the scripts: the machine may be loaded
+
+
+def seed(cluster: Cluster, command: str) -> str:
+    """Run one of the seed's commands as written, from the repository root, as a user's shell does
+    (kubectl's context: the cluster's kubeconfig; stdin not a terminal). Its output goes to the
+    cluster's logs (seed-commands.log); returns its standard output."""
+    log = cluster.state_dir / "logs" / "seed-commands.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    result = subprocess.run(["bash", "-c", command], cwd=SEED_REPO, capture_output=True, text=True, timeout=900,
+                            check=False, stdin=subprocess.DEVNULL,
+                            env={**manifests.kubectl_env(cluster.kubeconfig), "FASTGSHARE_WAIT_TIMEOUT": SEED_WAIT})
+    with log.open("a") as out:
+        out.write(f"$ {command}\n{result.stdout}{result.stderr}(exit {result.returncode})\n")
+    assert result.returncode == 0, f"{command} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    print(f"{command}: done in {time.monotonic() - started:.1f} s")
+    return result.stdout
+
+
+def wait_for_vgpus(cluster: Cluster, core: kubernetes.client.CoreV1Api) -> None:
+    """The deployed node agent has registered the simulated GPUs' vGPUs with the kubelet again."""
+    def advertised() -> bool:
+        allocatable = core.read_node(cluster.node_name).status.allocatable or {}
+        return int(allocatable.get(keys.VGPU_RESOURCE, "0")) == 2 * keys.DEFAULT_SLOTS_PER_GPU
+
+    wait_until(advertised, what=f"{keys.VGPU_RESOURCE} on {cluster.node_name}", timeout_s=120)
+
+
+def wait_until_as_before(cluster: Cluster, before: set[str], after: str) -> None:
+    """Every object of the install tier's snapshot kinds, node label and annotation as ``before``."""
+    found: list[set[str]] = []
+
+    def same() -> bool:
+        found.append(snapshot(cluster))
+        return found[-1] == before
+
+    try:
+        wait_until(same, what=f"the cluster as before the seed's commands, after {after}", timeout_s=180,
+                   interval_s=2)
+    except TimeoutError:
+        pytest.fail(f"after {after}: left {sorted(found[-1] - before)}, gone {sorted(before - found[-1])}",
+                    pytrace=False)
+
+
+def ready_pods(core: kubernetes.client.CoreV1Api, namespace: str, count: int) -> list[kubernetes.client.V1Pod]:
+    """``count`` pods of the namespace running and Ready (their readiness probes pass)."""
+    running_pods(core, namespace, count, timeout_s=180)
+
+    def pods() -> list[kubernetes.client.V1Pod]:
+        return list(core.list_namespaced_pod(namespace).items)
+
+    try:
+        wait_until(lambda: len(pods()) == count and all(ready(pod) for pod in pods()),
+                   what=f"{count} Ready pods in {namespace}", timeout_s=120)
+    except TimeoutError as error:
+        raise TimeoutError(f"{error}; pods: {[describe_pod(pod) for pod in pods()]}") from None
+    return pods()
+
+
+def test_the_seed_commands_work_verbatim_in_their_order(real_cluster: Cluster,
+                                                       core: kubernetes.client.CoreV1Api) -> None:
+    uninstall_and_wait(real_cluster, core)  # a cluster without fastgshare, as the seed's user has
+    before = snapshot(real_cluster)
+
+    seed(real_cluster, "kubectl apply -f ./yaml/crds/fastpod_crd.yaml")
+    crds = json.loads(kubectl(real_cluster, "get", "crd", "-o", "json"))["items"]
+    assert [crd["metadata"]["name"] for crd in crds if crd["spec"]["group"] == keys.FASTPOD_GROUP] == [
+        f"{keys.FASTPOD_PLURAL}.{keys.FASTPOD_GROUP}"]  # the FaSTPod CRD only, as the seed's step 1
+
+    seed(real_cluster, "bash ./yaml/fastgshare/apply_deploy_ctr_mgr_node_daemon.sh")
+    assert all_ready(core), {name: [p.status.phase for p in group] for name, group in component_pods(core).items()}
+    wait_for_vgpus(real_cluster, core)
+
+    seed(real_cluster, "kubectl apply -f ./yaml/fastpod/testfastpod.yaml")
+    [pod] = running_pods(core, SAMPLE_NAMESPACE, 1, timeout_s=180)
+    assert pod.spec.scheduler_name == keys.SCHEDULER_NAME
+    share = assignment_of(pod).share
+    assert (share.request_permille, share.limit_permille) == SAMPLE_POD_SHARE
+    time.sleep(2)
+    achieved = measure_shares(real_cluster, {assignment_of(pod).gpu_uuid}, 15)
+    print(f"the sample FaSTPod's share over 15 s: {achieved}")
+    request, limit = (permille / 1000 for permille in SAMPLE_POD_SHARE)
+    assert request - TOLERANCE <= achieved[pod.metadata.uid] <= limit + TOLERANCE, achieved
+
+    pods_table = seed(real_cluster, "kubectl get pods -n fast-gshare").splitlines()
+    assert pods_table[0].split()[:3] == ["NAME", "READY", "STATUS"]
+    # NAME READY STATUS RESTARTS: the tenant has no readiness probe, so running is ready
+    assert [line.split()[:4] for line in pods_table[1:]] == [[pod.metadata.name, "1/1", "Running", "0"]], pods_table
+    fastpods_table = seed(real_cluster, "kubectl get fastpods -n fast-gshare").splitlines()
+    assert [line.split()[0] for line in fastpods_table[1:]] == ["test-fastpod"], fastpods_table
+    assert_tenants_never_failed(real_cluster, core, SAMPLE_NAMESPACE)
+
+    seed(real_cluster, "bash ./yaml/fastgshare/clean_deploy_ctr_mgr_node_daemon.sh")
+    wait_until_as_before(real_cluster, before, "clean_deploy_ctr_mgr_node_daemon.sh")
+
+    seed(real_cluster, "bash ./install/install_fast-gshare-fn.sh")
+    assert all_ready(core)
+    wait_for_vgpus(real_cluster, core)
+
+    seed(real_cluster, "kubectl apply -f yaml/fastpod/test-fastgshare-fn.yaml")
+    namespace = keys.DEFAULT_FUNCTION_NAMESPACE
+    function_pods = ready_pods(core, namespace, FUNCTION_REPLICAS)
+    for function_pod in function_pods:
+        assert function_pod.spec.scheduler_name == keys.SCHEDULER_NAME
+        share = assignment_of(function_pod).share
+        assert (share.request_permille, share.limit_permille) == FUNCTION_SHARE
+    gateway_pod = next(pod for pod in component_pods(core)["fastgshare-gateway"] if ready(pod))
+    answers: list[tuple[int, bytes]] = []
+
+    def answered() -> bool:
+        answers.append(http(f"http://{gateway_pod.status.pod_ip}:8080/function/{FUNCTION}", method="POST",
+                            body=b"from the seed's commands"))
+        return answers[-1][0] == 200
+
+    wait_until(answered, what=f"a 200 from {FUNCTION} through the deployed gateway", timeout_s=120, interval_s=1)
+    answer = json.loads(answers[-1][1])
+    assert answer["echo"] == "from the seed's commands"
+    assert answer["pod"] in {function_pod.metadata.name for function_pod in function_pods}
+
+    seed(real_cluster, "bash ./install/uninstall_fast-gshare-fn.sh")
+    wait_until_as_before(real_cluster, before, "uninstall_fast-gshare-fn.sh")
