@@ -13,7 +13,8 @@
 #
 # The admission webhook's TLS: a CA and a serving certificate for
 # fastgshare-webhook.fastgshare-system.svc, made with openssl and kept in the Secret
-# fastgshare-webhook-tls; the CA goes into the ValidatingWebhookConfiguration's caBundle. A re-run
+# fastgshare-webhook-tls; the CA goes into the caBundle of every webhook (the Validating- and the
+# MutatingWebhookConfiguration: render fills each `caBundle: ""` line). A re-run
 # keeps them while the certificate is valid for 30 more days and renews them otherwise, or always
 # with --rotate-webhook-cert. On renewal the caBundle holds the new CA and the previous one, so
 # the API server trusts the extender across the minute the kubelet takes to update the mounted

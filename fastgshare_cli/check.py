@@ -7,8 +7,15 @@ and the object's Kubernetes schema (see :mod:`fastgshare_cli.schema`). A file ho
 workload list (``fastgshare pack``'s input) is checked entry by entry, and a function profile
 (``fastgshare plan``'s input, :mod:`fastgshare.profile`) as a whole.
 
-Output is a table, or with ``-o json`` a list of objects; problems go to standard error, one
-line each under their object. Exit status 1 if any object is invalid or any file unreadable.
+A Pod or pod template that asks for the vGPU resource is judged as the admission webhook will
+change it (:mod:`fastgshare.scheduler_routing`): naming the default scheduler is not a problem but a
+notice (the webhook sets ``schedulerName: fastgshare-scheduler``), naming another scheduler a
+warning (the webhook admits it with that warning). With ``webhook=False`` (``--no-webhook``: a
+cluster without the webhook) both are problems, as the pod's share would go unread.
+
+Output is a table, or with ``-o json`` a list of objects; problems, then notices, go to standard
+error, one line each under their object. Exit status 1 if any object is invalid or any file
+unreadable; notices alone leave it 0.
 """
 
 from __future__ import annotations
@@ -20,11 +27,12 @@ import attrs
 from rich.console import Console
 from rich.table import Table
 
-from fastgshare.errors import FastGShareError
+from fastgshare.errors import FastGShareError, FieldProblem
 from fastgshare.profile import ProfileError, decode_profile
 from fastgshare.quantity import format_bytes
+from fastgshare.scheduler_routing import Route, route
 from fastgshare.share import ShareSpec, format_fraction
-from fastgshare.workload import ManifestShare, manifest_shares, workload_list_shares
+from fastgshare.workload import TEMPLATED_KINDS, ManifestShare, manifest_shares, workload_list_shares
 from fastgshare_cli import schema
 from fastgshare_cli.documents import DocumentError, load_documents, manifest_files
 
@@ -42,6 +50,7 @@ class Checked:
     share: ShareSpec | None = None
     problems: tuple[str, ...] = ()
     note: str = ""
+    notices: tuple[str, ...] = ()  # what the admission webhook will do with it; not problems
     readable: bool = True
 
     @property
@@ -53,8 +62,9 @@ class Checked:
         return SKIPPED if self.note else OK
 
 
-def check_paths(paths: Sequence[str]) -> list[Checked]:
-    """Every object of every file under ``paths``, in order."""
+def check_paths(paths: Sequence[str], *, webhook: bool = True) -> list[Checked]:
+    """Every object of every file under ``paths``, in order; ``webhook``: judged as the admission
+    webhook will change it (see the module's docstring)."""
     checked: list[Checked] = []
     for path in paths:
         try:
@@ -63,11 +73,11 @@ def check_paths(paths: Sequence[str]) -> list[Checked]:
             checked.append(Checked(file=path, problems=(str(error),), readable=False))
             continue
         for file in files:
-            checked.extend(check_file(file))
+            checked.extend(check_file(file, webhook=webhook))
     return checked
 
 
-def check_file(path: str) -> list[Checked]:
+def check_file(path: str, *, webhook: bool = True) -> list[Checked]:
     try:
         documents = load_documents(path)
         if len(documents) == 1 and isinstance(documents[0], list):  # a workload list
@@ -75,7 +85,7 @@ def check_file(path: str) -> list[Checked]:
                     for position, found in enumerate(workload_list_shares(documents[0]))]
         if len(documents) == 1 and _is_profile(documents[0]):
             return [_profile(path, documents[0])]
-        return [_checked(path, found, document) for document in documents for found, document
+        return [_checked(path, found, document, webhook=webhook) for document in documents for found, document
                 in _objects(document)]
     except (DocumentError, FastGShareError) as error:
         message = str(error) if str(error).startswith(path) else f"{path}: {error}"
@@ -103,20 +113,48 @@ def _objects(document: object) -> list[tuple[ManifestShare, dict[str, object] | 
     return [(found, document if isinstance(document, dict) else None) for found in manifest_shares(document)]
 
 
-def _checked(path: str, found: ManifestShare, document: dict[str, object] | None, position: str = "") -> Checked:
-    problems = [str(problem) for problem in found.all_problems]
+def _checked(path: str, found: ManifestShare, document: dict[str, object] | None, position: str = "", *,
+             webhook: bool = True) -> Checked:
+    notices, routed = _webhook_notices(document) if webhook else ((), "")
+    problems = [str(problem) for problem in found.all_problems if not _is_field(problem, routed)]
     if found.share is None and found.error is None and found.skipped and found.kind == "workload":
         problems.append(found.skipped)  # a malformed workload entry
     if document is not None:
         problems.extend(schema.schema_problems(document) or [])
     note = found.skipped if not problems and found.share is None else ""
     return Checked(file=path, object=f"{found.kind}/{found.name or position}", replicas=found.replicas,
-                   share=found.share,
-                   problems=tuple(problems), note=note)
+                   share=found.share, problems=tuple(problems), note=note, notices=notices)
 
 
-def run_check(paths: Sequence[str], output: str, console: Console, errors: Console) -> int:
-    checked = check_paths(paths)
+def _webhook_notices(document: dict[str, object] | None) -> tuple[tuple[str, ...], str]:
+    """What the webhook will say of a Pod's or pod template's scheduler, and the field it answers for
+    (its problem is then no problem); nothing for other objects and pods it leaves alone."""
+    kind = document.get("kind") if document is not None else None
+    spec = _mapping(document.get("spec") if document is not None else None)
+    if kind == "Pod":
+        pod_spec, where = spec, "spec"
+    elif kind in TEMPLATED_KINDS:
+        pod_spec, where = _mapping(_mapping(spec.get("template")).get("spec")), "spec.template.spec"
+    else:
+        return (), ""
+    routing = route(pod_spec)
+    if routing.route is Route.SET:
+        return (f"note: {where}.{routing.note}",), f"{where}.schedulerName"
+    if routing.route is Route.WARN:
+        return (f"warning: {routing.warning}",), f"{where}.schedulerName"
+    return (), ""
+
+
+def _is_field(problem: FieldProblem, field: str) -> bool:
+    return bool(field) and problem.field == field
+
+
+def _mapping(value: object) -> dict[str, object]:
+    return value if isinstance(value, dict) else {}
+
+
+def run_check(paths: Sequence[str], output: str, console: Console, errors: Console, *, webhook: bool = True) -> int:
+    checked = check_paths(paths, webhook=webhook)
     if output == "json":
         console.print_json(json.dumps([_json(item) for item in checked]))
     else:
@@ -128,6 +166,11 @@ def run_check(paths: Sequence[str], output: str, console: Console, errors: Conso
                 errors.print(f"  - {problem}", markup=False, highlight=False)
         elif item.problems:
             errors.print(item.problems[0], markup=False, highlight=False)
+        if item.notices:
+            if not item.problems:
+                errors.print(f"{item.file}: {item.object}:", markup=False, highlight=False)
+            for notice in item.notices:
+                errors.print(f"  - {notice}", markup=False, highlight=False)
     if not schema.available():
         errors.print(f"note: the Kubernetes schema of the objects was not checked; {schema.INSTALL_HINT}",
                      markup=False, highlight=False)
@@ -159,7 +202,7 @@ def _result_cell(item: Checked) -> str:
         return "[red]unreadable[/red]"
     if item.result == SKIPPED:
         return f"skipped: {item.note}"
-    return "[green]ok[/green]"
+    return "[green]ok[/green]" + (" (see notes)" if item.notices else "")
 
 
 def _json(item: Checked) -> dict[str, object]:
@@ -167,4 +210,4 @@ def _json(item: Checked) -> dict[str, object]:
         "request": format_fraction(item.share.request_permille), "limit": format_fraction(item.share.limit_permille),
         "smPercent": item.share.sm_percent, "memoryBytes": item.share.memory_bytes}
     return {"file": item.file, "object": item.object, "replicas": item.replicas, "result": item.result,
-            "share": share, "problems": list(item.problems), "note": item.note}
+            "share": share, "problems": list(item.problems), "note": item.note, "notices": list(item.notices)}

@@ -75,6 +75,10 @@ def build_parser(prog: str = "fastgshare") -> argparse.ArgumentParser:
                             "and .json files), or '-' for stdin")
     check.add_argument("-o", "--output", choices=["table", "json"], default="table",
                        help="output format (default: %(default)s)")
+    check.add_argument("--no-webhook", action="store_true",
+                       help="judge pods as on a cluster without fastgshare's admission webhook: a vGPU pod "
+                            "naming the default scheduler (or another) is invalid rather than a note "
+                            "that the webhook sets schedulerName: fastgshare-scheduler")
 
     pack = commands.add_parser(
         "pack", help="place a workload onto as few GPUs as possible",
@@ -124,7 +128,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "fastgshare") -> int:
         return own_streams[args.command](args)
     console, errors = _console(), _console(stderr=True)
     if args.command == "check":
-        return run_check(args.files, args.output, console, errors)
+        return run_check(args.files, args.output, console, errors, webhook=not args.no_webhook)
     if args.command == "demo":
         return demo_main(args.tenants, args.seconds, args.plot, console, errors)
     if args.command == "cluster":

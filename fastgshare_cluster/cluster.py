@@ -515,7 +515,7 @@ class _Startup:
             wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",
                        timeout_s=60, watched=extender)
             admission.register(api, f"https://{LOOPBACK}:{webhook_port}", webhook_cert.read_bytes())
-            self.step(f"admission webhook registered (https://{LOOPBACK}:{webhook_port}/validate)")
+            self.step(f"admission webhooks registered (https://{LOOPBACK}:{webhook_port}/validate, /mutate)")
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{scheduler_health}/healthz"),
                        what="kube-scheduler /healthz", timeout_s=60, watched=scheduler)
             wait_until(lambda: http_ok(f"http://{LOOPBACK}:{controller_health}/healthz"),

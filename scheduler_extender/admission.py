@@ -25,7 +25,16 @@ Three rules, in this order:
    while the webhook was down can still be patched, and the extender's live share path re-checks
    every valid share edit against the GPU's room) that carry a share or request the vGPU resource.
 
+   A Pod that asks for the vGPU resource and names another scheduler than ours is not refused for
+   that (the mutating webhook warns instead: :mod:`fastgshare.scheduler_routing`); one that names
+   the default scheduler is, as the mutating webhook should have set ours before this one runs.
+
 Anything else is allowed untouched. Kubernetes' own schema is the API server's to check, not ours.
+
+The mutating webhook (:func:`mutate`) answers Pod creates only, by the rule of
+:mod:`fastgshare.scheduler_routing`: a pod asking for the vGPU resource with the default scheduler
+gets a JSONPatch setting ``spec.schedulerName`` to ours, one naming another scheduler a warning and
+no change; everything is allowed (refusing is the validating webhook's part).
 
 Both ``admission.k8s.io/v1`` and ``v1beta1`` reviews are answered, in the version asked. A
 request that is not an AdmissionReview gets :class:`ReviewError` (the HTTP edge answers 400).
@@ -33,11 +42,12 @@ request that is not an AdmissionReview gets :class:`ReviewError` (the HTTP edge 
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from fastgshare import keys
+from fastgshare import keys, scheduler_routing
 from fastgshare.errors import FastGShareError
 from fastgshare.workload import manifest_shares
 from scheduler_extender.config import DEFAULT_SYSTEM_WRITERS
@@ -68,14 +78,7 @@ def review(body: object, *, system_writers: Collection[str] = DEFAULT_SYSTEM_WRI
            confined_writers: Collection[str] = CONFINED_WRITERS) -> dict[str, Any]:
     """The AdmissionReview answering ``body``; ``system_writers`` may write the system annotations,
     ``confined_writers`` nothing else."""
-    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
-        raise ReviewError('expected an AdmissionReview object ("kind": "AdmissionReview")')
-    version = body.get("apiVersion")
-    if version not in REVIEW_VERSIONS:
-        raise ReviewError(f"apiVersion {str(version)[:100]!r} is not supported; allowed: {', '.join(REVIEW_VERSIONS)}")
-    request = body.get("request")
-    if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
-        raise ReviewError("request.uid is required")
+    version, request = _review_request(body)
     request = _with_stored_node(request, stored_node)
     forbidden = (judge_system_writes(request, system_writers)
                  or judge_confined_writes(request, confined_writers))
@@ -84,6 +87,41 @@ def review(body: object, *, system_writers: Collection[str] = DEFAULT_SYSTEM_WRI
     if problems:
         response["status"] = {"code": 403, "reason": "Forbidden" if forbidden else "Invalid", "message": problems}
     return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
+
+
+def mutate(body: object) -> dict[str, Any]:
+    """The mutating webhook's AdmissionReview answering ``body``: always allowed; a JSONPatch setting
+    ``spec.schedulerName`` or a warning where :func:`fastgshare.scheduler_routing.route` says so."""
+    version, request = _review_request(body)
+    response: dict[str, object] = {"uid": request["uid"], "allowed": True}
+    document = request.get("object")
+    spec = document.get("spec") if isinstance(document, Mapping) else None
+    if _kind(request) == "Pod" and request.get("operation") == "CREATE" and isinstance(spec, Mapping):
+        routing = scheduler_routing.route(spec)
+        if routing.route is scheduler_routing.Route.SET:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(scheduler_patch()).encode()).decode()
+        elif routing.warning:
+            response["warnings"] = [routing.warning]
+    return {"apiVersion": version, "kind": "AdmissionReview", "response": response}
+
+
+def scheduler_patch() -> list[dict[str, str]]:
+    """The JSONPatch naming our scheduler (``add`` replaces a member that is there, RFC 6902)."""
+    return [{"op": "add", "path": "/spec/schedulerName", "value": keys.SCHEDULER_NAME}]
+
+
+def _review_request(body: object) -> tuple[str, Mapping[str, object]]:
+    """The review's apiVersion and request, or :class:`ReviewError` saying what is wrong."""
+    if not isinstance(body, Mapping) or body.get("kind") != "AdmissionReview":
+        raise ReviewError('expected an AdmissionReview object ("kind": "AdmissionReview")')
+    version = body.get("apiVersion")
+    if not isinstance(version, str) or version not in REVIEW_VERSIONS:
+        raise ReviewError(f"apiVersion {str(version)[:100]!r} is not supported; allowed: {', '.join(REVIEW_VERSIONS)}")
+    request = body.get("request")
+    if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str):
+        raise ReviewError("request.uid is required")
+    return version, request
 
 
 def _with_stored_node(request: Mapping[str, object], stored_node: StoredNode | None) -> Mapping[str, object]:
@@ -189,8 +227,13 @@ def _share_problems(document: Mapping[str, object], kind: str) -> list[str]:
         assert isinstance(metadata, Mapping)
         document["metadata"] = {**metadata, "annotations": {key: value for key, value in annotations.items()
                                                             if key not in SYSTEM_KEYS}}
+    # Another scheduler named on a Pod is the mutating webhook's warning, not a refusal.
+    spec = document.get("spec")
+    foreign = (kind == "Pod" and isinstance(spec, Mapping)
+               and scheduler_routing.route(spec).route is scheduler_routing.Route.WARN)
     try:
-        return [str(problem) for found in manifest_shares(document) for problem in found.all_problems]
+        return [str(problem) for found in manifest_shares(document) for problem in found.all_problems
+                if not (foreign and problem.field == "spec.schedulerName")]
     except FastGShareError as error:
         return [str(error)]
 

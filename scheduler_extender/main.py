@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--webhook-listen", default="", metavar="HOST:PORT",
                         help="also serve the validating admission webhook (POST /validate: FaSTPods and pods with "
                              "fastgshare/ annotations, the messages of fastgshare check; the system annotations of "
-                             "pods and nodes only from --system-writers) over TLS here; needs "
+                             "pods and nodes only from --system-writers) and the mutating one (POST /mutate: sets "
+                             "schedulerName on vGPU pods naming the default scheduler) over TLS here; needs "
                              "--webhook-cert and --webhook-key (default: no webhook)")
     parser.add_argument("--webhook-cert", metavar="FILE", help="the webhook's TLS certificate (PEM); reloaded when "
                                                                "the file changes")

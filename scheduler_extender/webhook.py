@@ -1,6 +1,7 @@
-"""The validating admission webhook's HTTP edge (TLS, its own port): POST /validate, GET /healthz.
+"""The admission webhooks' HTTP edge (TLS, its own port): POST /validate (the validating webhook),
+POST /mutate (the mutating one: our scheduler set on vGPU pods), GET /healthz.
 
-The decision is :mod:`scheduler_extender.admission`'s. The scheduler's verbs are not served here:
+The decisions are :mod:`scheduler_extender.admission`'s. The scheduler's verbs are not served here:
 this port is reachable from the API server, the extender's own port only from inside its pod.
 """
 
@@ -32,19 +33,25 @@ def create_webhook_app(system_writers: Collection[str] = DEFAULT_SYSTEM_WRITERS,
 
     @app.post("/validate")
     def validate() -> Response:
-        if request.mimetype != "application/json":
-            raise UnsupportedMediaType(f'Content-Type must be application/json, got "{request.mimetype or "none"}"')
         try:
-            body = json.loads(request.get_data(cache=False))
-        except (ValueError, RecursionError) as error:
-            raise BadRequest(f"the body is not valid JSON: {error}") from None
-        try:
-            answer = admission.review(body, system_writers=writers, stored_node=stored_node)
+            answer = admission.review(_json_body(), system_writers=writers, stored_node=stored_node)
         except admission.ReviewError as error:
             raise BadRequest(str(error)) from None
         response = answer["response"]
         if isinstance(response, dict) and not response["allowed"]:
             log.info("admission denied: %s", response.get("status"))
+        return jsonify(answer)
+
+    @app.post("/mutate")
+    def mutate() -> Response:
+        try:
+            answer = admission.mutate(_json_body())
+        except admission.ReviewError as error:
+            raise BadRequest(str(error)) from None
+        response = answer["response"]
+        if isinstance(response, dict) and ("patch" in response or "warnings" in response):
+            log.info("admission mutated uid=%s patched=%s warnings=%s", response.get("uid"), "patch" in response,
+                     response.get("warnings", []))
         return jsonify(answer)
 
     @app.get("/healthz")
@@ -58,3 +65,13 @@ def create_webhook_app(system_writers: Collection[str] = DEFAULT_SYSTEM_WRITERS,
         return jsonify({"error": error.description or error.name}), error.code or 400
 
     return app
+
+
+def _json_body() -> object:
+    """The request's JSON body, or the HTTP error saying why there is none."""
+    if request.mimetype != "application/json":
+        raise UnsupportedMediaType(f'Content-Type must be application/json, got "{request.mimetype or "none"}"')
+    try:
+        return json.loads(request.get_data(cache=False))
+    except (ValueError, RecursionError) as error:
+        raise BadRequest(f"the body is not valid JSON: {error}") from None

@@ -1,4 +1,5 @@
-"""The validating admission webhook on the real API server (issue 15, "validation at kubectl apply").
+"""The admission webhooks on the real API server (issue 15, "validation at kubectl apply"; issue 36
+item 6, "pods find our scheduler").
 
 The extender runs as a local process with ``--webhook-listen`` and a self-signed certificate; the
 ValidatingWebhookConfiguration is the shipped one (deploy/scheduler/webhook.yaml) with its
@@ -11,6 +12,11 @@ The system annotations (``fastgshare/assignment`` and the others of ``keys.SYSTE
 are refused from the cluster admin of the control plane, on pods and nodes, and allowed from the
 extender's service account, authenticated with a token from the TokenRequest API (issue 37 item 2).
 The extender runs with unsigned assignments here: signing is not the webhook's concern.
+
+The MutatingWebhookConfiguration is the shipped one too, pointed and scoped the same way: a pod
+created with the vGPU resource and no scheduler is stored with ``schedulerName:
+fastgshare-scheduler``; one naming another scheduler keeps it, and the create's answer carries the
+webhook's warning (a ``Warning`` header, as kubectl prints it).
 """
 
 from __future__ import annotations
@@ -69,15 +75,17 @@ def self_signed(directory: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def webhook_configuration(name: str, url: str, ca: bytes, namespace_scope: str) -> dict[str, Any]:
-    """The shipped configuration, pointed at ``url`` and scoped to the test's namespace (and, for
-    cluster-scoped kinds, which no namespaceSelector limits, to objects labelled with it)."""
-    shipped = next(doc for doc in yaml.safe_load_all(WEBHOOK_FILE.read_text())
-                   if doc["kind"] == "ValidatingWebhookConfiguration")
+def webhook_configuration(name: str, url: str, ca: bytes, namespace_scope: str,
+                          kind: str = "ValidatingWebhookConfiguration") -> dict[str, Any]:
+    """The shipped configuration of ``kind``, pointed at ``url`` (each webhook at its shipped path)
+    and scoped to the test's namespace (and, for cluster-scoped kinds, which no namespaceSelector
+    limits, to objects labelled with it)."""
+    shipped = next(doc for doc in yaml.safe_load_all(WEBHOOK_FILE.read_text()) if doc["kind"] == kind)
     config = copy.deepcopy(shipped)
     config["metadata"]["name"] = name
     for hook in config["webhooks"]:
-        hook["clientConfig"] = {"url": f"{url}/validate", "caBundle": base64.b64encode(ca).decode()}
+        path = hook["clientConfig"]["service"]["path"]
+        hook["clientConfig"] = {"url": f"{url}{path}", "caBundle": base64.b64encode(ca).decode()}
         hook["namespaceSelector"] = {"matchLabels": {SCOPE_LABEL: namespace_scope}}
         if any(rule.get("scope") == "Cluster" for rule in hook["rules"]):
             hook["objectSelector"] = {"matchLabels": {SCOPE_LABEL: namespace_scope}}
@@ -95,18 +103,24 @@ def webhook(control_plane: ControlPlane, api_client: kubernetes.client.ApiClient
         ALLOW_UNSIGNED_FLAG, "--webhook-listen", f"127.0.0.1:{webhook_port}", "--webhook-cert", str(cert),
         "--webhook-key", str(key)])
     registrations: Any = kubernetes.client.AdmissionregistrationV1Api(api_client)  # raw dict bodies
-    name = f"fastgshare-validate-{namespace}"
+    name, mutating = f"fastgshare-validate-{namespace}", f"fastgshare-mutate-{namespace}"
+    url = f"https://127.0.0.1:{webhook_port}"
     try:
         extender.start()
         registrations.create_validating_webhook_configuration(
-            webhook_configuration(name, f"https://127.0.0.1:{webhook_port}", cert.read_bytes(), namespace))
+            webhook_configuration(name, url, cert.read_bytes(), namespace))
+        registrations.create_mutating_webhook_configuration(
+            webhook_configuration(mutating, url, cert.read_bytes(), namespace, "MutatingWebhookConfiguration"))
         yield Webhook(extender, name)
     finally:
         try:
-            registrations.delete_validating_webhook_configuration(name)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+            for delete, registered in ((registrations.delete_mutating_webhook_configuration, mutating),
+                                       (registrations.delete_validating_webhook_configuration, name)):
+                try:
+                    delete(registered)
+                except ApiException as error:
+                    if error.status != 404:
+                        raise
         finally:
             extender.stop()
 
@@ -294,3 +308,55 @@ def test_an_admin_may_not_forge_a_nodes_inventory(
         core.patch_node(name, {"metadata": {"labels": {"zone": "a"}}})  # other node writes pass
     finally:
         core.delete_node(name)
+
+
+# --- issue 36 item 6: pods find our scheduler ---------------------------------------------------
+
+def vgpu_pod(name: str, scheduler: str | None) -> dict[str, Any]:
+    pod = gpu_pod(name)
+    if scheduler is None:
+        del pod["spec"]["schedulerName"]
+    else:
+        pod["spec"]["schedulerName"] = scheduler
+    return pod
+
+
+def create_pod(api_client: kubernetes.client.ApiClient, namespace: str, body: dict[str, Any],
+               dry_run: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """The pod as the API server stored (or, dry run, would store) it, and the create's warnings."""
+    core: Any = kubernetes.client.CoreV1Api(api_client)  # raw dict bodies
+    response = core.create_namespaced_pod(namespace, body, _preload_content=False,
+                                          **({"dry_run": "All"} if dry_run else {}))
+    return yaml.safe_load(response.data), list(response.headers.getlist("Warning"))  # urllib3's HTTPHeaderDict
+
+
+def wait_for_mutation(api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    """The API server picks up the mutating configuration on its own time: probe with a dry run."""
+    wait_until(lambda: create_pod(api_client, namespace, vgpu_pod("probe", None), dry_run=True)[0]["spec"]
+               .get("schedulerName") == keys.SCHEDULER_NAME, what="the API server to call the mutating webhook",
+               timeout_s=30)
+
+
+def test_a_vgpu_pod_without_a_scheduler_is_given_ours_and_another_scheduler_is_kept_with_a_warning(
+        webhook: Webhook, api_client: kubernetes.client.ApiClient, namespace: str) -> None:
+    wait_for_webhook(api_client, namespace)
+    wait_for_mutation(api_client, namespace)
+    core: Any = kubernetes.client.CoreV1Api(api_client)
+    routed, warnings = create_pod(api_client, namespace, vgpu_pod("routed", None))
+    assert routed["spec"]["schedulerName"] == keys.SCHEDULER_NAME
+    assert warnings == []
+    assert core.read_namespaced_pod("routed", namespace).spec.scheduler_name == keys.SCHEDULER_NAME
+    named_default, _ = create_pod(api_client, namespace, vgpu_pod("named-default", "default-scheduler"))
+    assert named_default["spec"]["schedulerName"] == keys.SCHEDULER_NAME
+
+    kept, warnings = create_pod(api_client, namespace, vgpu_pod("elsewhere", "volcano"))
+    assert kept["spec"]["schedulerName"] == "volcano"
+    assert core.read_namespaced_pod("elsewhere", namespace).spec.scheduler_name == "volcano"
+    assert len(warnings) == 1
+    assert f"asks for {keys.VGPU_RESOURCE} but schedulerName is" in warnings[0]
+    assert "volcano" in warnings[0]
+
+    plain, warnings = create_pod(api_client, namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    assert (plain["spec"]["schedulerName"], warnings) == ("default-scheduler", [])  # never patched

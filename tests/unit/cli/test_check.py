@@ -153,7 +153,7 @@ def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert ok == {"file": str(tmp_path / "manifest.yaml"), "object": "FaSTPod/resnet", "replicas": 2,
                   "result": "ok", "share": {"request": "0.4", "limit": "0.8", "smPercent": 50,
                                             "memoryBytes": 2**30},
-                  "problems": [], "note": ""}
+                  "problems": [], "note": "", "notices": []}
     assert bad["result"] == "invalid"
     assert bad["share"] is None
     assert bad["problems"] == ['fastgshare/gpu_quota_request: "-0.1" is negative; allowed: a decimal fraction of '

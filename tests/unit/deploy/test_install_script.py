@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.deploy_manifests import objects
 
@@ -215,8 +216,11 @@ def test_render_sets_the_webhooks_ca_bundle() -> None:
     shipped = (REPO / "deploy" / "scheduler" / "webhook.yaml").read_text()
     result = subprocess.run(["bash", "-c", f'source "{INSTALL}" && render "$@"', "install.sh", "c.yaml", "i:1",
                              "Q0E="], input=shipped, capture_output=True, text=True, timeout=30, check=True)
-    assert result.stdout.count('caBundle: "Q0E="') == 3  # FaSTPods, pods, nodes
     assert 'caBundle: ""' not in result.stdout
+    hooks = {document["kind"]: [hook["clientConfig"]["caBundle"] for hook in document["webhooks"]]
+             for document in yaml.safe_load_all(result.stdout) if document and "webhooks" in document}
+    assert hooks == {"ValidatingWebhookConfiguration": ["Q0E="] * 3,  # FaSTPods, pods, nodes
+                     "MutatingWebhookConfiguration": ["Q0E="]}  # pods: our scheduler set (issue 36)
 
 
 def test_render_sets_our_image_on_every_component_when_asked_and_leaves_it_otherwise() -> None:

@@ -41,7 +41,7 @@ def test_every_object_is_valid_against_the_kubernetes_schema(obj: dict[str, Any]
 
 def test_everything_lives_in_our_namespace_or_is_cluster_scoped() -> None:
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding",
-                      "ValidatingWebhookConfiguration"}
+                      "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"}
     for obj in OBJECTS:
         namespace = obj["metadata"].get("namespace")
         if obj["kind"] in cluster_scoped:
