@@ -400,7 +400,7 @@ def test_the_seed_commands_work_verbatim_in_their_order(real_cluster: Cluster,
     wait_until(answered, what=f"a 200 from {FUNCTION} through the deployed gateway", timeout_s=120, interval_s=1)
     answer = json.loads(answers[-1][1])
     assert answer["echo"] == "from the seed's commands"
-    assert answer["pod"] in {function_pod.metadata.name for function_pod in function_pods}
+    assert answer["pod"] in {f"{namespace}/{function_pod.metadata.name}" for function_pod in function_pods}
 
     seed(real_cluster, "bash ./install/uninstall_fast-gshare-fn.sh")
     wait_until_as_before(real_cluster, before, "uninstall_fast-gshare-fn.sh")
