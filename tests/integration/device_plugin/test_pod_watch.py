@@ -135,6 +135,21 @@ def gpu_pod(version: str, assignment: PodAssignment, *, signed: bool = True) -> 
             "status": {"phase": "Running"}}
 
 
+def watch_until(serve: Any, api: Any, version: str, what: str) -> tuple[list[PodRecord], list[tuple[str, str]]]:
+    """A node agent's pod cache on ``api`` until its one pod shows ``version``: (its records, the
+    refusals it reported as (pod, message))."""
+    reports: list[tuple[str, str]] = []
+    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05,
+                    report=lambda pod, message: reports.append((pod.key, message)))
+    pods.start()
+    try:
+        assert pods.wait_synced(10)
+        wait_until(lambda: pods.snapshot()[1][0].resource_version == version, what=what, timeout_s=10)
+    finally:
+        pods.stop()
+    return pods.snapshot()[1], reports
+
+
 def test_a_rewritten_assignment_is_applied_only_when_signed(serve: Any) -> None:
     """Issue 42, row 2: a forged assignment annotated onto a running pod was applied live (the whole
     GPU, 16 GiB). The cache keeps the trusted one and reports the forgery once; a signed change of
@@ -150,20 +165,8 @@ def test_a_rewritten_assignment_is_applied_only_when_signed(serve: Any) -> None:
         {"type": "MODIFIED", "object": gpu_pod("12", forged, signed=False)},  # the same forgery again
         {"type": "MODIFIED", "object": gpu_pod("13", lowered)},
     ]])
-    reports: list[tuple[str, str]] = []
-    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05,
-                    report=lambda pod, message: reports.append((pod.key, message)))
-
-    def current() -> PodRecord:
-        return next(p for p in pods.snapshot()[1] if p.uid == "uid-gpu")
-
-    pods.start()
-    try:
-        assert pods.wait_synced(10)
-        wait_until(lambda: current().resource_version == "13", what="the three changes", timeout_s=10)
-    finally:
-        pods.stop()
-    assert current().assignment == lowered
+    [record], reports = watch_until(serve, api, "13", "the three changes")
+    assert record.assignment == lowered
     assert len(reports) == 1
     assert reports[0][0] == "team-a/gpu"
     assert "carries no signature" in reports[0][1]
@@ -177,14 +180,7 @@ def test_a_forged_rewrite_keeps_the_trusted_assignment(serve: Any) -> None:
                            share=make_share(request=1000, limit=1000, sm=100, mem=16 * 2**30), assigned_at_ms=1_000)
     api = ScriptedApi([gpu_pod("10", assigned)], "10", [[{"type": "MODIFIED", "object": gpu_pod("11", forged,
                                                                                                    signed=False)}]])
-    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05)
-    pods.start()
-    try:
-        assert pods.wait_synced(10)
-        wait_until(lambda: pods.snapshot()[1][0].resource_version == "11", what="the forgery", timeout_s=10)
-    finally:
-        pods.stop()
-    [record] = pods.snapshot()[1]
+    [record], _ = watch_until(serve, api, "11", "the forgery")
     assert record.assignment == assigned  # what the arbiter's shares and Allocate read
     assert record.assignment_problem is not None
 
@@ -200,16 +196,7 @@ def test_an_older_signed_assignment_written_back_is_not_applied(serve: Any) -> N
         {"type": "MODIFIED", "object": gpu_pod("11", lowered)},
         {"type": "MODIFIED", "object": gpu_pod("12", first)},  # the replay
     ]])
-    reports: list[tuple[str, str]] = []
-    pods = NodePods(serve(api), NODE, trust=TEST_TRUST, retry_delay_s=0.05,
-                    report=lambda pod, message: reports.append((pod.key, message)))
-    pods.start()
-    try:
-        assert pods.wait_synced(10)
-        wait_until(lambda: pods.snapshot()[1][0].resource_version == "12", what="the replay", timeout_s=10)
-    finally:
-        pods.stop()
-    [record] = pods.snapshot()[1]
+    [record], reports = watch_until(serve, api, "12", "the replay")
     assert record.assignment == lowered
     [(pod, message)] = reports
     assert pod == "team-a/gpu"
