@@ -75,7 +75,19 @@ def _descriptor(media_type: str, data: bytes) -> dict[str, object]:
 
 def write_archive(spec: ImageSpec, out: Path) -> str:
     """Write the OCI image layout archive to ``out``; returns the manifest digest."""
-    layer = layer_tar(spec)
+    return _write_layout(spec, layer_tar(spec), out)
+
+
+def write_rootfs_archive(spec: ImageSpec, rootfs: Path, out: Path) -> str:
+    """Write an archive whose one layer is ``rootfs``, a root file system as a tar file (what
+    ``mmdebstrap`` writes), with ``spec``'s name and runtime config (its files are not used);
+    returns the manifest digest."""
+    if spec.files or spec.contents or spec.links:
+        raise ValueError(f"{spec.name}: a root file system image takes no extra files")
+    return _write_layout(spec, rootfs.read_bytes(), out)
+
+
+def _write_layout(spec: ImageSpec, layer: bytes, out: Path) -> str:
     layer_desc = _descriptor("application/vnd.oci.image.layer.v1.tar", layer)
     config = json.dumps({
         "architecture": "amd64", "os": "linux",

@@ -271,6 +271,20 @@ def pod_cgroup_exists(uid: str) -> bool:
             continue
 
 
+def processes_of_pod(uid: str) -> dict[int, str]:
+    """PID -> command name of each process on this machine whose cgroup names the pod."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"pod{uid}" in (entry / "cgroup").read_text():
+                found[int(entry.name)] = (entry / "comm").read_text().strip()
+        except OSError:  # the process ended while the walk read it
+            continue
+    return found
+
+
 def metrics_reader_token(core: kubernetes.client.CoreV1Api, seconds: int = 600) -> str:
     """A token of ServiceAccount fastgshare-metrics-reader (deploy/monitoring/metrics-reader.yaml),
     which every component serves its /metrics to, as Prometheus's own account would be."""

@@ -10,6 +10,7 @@ by the simulated GPU, outside the pod.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -20,7 +21,10 @@ import pytest
 
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.image_build import IMAGE
+from fastgshare_cluster.images import import_images
 from fastgshare_cluster.processes import wait_until
+from simgpu import build as simgpu_build
+from tests.cluster import debian_tenant
 from tests.cluster.prometheus import running_prometheus
 from tests.cluster.real_node import (  # noqa: F401 - fixtures
     apply,
@@ -36,6 +40,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     metrics_reader_token,
     node_metrics,
     node_metrics_address,
+    processes_of_pod,
     real_node_core,
     real_node_test_namespace,
     running_pods,
@@ -86,6 +91,30 @@ def test_a_tenant_alone_on_a_gpu_stays_at_its_limit(
     time.sleep(2)
     shares = measure_shares(real_cluster, [gpu], 20)
     assert abs(shares[pod.metadata.uid] - 0.4) <= TOLERANCE, shares
+
+
+def test_a_tenant_built_on_debian_bullseye_loads_the_hook_with_its_own_glibc_and_gets_its_share(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, namespace: str, tmp_path: Path) -> None:
+    """Issue 36, item 1: an image of an older Debian (glibc 2.31), its tenant built there by its own
+    gcc. bullseye's loader loads the hook and the simulated driver Allocate mounts (both built to the
+    GLIBC_2.17 floor), and the pod is held to its memory and its limit."""
+    archive = debian_tenant.build_tenant_image(simgpu_build.DRIVER, tmp_path)
+    import_images(shutil.which("ctr") or "ctr", real_cluster.containerd_socket, [archive])
+    container = {**tenant_container(), "image": debian_tenant.IMAGE_SHORT, "imagePullPolicy": "Never"}
+    apply(real_cluster, namespace, gpu_pod("bullseye", share_annotations(0.2, 0.4, 50, "1Gi"), container))
+    (pod,) = running_pods(core, namespace, 1)
+    tenants = [pid for pid, name in processes_of_pod(pod.metadata.uid).items() if name == "tenant"]
+    assert len(tenants) == 1, processes_of_pod(pod.metadata.uid)
+    mapped = {Path(line.split()[-1]).name for line in Path(f"/proc/{tenants[0]}/maps").read_text().splitlines()
+              if "/" in line}
+    assert f"libc-{debian_tenant.GLIBC_VERSION}.so" in mapped, sorted(mapped)  # bullseye's own C library
+    assert {"libfastgshare-hook.so", "libcuda.so.1"} <= mapped, sorted(mapped)
+    time.sleep(2)
+    shares = measure_shares(real_cluster, [assignment_of(pod).gpu_uuid], 20)
+    print(f"bullseye tenant's share over 20 s: {shares}")
+    assert abs(shares[pod.metadata.uid] - 0.4) <= TOLERANCE, shares
+    (start,) = [line for line in log_lines(real_cluster, namespace, "bullseye") if line.get("event") == "start"]
+    assert start["mem_total"] == GiB, start  # cuMemGetInfo answered by the hook: the pod's 1Gi
 
 
 def test_memory_past_the_pods_limit_is_refused_and_the_tenant_keeps_running(

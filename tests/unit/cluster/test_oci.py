@@ -8,7 +8,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from fastgshare_cluster.oci import ImageSpec, write_archive
+import pytest
+
+from fastgshare_cluster.oci import ImageSpec, write_archive, write_rootfs_archive
 
 
 def _members(archive: Path) -> dict[str, bytes]:
@@ -53,3 +55,26 @@ def test_the_same_inputs_give_the_same_digest(tmp_path: Path) -> None:
     spec = ImageSpec(name="registry.k8s.io/pause:x", contents={"/pause": (b"p", 0o755)}, entrypoint=["/pause"])
     assert write_archive(spec, tmp_path / "a.tar") == write_archive(spec, tmp_path / "b.tar")
     assert (tmp_path / "a.tar").read_bytes() == (tmp_path / "b.tar").read_bytes()
+
+
+def test_a_root_file_system_tar_becomes_the_one_layer_unchanged(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs.tar"
+    with tarfile.open(rootfs, "w") as tar:
+        info = tarfile.TarInfo("usr/lib/x86_64-linux-gnu/libc-2.31.so")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"libc"))
+    spec = ImageSpec(name="docker.io/fastgshare/tenant-bullseye:local", entrypoint=["/bin/run"], env=["B=2"])
+    digest = write_rootfs_archive(spec, rootfs, tmp_path / "image.tar")
+    files = _members(tmp_path / "image.tar")
+    manifest = json.loads(files["blobs/sha256/" + digest.split(":")[1]])
+    [layer] = manifest["layers"]
+    assert files["blobs/sha256/" + layer["digest"].split(":")[1]] == rootfs.read_bytes()
+    config = json.loads(files["blobs/sha256/" + manifest["config"]["digest"].split(":")[1]])
+    assert (config["config"]["Entrypoint"], config["rootfs"]["diff_ids"]) == (["/bin/run"], [layer["digest"]])
+    assert "B=2" in config["config"]["Env"]
+
+
+def test_a_root_file_system_image_takes_no_extra_files(tmp_path: Path) -> None:
+    spec = ImageSpec(name="x/y:z", contents={"/a": (b"a", 0o644)})
+    with pytest.raises(ValueError, match="takes no extra files"):
+        write_rootfs_archive(spec, tmp_path / "rootfs.tar", tmp_path / "image.tar")
