@@ -8,12 +8,13 @@
  * proc_address.c, the shared device gpu_state.c.
  *
  * Deviations from the real driver, on purpose: one device (ordinal 0) whose SM count is
- * FASTGSHARE_FAKE_GPU_SMS (default 80); contexts own no resources (memory, modules and streams
+ * FASTGSHARE_FAKE_GPU_SMS (default 80) and whose name is FASTGSHARE_FAKE_GPU_NAME (device_identity.h); contexts own no resources (memory, modules and streams
  * outlive the context they were made in, and a destroyed context's handle stays allocated so that
  * a stale handle is refused, never followed); a child forked after cuInit cannot use CUDA.
  */
 #include "fake_internal.h"
 
+#include "device_identity.h"
 #include "gpu_state.h"
 
 #include <pthread.h>
@@ -21,10 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAKE_DEVICE_NAME "FastGShare Fake GPU"
-#define PCI_DOMAIN 0
-#define PCI_BUS 0
-#define PCI_DEVICE 0
 #define CONTEXT_API_VERSION 3020 /* what cuCtxGetApiVersion reports, as for every context since 3.2 */
 #define STACK_DEPTH 128          /* contexts a thread may push */
 
@@ -34,6 +31,7 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED; /* written once, inside init_once */
 static int initialised;                                   /* atomic: cuInit succeeded here */
 static int forked_child;                                  /* atomic: this is a fork()ed child */
+static char device_name[FGPU_NAME_MAX + 1];               /* written once, inside init_once */
 
 static void after_fork_child(void)
 {
@@ -45,7 +43,7 @@ static void after_fork_child(void)
 static void do_init(void)
 {
     char err[512];
-    if (fake_device_configure(err, sizeof err) != 0) {
+    if (fake_device_configure(err, sizeof err) != 0 || fgpu_read_name(device_name, err, sizeof err) != 0) {
         fprintf(stderr, "fake libcuda: %s\n", err);
         init_result = CUDA_ERROR_INVALID_VALUE;
         return;
@@ -133,7 +131,7 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     if (r == CUDA_SUCCESS && (name == NULL || len <= 0))
         r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        snprintf(name, (size_t)len, "%s", FAKE_DEVICE_NAME);
+        snprintf(name, (size_t)len, "%s", device_name);
     return r;
 }
 
@@ -241,7 +239,7 @@ CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
     if (r == CUDA_SUCCESS && (pciBusId == NULL || len <= 0))
         r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
-        snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", PCI_DOMAIN, PCI_BUS, PCI_DEVICE);
+        snprintf(pciBusId, (size_t)len, "%04x:%02x:%02x.0", FGPU_PCI_DOMAIN, FGPU_PCI_BUS, FGPU_PCI_DEVICE);
     return r;
 }
 
@@ -271,7 +269,7 @@ CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     unsigned int domain, bus, device;
     if (dev == NULL || pciBusId == NULL || parse_pci_bus_id(pciBusId, &domain, &bus, &device) != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (domain != PCI_DOMAIN || bus != PCI_BUS || device != PCI_DEVICE)
+    if (domain != FGPU_PCI_DOMAIN || bus != FGPU_PCI_BUS || device != FGPU_PCI_DEVICE)
         return CUDA_ERROR_INVALID_DEVICE;
     *dev = 0;
     return CUDA_SUCCESS;
