@@ -36,13 +36,6 @@ from device_plugin.arbiter.runner import (
 from device_plugin.arbiter.server import ArbiterServer, GpuSettings
 from device_plugin.arbiter.shares import AssignmentShares, DeferredShares
 from device_plugin.arbiter.state import STATE_FILE_NAME, StateFile
-from device_plugin.context_reserve import (
-    CONTEXT_RESERVE_HELP,
-    InvalidContextReserve,
-    parse_context_reserve,
-    with_context_reserve,
-)
-from device_plugin.context_reserve import describe as describe_reserves
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend, SimulatedGpus
 from device_plugin.gpu_usage import DEFAULT_THRESHOLD, ProcessGpuTime
@@ -62,6 +55,13 @@ from fastgshare.assignment_signature import (
     AssignmentTrust,
     trust_from_flags,
 )
+from fastgshare.context_reserve import (
+    CONTEXT_RESERVE_HELP,
+    InvalidContextReserve,
+    parse_context_reserve,
+    with_context_reserve,
+)
+from fastgshare.context_reserve import describe as describe_reserves
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, gpu_spec_from_label, parse_gpu_spec
 

@@ -60,10 +60,16 @@ class CostModel(enum.Enum):
 
 @attrs.frozen(kw_only=True)
 class GpuBudget:
-    """What one GPU offers a function's pods."""
+    """What one GPU offers a function's pods. Each pod there also holds ``context_reserve_bytes``
+    of GPU memory for its CUDA context, next to its own memory (the extender charges the same)."""
 
     memory_bytes: int
     slots: int = keys.DEFAULT_SLOTS_PER_GPU
+    context_reserve_bytes: int = 0
+
+    def memory_of(self, point: ProfilePoint) -> int:
+        """The GPU memory a pod of ``point`` takes: its own and its context reserve."""
+        return point.memory_bytes + self.context_reserve_bytes
 
 
 @attrs.frozen(kw_only=True)
@@ -107,14 +113,14 @@ def cost_of(point: ProfilePoint, gpu: GpuBudget, model: CostModel = CostModel.DO
     area = point.quota_request * point.sm_partition / 100
     if model is CostModel.AREA:
         return area
-    return max(area, point.memory_bytes / gpu.memory_bytes, 1 / gpu.slots)
+    return max(area, gpu.memory_of(point) / gpu.memory_bytes, 1 / gpu.slots)
 
 
 def options(points: Iterable[ProfilePoint], slo: Slo, gpu: GpuBudget,
             model: CostModel = CostModel.DOMINANT) -> list[Option]:
     """The usable configurations, most efficient first (ties: larger capacity, then smaller quota)."""
     usable = [Option(point=point, capacity_rps=capacity, cost=cost_of(point, gpu, model))
-              for point in points if point.memory_bytes <= gpu.memory_bytes
+              for point in points if gpu.memory_of(point) <= gpu.memory_bytes
               and (capacity := slo_capacity(point, slo)) > 0]
     return sorted(usable, key=lambda o: (-o.efficiency, -o.capacity_rps, o.point.quota_request, o.point.key))
 

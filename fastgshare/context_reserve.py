@@ -1,5 +1,5 @@
-"""The CUDA context reserve the agent publishes per GPU: the ``--context-reserve`` flag and the
-default per GPU generation it means by ``auto``.
+"""The CUDA context reserve: the ``--context-reserve`` flag (the node agent publishes it per GPU;
+``fastgshare plan`` plans with it) and the default per GPU generation it means by ``auto``.
 
 Every process that uses a GPU holds a CUDA context there: the driver's own state, the loaded
 kernel images and the local-memory (stack) reservation for every thread the GPU can run at once.
@@ -72,10 +72,7 @@ class ContextReserve:
         """The reserve of ``gpu``: the given bytes; for ``auto``, 0 on a simulated GPU, else its generation's."""
         if self.bytes is not None:
             return self.bytes
-        if simulated:
-            return 0
-        generation = generation_of(gpu.model)
-        return generation.reserve_bytes if generation is not None else UNKNOWN_MODEL_RESERVE
+        return 0 if simulated else reserve_of_model(gpu.model)
 
 
 def parse_context_reserve(text: str) -> ContextReserve:
@@ -89,6 +86,12 @@ def parse_context_reserve(text: str) -> ContextReserve:
     if count is None:
         raise InvalidContextReserve(f"--context-reserve {text!r} is not allowed: expected {CONTEXT_RESERVE_HELP}")
     return ContextReserve(count)
+
+
+def reserve_of_model(model: str) -> int:
+    """The ``auto`` reserve of a real GPU named ``model``: its generation's, else the largest figure."""
+    generation = generation_of(model)
+    return generation.reserve_bytes if generation is not None else UNKNOWN_MODEL_RESERVE
 
 
 def generation_of(model: str) -> Generation | None:

@@ -11,6 +11,12 @@ from rich.console import Console
 from rich.table import Table
 
 from fastgshare.autoscaling import CostModel, GpuBudget, PlanError, options, plan
+from fastgshare.context_reserve import (
+    CONTEXT_RESERVE_HELP,
+    InvalidContextReserve,
+    parse_context_reserve,
+    reserve_of_model,
+)
 from fastgshare.errors import InvalidInventory
 from fastgshare.gpu_models import KNOWN_MODELS, gpu_model_spec
 from fastgshare.profile import PERCENTILES, ProfileError, Slo, decode_profile
@@ -23,7 +29,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="From a profile (fastgshare profile document, JSON), choose how many pods of which "
                     "configuration serve RPS requests per second within the SLO at near-minimal cost: the most "
                     "efficient configuration fills the demand, the cheapest pods that suffice cover the rest. "
-                    "Only configurations that meet the SLO and fit the GPU's memory are used.")
+                    "Only configurations that meet the SLO and fit the GPU's memory, with each pod's CUDA context "
+                    "reserve, are used.")
     parser.add_argument("--profile", required=True, type=Path, metavar="FILE", help="the profile document")
     parser.add_argument("--rps", required=True, type=float, help="the demand, requests per second")
     parser.add_argument("--cost", choices=[m.value for m in CostModel], default=CostModel.DOMINANT.value,
@@ -31,6 +38,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "or area (time x SM only) (default: %(default)s)")
     parser.add_argument("--gpu", metavar="MODEL", help=f"the GPU ({', '.join(KNOWN_MODELS)} or a spec like "
                         "16GiB:80sm; default: the profile's gpuModel if it is one of them)")
+    parser.add_argument("--context-reserve", default="auto", metavar="QUANTITY",
+                        help="GPU memory each pod's CUDA context takes next to its own, as the node agent's flag of "
+                             f"that name: {CONTEXT_RESERVE_HELP}; auto plans with the GPU generation's figure, the "
+                             "largest one for a GPU spec (default: %(default)s)")
     parser.add_argument("--slo-ms", type=float, help="the SLO latency (default: the profile's)")
     parser.add_argument("--percentile", type=int, choices=PERCENTILES, default=None,
                         help="the SLO's latency percentile (default: the profile's, else 95)")
@@ -50,10 +61,19 @@ def run_plan(args: argparse.Namespace, console: Console, errors: Console) -> int
         if not gpu_name:
             raise PlanError("the profile names no gpuModel; pass --gpu MODEL")
         gpu = gpu_model_spec(gpu_name)
-        budget = GpuBudget(memory_bytes=gpu.memory_bytes)
+        asked = parse_context_reserve(args.context_reserve).bytes
+        reserve = reserve_of_model(gpu.model) if asked is None else asked
+        if reserve >= gpu.memory_bytes:
+            raise PlanError(f"--context-reserve {format_bytes(reserve)} is not allowed for {gpu.model} "
+                            f"({format_bytes(gpu.memory_bytes)}): the reserve must be less than the GPU's memory")
+        budget = GpuBudget(memory_bytes=gpu.memory_bytes, context_reserve_bytes=reserve)
         model = CostModel(args.cost)
-        result = plan(args.rps, options(profile.points, slo, budget, model))
-    except (ProfileError, PlanError, InvalidInventory) as error:
+        usable = options(profile.points, slo, budget, model)
+        if not usable and reserve and any(p.memory_bytes <= gpu.memory_bytes for p in profile.points):
+            raise PlanError(f"no configuration of the profile meets the SLO at any load and fits the GPU's memory "
+                            f"with a {format_bytes(reserve)} context reserve per pod (--context-reserve)")
+        result = plan(args.rps, usable)
+    except (ProfileError, PlanError, InvalidInventory, InvalidContextReserve) as error:
         errors.print(f"fastgshare plan: {error}", markup=False, highlight=False)
         return 1
     configs = [{"config": c.option.point.key, "quotaRequest": c.option.point.quota_request,
@@ -64,11 +84,11 @@ def run_plan(args: argparse.Namespace, console: Console, errors: Console) -> int
         console.print_json(json.dumps({
             "function": profile.function, "demandRps": args.rps, "slo": {"percentile": slo.percentile,
                                                                           "latencyMs": slo.latency_ms},
-            "gpu": gpu.model, "costModel": model.value, "configs": configs,
+            "gpu": gpu.model, "contextReserveBytes": reserve, "costModel": model.value, "configs": configs,
             "capacityRps": round(result.capacity_rps, 3), "cost": round(result.cost, 6)}))
         return 0
     table = Table(title=f"{profile.function}: {args.rps:g} req/s within p{slo.percentile} <= {slo.latency_ms:g} ms "
-                        f"on {gpu.model} ({model.value} cost)")
+                        f"on {gpu.model} ({model.value} cost, {format_bytes(reserve)} context reserve per pod)")
     for column in ("config", "quota", "SM %", "memory", "pods", "req/s per pod", "capacity", "GPUs (cost)"):
         table.add_column(column, justify="left" if column == "config" else "right")
     for planned in result.configs:

@@ -12,6 +12,7 @@ from fastgshare_cli.main import main
 
 REPO = Path(__file__).resolve().parents[3]
 PROFILE = REPO / "examples" / "profile-resnet50.json"
+MiB = 2**20
 
 
 def test_the_json_plan_covers_the_demand_with_slo_feasible_configurations(capsys: pytest.CaptureFixture[str]) -> None:
@@ -20,7 +21,28 @@ def test_the_json_plan_covers_the_demand_with_slo_feasible_configurations(capsys
     assert result["capacityRps"] >= 95
     assert {c["config"] for c in result["configs"]} <= {"q100-s100", "q60-s50", "q40-s24", "q40-s12"}  # not q20-*
     assert set(result["configs"][0]) >= {"quotaRequest", "smPartition", "memoryBytes", "replicas", "sloRps"}
-    assert result["cost"] == pytest.approx(sum(c["cost"] * c["replicas"] for c in result["configs"]))
+    assert result["cost"] == pytest.approx(sum(c["cost"] * c["replicas"] for c in result["configs"]), abs=1e-5)
+    assert result["contextReserveBytes"] == 320 * MiB  # a V100's CUDA context reserve (auto), as the agent's
+
+
+def test_each_pod_is_planned_with_its_context_reserve(capsys: pytest.CaptureFixture[str]) -> None:
+    """The profile's pods take 2 GiB; on a 2.4 GB GPU they fit alone, not with a 300 MiB context each."""
+    gpu = ["--gpu", "2400000000:80sm"]
+    assert main(["plan", "--profile", str(PROFILE), "--rps", "95", *gpu, "--context-reserve", "0", "-o", "json"]) == 0
+    bare = json.loads(capsys.readouterr().out)
+    assert bare["configs"]
+    assert bare["contextReserveBytes"] == 0
+    assert main(["plan", "--profile", str(PROFILE), "--rps", "95", *gpu, "--context-reserve", "300Mi"]) == 1
+    assert "fits the GPU's memory with a 300 MiB context reserve per pod (--context-reserve)" in capsys.readouterr().err
+
+
+def test_the_reserve_raises_the_memory_part_of_a_pods_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    costs = []
+    for reserve in ("0", "4Gi"):
+        assert main(["plan", "--profile", str(PROFILE), "--rps", "95", "--context-reserve", reserve, "-o", "json"]) == 0
+        costs.append({c["config"]: c["cost"] for c in json.loads(capsys.readouterr().out)["configs"]})
+    assert all(cost >= (2 + 4) / 16 for cost in costs[1].values()), costs  # 6 GiB of a 16 GiB GPU at least
+    assert min(costs[0].values()) < (2 + 4) / 16, costs
 
 
 def test_the_area_cost_prefers_the_smallest_sm_slice(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,7 +53,7 @@ def test_the_area_cost_prefers_the_smallest_sm_slice(capsys: pytest.CaptureFixtu
 def test_the_table_names_the_slo_and_the_total(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--profile", str(PROFILE), "--rps", "95"]) == 0
     out = capsys.readouterr().out
-    assert "95 req/s within p95 <= 69 ms on V100-16GB" in out
+    assert "95 req/s within p95 <= 69 ms on V100-16GB (dominant cost, 320 MiB context reserve per pod)" in out
     assert "total" in out
 
 
@@ -39,6 +61,8 @@ def test_the_table_names_the_slo_and_the_total(capsys: pytest.CaptureFixture[str
     (["--rps", "5", "--slo-ms", "20"], "no configuration of the profile meets the SLO at any load"),
     (["--rps", "5", "--gpu", "K80"], 'GPU model "K80" is unknown'),
     (["--rps", "-1"], "demand must be a finite number of requests per second >= 0, got -1.0"),
+    (["--rps", "5", "--context-reserve", "lots"], "--context-reserve 'lots' is not allowed: expected a byte quantity"),
+    (["--rps", "5", "--context-reserve", "16Gi"], "--context-reserve 16 GiB is not allowed for V100-16GB (16 GiB)"),
 ])
 def test_what_stops_a_plan_is_one_line(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--profile", str(PROFILE), *args]) == 1

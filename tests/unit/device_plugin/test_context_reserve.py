@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from device_plugin import main as agent_main
 from device_plugin.arbiter.server import ArbiterUsage
-from device_plugin.context_reserve import (
+from device_plugin.discovery import SimulatedGpus
+from device_plugin.metrics import NodeMetrics
+from fastgshare.context_reserve import (
     UNKNOWN_MODEL_RESERVE,
     ContextReserve,
     InvalidContextReserve,
@@ -20,8 +22,6 @@ from device_plugin.context_reserve import (
     parse_context_reserve,
     with_context_reserve,
 )
-from device_plugin.discovery import SimulatedGpus
-from device_plugin.metrics import NodeMetrics
 from fastgshare.inventory import NodeInventory, parse_gpu_spec
 from fastgshare.usage import UsageSnapshot
 from tests.builders import GiB, make_gpu
