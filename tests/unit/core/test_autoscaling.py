@@ -1,15 +1,18 @@
 """The planner: capacity covers the demand, no plan of one configuration is cheaper, the cost is
-within one pod of the best configuration of the cheapest plan (by brute force on small cases),
-monotone in demand, and only configurations that meet the SLO and fit the GPU are used."""
+within one pod of the best configuration of the cheapest plan (by brute force on small cases) and
+within the fill-then-cover bound of the exact optimum (an integer program), monotone in demand,
+and only configurations that meet the SLO and fit the GPU are used."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.optimize import Bounds, LinearConstraint, milp
 
 from fastgshare.autoscaling import (
     CostModel,
@@ -80,6 +83,38 @@ def test_the_cost_is_within_one_pod_of_the_best_configuration_of_the_cheapest_pl
                    if sum(n * o.capacity_rps for n, o in zip(counts, usable, strict=True)) >= demand - 1e-9)
     best = max(usable, key=lambda o: o.efficiency)
     assert result.cost < cheapest + best.cost + 1e-9
+
+
+def exact_optimum(demand: float, usable: list[Option]) -> float:
+    """The cheapest whole-pod plan that covers ``demand``: an integer program solved by HiGHS (scipy)."""
+    costs = np.array([o.cost for o in usable])
+    capacities = np.array([[o.capacity_rps for o in usable]])
+    solved = milp(costs, constraints=LinearConstraint(capacities, lb=demand - 1e-9), integrality=np.ones(len(usable)),
+                  bounds=Bounds(0, np.inf))
+    assert solved.success, solved.message
+    return float(solved.fun)
+
+
+@settings(max_examples=400, deadline=None)
+@given(usable_options(6),
+       st.floats(1, 500))
+def test_the_plan_costs_at_most_the_fractional_optimum_plus_the_cheapest_cover_of_the_rest(usable: list[Option],
+                                                                                            demand: float) -> None:
+    """The planner's guarantee, against the exact optimum. The most efficient configuration b fills
+    k = floor(D / cap_b) pods; what it leaves, r, is covered by the cheapest whole pods of one
+    configuration. So cost <= k x c_b + cover(r) = LP + (cover(r) - r / eff_b), where LP = D / eff_b is
+    the fractional optimum, below the exact one. Filling with another configuration breaks this
+    bound on about one random profile in ten (measured: 149 of 1,500), the one-configuration
+    bound of the test above does not see it."""
+    result = plan(demand, usable)
+    best = max(usable, key=lambda o: o.efficiency)
+    filled = math.floor(demand / best.capacity_rps + 1e-9)
+    rest = demand - filled * best.capacity_rps
+    cover = min(max(1, math.ceil(rest / o.capacity_rps - 1e-9)) * o.cost for o in usable) if rest > 1e-9 else 0.0
+    fractional = demand / best.efficiency
+    optimum = exact_optimum(demand, usable)
+    assert fractional - 1e-9 <= optimum <= result.cost + 1e-9
+    assert result.cost <= fractional + (cover - rest / best.efficiency) + 1e-9, (result, optimum)
 
 
 @settings(max_examples=200, deadline=None)
