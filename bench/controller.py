@@ -40,8 +40,10 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from bench.cpu import process_cpu_seconds
 from fastgshare import keys
-from tests.cluster import controlplane
-from tests.cluster.controlplane import Binaries, ControlPlane, ManagedProcess, ProcessSet, wait_until
+from fastgshare_cluster import controlplane
+from fastgshare_cluster import processes as process_control
+from fastgshare_cluster.controlplane import Binaries, ControlPlane
+from fastgshare_cluster.processes import ManagedProcess, ProcessSet, wait_until
 
 CRD_FILE = Path(__file__).resolve().parents[1] / "deploy" / "crd" / "fastpods.yaml"
 SHARE = {keys.GPU_QUOTA_REQUEST: "0.2", keys.GPU_QUOTA_LIMIT: "0.5", keys.GPU_SM_PARTITION: "20",
@@ -156,15 +158,15 @@ def start_replicaset_controller(binaries: Binaries, plane: ControlPlane, qps: in
                                 processes: ProcessSet) -> ManagedProcess:
     """kube-controller-manager with only the ReplicaSet controller (``qps`` None: its defaults)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (port,) = controlplane.free_ports(1)
+    (port,) = process_control.free_ports(1)
     limits = [f"--kube-api-qps={qps}", f"--kube-api-burst={qps}"] if qps else []
     process = processes.start("kube-controller-manager", [
         str(binaries.kube_controller_manager), f"--kubeconfig={plane.kubeconfig}",
         f"--authentication-kubeconfig={plane.kubeconfig}", f"--authorization-kubeconfig={plane.kubeconfig}",
-        f"--bind-address={controlplane.LOOPBACK}", f"--secure-port={port}", f"--cert-dir={workdir / 'certs'}",
+        f"--bind-address={process_control.LOOPBACK}", f"--secure-port={port}", f"--cert-dir={workdir / 'certs'}",
         "--port=0", "--leader-elect=false", "--controllers=replicaset", "--use-service-account-credentials=false",
         *limits], workdir / "kube-controller-manager.log")
-    wait_until(lambda: controlplane.http_ok(f"https://{controlplane.LOOPBACK}:{port}/healthz"),
+    wait_until(lambda: process_control.http_ok(f"https://{process_control.LOOPBACK}:{port}/healthz"),
                what="kube-controller-manager /healthz", timeout_s=90, watched=process)
     time.sleep(2)  # its informers sync right after /healthz answers
     return process
@@ -173,7 +175,7 @@ def start_replicaset_controller(binaries: Binaries, plane: ControlPlane, qps: in
 def run(settings: Settings) -> dict[str, Any]:
     binaries = controlplane.find_binaries()
     processes = ProcessSet()
-    controlplane.install_emergency_cleanup()
+    process_control.install_emergency_cleanup()
     with tempfile.TemporaryDirectory(prefix="fgs-bench-controller-") as directory:
         workdir = Path(directory)
         try:
