@@ -49,6 +49,9 @@ class Script:
     silent_tokens: bool = False  # read TOKEN requests but never answer them
     close_after_memory: int | None = None  # close instead of answering this memory request
     hello_error: protocol.ErrorReply | None = None
+    # Called on the connection's thread after a TOKEN request is read and before it is answered: the
+    # time the process holds no token (a test may wait there, as if another tenant held the GPU).
+    before_token_reply: Callable[[Request], None] | None = None
     memory_limit: int = 8 << 30  # the pod's limit: sent in HELLO and enforced on MEM_RESERVE
     hello_reply: protocol.HelloReply = attrs.field(factory=lambda: protocol.HelloReply(
         window_us=100_000, request_permille=500, limit_permille=1000, sm_percent=100,
@@ -155,11 +158,14 @@ class FakeArbiter:
                     self._answer_hello(conn, frame)
                 elif frame.type == MessageType.TOKEN:
                     tokens += 1
-                    self._record(Request(number, MessageType.TOKEN, used_ns=protocol.decode_u64(frame.payload)))
+                    request = Request(number, MessageType.TOKEN, used_ns=protocol.decode_u64(frame.payload))
+                    self._record(request)
                     if self.script.close_after_tokens is not None and tokens > self.script.close_after_tokens:
                         conn.shutdown(socket.SHUT_RDWR)
                         return
                     if not self.script.silent_tokens:
+                        if self.script.before_token_reply is not None:
+                            self.script.before_token_reply(request)
                         conn.sendall(protocol.encode_frame(frame.type | protocol.REPLY_BIT, frame.request_id,
                                                            protocol.encode_u64(self.script.token_ns)))
                 elif frame.type in (MessageType.MEM_RESERVE, MessageType.MEM_RELEASE):
