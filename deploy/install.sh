@@ -83,6 +83,9 @@ server_version() {
 }
 
 # scheduler_config_for VERSION: the file in deploy/scheduler/ that kube-scheduler VERSION reads.
+# Served API versions, from kube-scheduler's published types: v1beta1 1.20-1.22, v1beta2 1.22-1.27,
+# v1beta3 1.23-1.28, v1 from 1.25. Each minor gets the newest one we ship that it serves;
+# tests/unit/deploy/test_scheduler_config_schemas.py checks every pick for 1.20-1.36.
 scheduler_config_for() {
     local major minor rest
     IFS=. read -r major minor rest <<<"$1"

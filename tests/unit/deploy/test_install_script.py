@@ -33,9 +33,12 @@ def function(name: str, *args: str) -> subprocess.CompletedProcess[str]:
     ("1.20.2", "kube-scheduler-config.v1beta1.yaml"),
     ("1.21.14", "kube-scheduler-config.v1beta1.yaml"),
     ("1.22.0", "kube-scheduler-config.v1beta2.yaml"),
+    ("1.23.17", "kube-scheduler-config.v1beta2.yaml"),
     ("1.24.17", "kube-scheduler-config.v1beta2.yaml"),
     ("1.25.0", "kube-scheduler-config.yaml"),
+    ("1.28.15", "kube-scheduler-config.yaml"),
     ("1.30.6", "kube-scheduler-config.yaml"),
+    ("1.33.1", "kube-scheduler-config.yaml"),
     ("2.0.0", "kube-scheduler-config.yaml"),
 ])
 def test_the_scheduler_config_matches_the_server_version(version: str, config: str) -> None:
