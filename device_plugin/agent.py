@@ -3,7 +3,7 @@
 State that must survive a kubelet restart (device health, pods being allocated) lives in
 objects created once and handed to each new server; only the gRPC server and its socket are
 recreated. Two threads: the plugin loop (serve, register, watch kubelet) and the health loop
-(GPU events, recovery, inventory publishing).
+(GPU events, recovery, inventory publishing: whenever the devices change, health or MPS).
 """
 
 from __future__ import annotations
@@ -92,14 +92,14 @@ class NodeAgent:
     # --- health and inventory --------------------------------------------------------
     def _health_loop(self) -> None:
         unhealthy_since: dict[str, float] = {}
-        dirty = True
+        published: int | None = None  # the devices' revision last published
         while not self._stopping.is_set():
-            if dirty:
-                dirty = not self._publish()
+            revision = self.devices.revision()  # any change (health here, MPS elsewhere) is published
+            if revision != published and self._publish():
+                published = revision
             event = self._backend.next_event(timeout_s=min(self._retry_s, 1.0))
             if event is not None and self.devices.set_health(event.uuid, event.healthy):
                 log.warning("gpu=%s healthy=%s reason=%s", event.uuid, event.healthy, event.reason)
-                dirty = True
             if event is not None and not event.healthy:
                 unhealthy_since[event.uuid] = time.monotonic()
             if self._recovery_s > 0:
@@ -108,7 +108,6 @@ class NodeAgent:
                         del unhealthy_since[uuid]
                         if self.devices.set_health(uuid, True):
                             log.info("gpu=%s healthy again after %.0fs without errors", uuid, self._recovery_s)
-                            dirty = True
 
     def _publish(self) -> bool:
         inventory = self.devices.inventory()

@@ -2,7 +2,9 @@
 
 Each GPU is advertised as ``slots_per_gpu`` kubelet devices ``<uuid>::<slot>``, all with
 the GPU's health. ListAndWatch streams subscribe here; every health change is fanned out to
-every subscriber as a fresh full list (kubelet replaces its list on each message).
+every subscriber as a fresh full list (kubelet replaces its list on each message). Whether a GPU
+has MPS changes too (:mod:`device_plugin.mps_watch`); that is no kubelet matter. Every change
+moves :meth:`DeviceState.revision`, which the agent republishes the inventory on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class DeviceState:
         self.slots_per_gpu = slots_per_gpu
         self._gpus = {gpu.uuid: gpu for gpu in gpus}
         self._lock = threading.Lock()
+        self._revision = 0  # bumped on every change of a GPU
         self._subscribers: list[queue.Queue[list[SlotDevice]]] = []
 
     def inventory(self) -> NodeInventory:
@@ -57,11 +60,27 @@ class DeviceState:
             if gpu is None or gpu.healthy == healthy:
                 return False
             self._gpus[uuid] = attrs.evolve(gpu, healthy=healthy)
+            self._revision += 1
             update = self._slots_locked()
             subscribers = list(self._subscribers)
         for subscriber in subscribers:  # never send while holding the lock
             subscriber.put(update)
         return True
+
+    def set_mps(self, uuid: str, enabled: bool) -> bool:
+        """Change whether a GPU has MPS now; True if it changed."""
+        with self._lock:
+            gpu = self._gpus.get(uuid)
+            if gpu is None or gpu.mps_enabled == enabled:
+                return False
+            self._gpus[uuid] = attrs.evolve(gpu, mps_enabled=enabled)
+            self._revision += 1
+            return True
+
+    def revision(self) -> int:
+        """A number that changes whenever any GPU does (health, MPS)."""
+        with self._lock:
+            return self._revision
 
     def subscribe(self) -> queue.Queue[list[SlotDevice]]:
         """A queue that receives the full list now and after every change."""

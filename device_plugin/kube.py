@@ -14,7 +14,8 @@ module that reaches the API.
 - :class:`KubeWriter`: the agent's writes: marking a pod allocated (one annotation, guarded by
   resourceVersion, retried on 409), publishing the node's GPU inventory (its own annotations),
   and Warning events on pods (a refused assignment, a container refused at
-  :meth:`~device_plugin.servicer.DevicePluginServicer.PreStartContainer`). It deletes no pod.
+  :meth:`~device_plugin.servicer.DevicePluginServicer.PreStartContainer`, an SM partition MPS cannot
+  apply), and Normal events on its Node (MPS started or stopped). It deletes no pod.
 
 Pods are read as the API's JSON, not as client models; failures are the layer's
 :class:`~fastgshare_kube.errors.ApiError`.
@@ -37,7 +38,7 @@ from fastgshare_kube import rest
 from fastgshare_kube.access_reviews import kubernetes_metrics_access  # noqa: F401 - this adapter's API
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 from fastgshare_kube.errors import ApiError
-from fastgshare_kube.events import WARNING, EventRecorder
+from fastgshare_kube.events import NORMAL, WARNING, EventRecorder, EventSink
 from fastgshare_kube.reflector import Reflector
 from fastgshare_kube.rest import RawListWatch
 
@@ -48,6 +49,7 @@ REASON_ASSIGNMENT_REFUSED = "AssignmentRefused"
 WATCH_TIMEOUT_S = 240
 CONFLICT_RETRIES = 5
 REQUEST_TIMEOUT = (5.0, 30.0)
+NODE_EVENTS_NAMESPACE = "default"  # where events on cluster-scoped objects (a Node) live
 
 
 def node_label(api: ApiClient, node_name: str, key: str) -> str | None:
@@ -246,6 +248,24 @@ class NodePods:
         self._changed.notify_all()
 
 
+class NodeEvents:
+    """The :class:`~fastgshare_kube.events.EventSink` for events on a Node: a cluster-scoped
+    object's events live in namespace ``default``, their ``involvedObject`` has no namespace, and
+    its uid is the node's name, as the kubelet writes them (``kubectl describe node`` finds them so)."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+
+    def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
+        involved = {key: value for key, value in body["involvedObject"].items() if key != "namespace"}
+        self._sink.create_event(NODE_EVENTS_NAMESPACE, {**body, "metadata": {**body["metadata"],
+                                                                               "namespace": NODE_EVENTS_NAMESPACE},
+                                                         "involvedObject": involved})
+
+    def patch_event(self, namespace: str, name: str, body: Mapping[str, Any]) -> None:
+        self._sink.patch_event(NODE_EVENTS_NAMESPACE, name, body)
+
+
 class KubeWriter:
     """The node agent's writes, each limited to the annotation it owns."""
 
@@ -255,6 +275,8 @@ class KubeWriter:
         self._core = rest.core_v1(api)
         self._events = EventRecorder(rest.Events(api), component=EVENT_COMPONENT, instance=instance,
                                      api_version="v1", kind="Pod")
+        self._node_events = EventRecorder(NodeEvents(rest.Events(api)), component=EVENT_COMPONENT, instance=instance,
+                                          api_version="v1", kind="Node")
         self._sleep = sleep
         self._node_annotations = dict(node_annotations or {})  # published with the inventory
 
@@ -295,6 +317,10 @@ class KubeWriter:
         recorder logs a failed write and aggregates repeats)."""
         threading.Thread(target=self._events.event, args=(pod_object(pod), WARNING, reason, message),
                          name="pod-event", daemon=True).start()
+
+    def node_event(self, node_name: str, reason: str, message: str) -> None:
+        """A Normal event on node ``node_name`` (the recorder logs a failed write)."""
+        self._node_events.event({"metadata": {"name": node_name, "uid": node_name}}, NORMAL, reason, message)
 
     def publish_inventory(self, node_name: str, payload: str) -> bool:
         """Write the node's inventory annotation (and the agent's other node annotations, such as

@@ -46,6 +46,8 @@ from device_plugin.hook_install import (
     install_hook,
     install_library,
 )
+from device_plugin.mps import with_mps
+from device_plugin.mps_watch import MPS_POLL_S, MpsFollower, daemon_running
 from device_plugin.nvml import NvmlGpus, NvmlProcessGpuTime, NvmlUnavailable
 from fastgshare import __version__, keys
 from fastgshare.assignment_signature import (
@@ -112,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "that Allocate mounts into containers, with each simulated GPU's state "
                              "(default: fake/ next to --hook-library, if it is there)")
     parser.add_argument("--mps-pipe-dir", default=keys.DEFAULT_MPS_PIPE_DIRECTORY,
-                        help="the MPS control daemon's pipe directory (default: %(default)s)")
+                        help="the MPS control daemon's pipe directory: GPUs have MPS while its "
+                             f"{keys.MPS_CONTROL_PIPE} pipe is there, looked for every {MPS_POLL_S:g} s for the "
+                             "agent's whole life (default: %(default)s)")
     parser.add_argument("--health-recovery-seconds", type=float, default=0.0,
                         help="mark a GPU healthy again after this long without critical XID events; "
                              "0 keeps it unhealthy until the agent restarts (default: %(default)s)")
@@ -161,6 +165,12 @@ def make_backend(args: argparse.Namespace) -> GpuBackend:
     log.warning("no NVIDIA GPUs here; simulating %s as node label %s says", spec, keys.SIMULATED_GPUS_LABEL)
     args.fake_gpus = spec
     return SimulatedGpus(parse_gpu_spec(spec), args.node_name)
+
+
+def mps_allowed(backend: GpuBackend) -> dict[str, bool]:
+    """GPU uuid -> whether it may run MPS: every real GPU; a simulated one unless its spec says ``:nomps``."""
+    simulated = isinstance(backend, SimulatedGpus)
+    return {gpu.uuid: gpu.mps_enabled if simulated else True for gpu in backend.devices()}
 
 
 def simulated_gpus_of_node(args: argparse.Namespace) -> str | None:
@@ -217,6 +227,7 @@ class Components:
     agent: NodeAgent
     stopping: threading.Event
     metrics: MetricsServer
+    mps: MpsFollower
     audit: UsageAudit | None = None
 
 
@@ -264,7 +275,8 @@ class EarlyArbiter:
     run_dir: Path
     shares: DeferredShares
     thread: ArbiterThread
-    gpus: tuple[GpuDevice, ...]  # as published: the backend's, with their context reserves
+    gpus: tuple[GpuDevice, ...]  # as published: the backend's, with their context reserves and MPS as of now
+    mps_allowed: dict[str, bool]
 
 
 def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
@@ -293,12 +305,14 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
     except InvalidContextReserve as error:
         backend.close()
         raise StartupError(str(error), 2) from None
+    allowed = mps_allowed(backend)
+    gpus = with_mps(gpus, allowed, daemon_running(Path(args.mps_pipe_dir)))  # followed from here on: MpsFollower
     run_dir = args.state_dir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     shares = DeferredShares()
     thread = ArbiterThread(
         ArbiterServer(run_dir / keys.ARBITER_SOCKET_NAME,
-                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in backend.devices()},
+                      {gpu.uuid: GpuSettings(mps_enabled=gpu.mps_enabled) for gpu in gpus},
                       shares, state=StateFile(args.state_dir / STATE_FILE_NAME), **timing_ns(args),
                       **edge_options(args)))
     try:
@@ -306,7 +320,7 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
     except OSError as error:
         backend.close()
         raise StartupError(f"cannot start the arbiter: {error}") from None
-    return EarlyArbiter(backend, run_dir, shares, thread, gpus)
+    return EarlyArbiter(backend, run_dir, shares, thread, gpus, allowed)
 
 
 def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust) -> Components:
@@ -354,18 +368,21 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
                                                     mps_pipe_dir=args.mps_pipe_dir, simulated_driver=driver))
     kubelet_record = PodResourcesClient(args.pod_resources_socket, keys.VGPU_RESOURCE)
+    mps = MpsFollower(Path(args.mps_pipe_dir), allowed=early.mps_allowed, devices=devices, arbiter=arbiter,
+                      events=writer, pods=pods, node_name=args.node_name, stopping=stopping)
     agent = NodeAgent(
         devices=devices, backend=backend, publisher=writer, plugin_dir=args.device_plugin_dir, stopping=stopping,
         health_recovery_s=args.health_recovery_seconds,
         make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, writer, stopping=stopping,
                                                    allocate_wait_s=args.allocate_wait_seconds,
-                                                   kubelet_record=kubelet_record),
+                                                   kubelet_record=kubelet_record, partitions=mps),
     )
     inventory = devices.inventory()
     log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d context_reserve=%s hook=%s metrics=%s:%d",
-             args.node_name, ",".join(f"{g.index}:{g.uuid}" for g in inventory.gpus), args.slots_per_gpu,
+             args.node_name, ",".join(f"{g.index}:{g.uuid}:{'mps' if g.mps_enabled else 'nomps'}"
+                                      for g in inventory.gpus), args.slots_per_gpu,
              describe_reserves(inventory.gpus), hook, parse_listen(args.metrics_listen)[0], metrics.port)
-    return Components(pods, arbiter, agent, stopping, metrics, audit)
+    return Components(pods, arbiter, agent, stopping, metrics, mps, audit)
 
 
 def usage_audit(args: argparse.Namespace, backend: GpuBackend, driver: SimulatedDriver | None,
@@ -402,11 +419,13 @@ def run(parts: Components) -> None:
     parts.arbiter.follow(parts.pods)
     parts.metrics.start()
     parts.agent.start()
+    parts.mps.start()
     if parts.audit is not None:
         parts.audit.start()
     parts.stopping.wait()
     if parts.audit is not None:
         parts.audit.stop()
+    parts.mps.stop()
     parts.agent.stop()
     parts.metrics.stop()
     parts.arbiter.stop()

@@ -5,7 +5,8 @@ Metric names and labels are a contract (docs/observability.md). Every value is b
 time from three sources: the pods bound to this node with an assignment (what was promised), the
 arbiter's usage snapshot (what was delivered: GPU time the hooks reported over the last 10 s,
 token waits, throttling, memory), and the device state (health); plus the usage audit's latest
-comparison of the charges with the GPU's own account (:mod:`device_plugin.gpu_usage`). A pod's
+comparison of the charges with the GPU's own account (:mod:`device_plugin.gpu_usage`). Whether a GPU
+has MPS is the device state's, as of now (:mod:`device_plugin.mps_watch`). A pod's
 series go when the pod leaves the cache (promised) or its use has left the window (delivered).
 
 The only module of the agent that imports ``prometheus_client``.
@@ -144,6 +145,9 @@ class NodeMetrics:
         reserve = GaugeMetricFamily("fastgshare_gpu_context_reserve_bytes",
                                     "GPU memory each pod on the GPU is charged for its CUDA context, next to its "
                                     "gpu_mem (the agent's --context-reserve)", labels=["gpu"])
+        mps = GaugeMetricFamily("fastgshare_gpu_mps_active",
+                                "1 while the MPS control daemon serves the GPU (SM partitions applied), 0 without "
+                                "(pods take turns on the whole GPU)", labels=["gpu"])
         by_gpu = {g.gpu: g.busy_share for g in usage.usage.gpus} if usage else {}
         for gpu in inventory.gpus:
             healthy.add_metric([gpu.uuid], 1 if gpu.healthy else 0)
@@ -151,7 +155,8 @@ class NodeMetrics:
             held = sum(b for (g, _pod), b in usage.memory_bytes.items() if g == gpu.uuid) if usage else 0
             allocated.add_metric([gpu.uuid], held)
             reserve.add_metric([gpu.uuid], gpu.context_reserve_bytes)
-        yield from (healthy, busy, allocated, reserve)
+            mps.add_metric([gpu.uuid], 1 if gpu.mps_enabled else 0)
+        yield from (healthy, busy, allocated, reserve, mps)
 
 
 class MetricsServer:

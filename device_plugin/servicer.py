@@ -67,6 +67,13 @@ class PodWriter(Protocol):
 REASON_START_REFUSED = "GPUContainerRefused"
 
 
+class PartitionCheck(Protocol):
+    """Told of each pod Allocate served: it warns if the pod's GPU has no MPS to apply its SM
+    partition (:meth:`device_plugin.mps_watch.MpsFollower.allocated`)."""
+
+    def allocated(self, pod: PodRecord) -> None: ...
+
+
 class KubeletRecord(Protocol):
     """kubelet's PodResources: pod key -> its devices of our resource; None if kubelet does not answer."""
 
@@ -95,7 +102,7 @@ def _list_response(slots: list[SlotDevice]) -> api.ListAndWatchResponse:
 class DevicePluginServicer(api_grpc.DevicePluginServicer):
     def __init__(self, devices: DeviceState, allocator: Allocator, pods: PodSource, marker: PodWriter,
                  *, allocate_wait_s: float = 10.0, stopping: threading.Event,
-                 kubelet_record: KubeletRecord | None = None,
+                 kubelet_record: KubeletRecord | None = None, partitions: PartitionCheck | None = None,
                  now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self._devices = devices
@@ -103,6 +110,7 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
         self._pods = pods
         self._marker = marker
         self._kubelet_record = kubelet_record or NoKubeletRecord()
+        self._partitions = partitions
         self._allocate_wait_s = allocate_wait_s
         self._stopping = stopping
         self._now = now
@@ -164,6 +172,8 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
                     self._given[device_id] = (given_answer(allocation), mps)
             while len(self._given) > GIVEN_REMEMBERED:
                 del self._given[next(iter(self._given))]
+        if self._partitions is not None and grant.choice.certain:
+            self._partitions.allocated(grant.candidate.pod)
         return api.AllocateResponse(container_responses=[
             api.ContainerAllocateResponse(
                 envs=dict(allocation.envs),

@@ -141,6 +141,8 @@ CONTAINER_HOOK_PATH: Final = "/usr/local/fastgshare/lib/libfastgshare-hook.so"
 CONTAINER_RUN_DIR: Final = "/var/run/fastgshare"
 ARBITER_SOCKET_NAME: Final = "arbiter.sock"
 DEFAULT_MPS_PIPE_DIRECTORY: Final = "/tmp/nvidia-mps"
+# The MPS control daemon's pipe in its pipe directory: there while the daemon runs (node agent, simgpu/mps.py).
+MPS_CONTROL_PIPE: Final = "control"
 # With simulated GPUs, Allocate mounts the simulated driver where the NVIDIA container toolkit
 # mounts the real one, and the simulated GPU's shared state directory.
 CONTAINER_DRIVER_DIR: Final = "/usr/lib/x86_64-linux-gnu"

@@ -447,6 +447,8 @@ class _Startup:
             _untaint(core, node.NODE_NAME)
             self.step(f"node {node.NODE_NAME} Ready")
             manifests.label_node(kubeconfig, node.NODE_NAME, options.gpus)
+            # The MPS DaemonSet skips simulated nodes: stand in for its daemon where deploy/ mounts it.
+            _start_simulated_mps(Path(keys.DEFAULT_MPS_PIPE_DIRECTORY))
             install_seconds = manifests.run_script("install.sh", kubeconfig, say=options.say,
                                                    log_path=self.logs / "install.log",
                                                    env={"FASTGSHARE_WAIT_TIMEOUT": f"{INSTALL_READY_S}s"})
@@ -491,6 +493,7 @@ class _Startup:
             "--no-leader-elect",
             "--health-address", f"{LOOPBACK}:{controller_health}"])
         agent_state = self.dir / "node-agent"
+        _start_simulated_mps(self.dir / "nvidia-mps")
         agent = self.start("node-agent", [
             _command("fastgshare-node-agent"), "--node-name", node.NODE_NAME,
             "--kubeconfig", str(identities["fastgshare-node-agent"]),
@@ -539,6 +542,16 @@ class _Startup:
         _write_state(self.dir, self.state)
         self.processes.release()
         return _cluster_of(self.dir, self.state)
+
+
+def _start_simulated_mps(pipe_dir: Path) -> None:
+    """The simulated GPUs' MPS control daemon, as simgpu/mps.py stands in for it: its ``control``
+    FIFO, which the node agent looks for (GPUs have MPS, SM partitions apply, while it is there).
+    Made here, not imported: the local cluster does not import the simulated GPU's Python side."""
+    pipe_dir.mkdir(parents=True, exist_ok=True)
+    control = pipe_dir / keys.MPS_CONTROL_PIPE
+    if not control.exists():
+        os.mkfifo(control, 0o666)
 
 
 def up(options: Options) -> Cluster:

@@ -105,6 +105,10 @@ class ArbiterThread:
 
         return asyncio.run_coroutine_threadsafe(take(), self._loop).result(timeout_s)
 
+    def set_mps(self, gpu_uuid: str, enabled: bool) -> None:
+        """The GPU's MPS started or stopped (:meth:`ArbiterServer.set_mps`, on the arbiter's loop)."""
+        self._loop.call_soon_threadsafe(self.server.set_mps, gpu_uuid, enabled)
+
     def stop(self) -> None:
         self._stop.set()
         if self._loop.is_running():

@@ -63,8 +63,8 @@ from device_plugin.arbiter.native import EVENT_ACCEPTED, EVENT_CLOSED, EngineEve
 from device_plugin.arbiter.ratelimit import RepeatLimiter
 from device_plugin.arbiter.shares import PodShare, ShareBook
 from device_plugin.arbiter.state import SavedPod, StateFile
-from fastgshare import protocol
-from fastgshare.arbitration import ArbitrationError
+from fastgshare import keys, protocol
+from fastgshare.arbitration import ArbitrationError, TimeShare
 from fastgshare.memory import PodMemoryLedger
 from fastgshare.protocol import (
     ErrorCode,
@@ -110,6 +110,13 @@ def process_alive(pid: int) -> bool:
 @attrs.frozen
 class GpuSettings:
     mps_enabled: bool
+
+
+def engine_share(share: TimeShare, mps_enabled: bool) -> TimeShare:
+    """The share the GPU's scheduler in the engine is told: without MPS a pod's kernels may use
+    every SM, so it counts as the whole GPU (100 %) and pods take turns (the engine's schedulers
+    all run with MPS on; this is what turns it off, per GPU and at any time)."""
+    return share if mps_enabled else attrs.evolve(share, sm_percent=keys.SM_UNITS)
 
 
 @attrs.frozen
@@ -207,8 +214,7 @@ class ArbiterServer:
             listener.listen(BACKLOG)
             listener.setblocking(False)
             os.chmod(self.socket_path, 0o666)  # any container user may connect; identity comes from the kernel
-            engine = NativeEngine(listener.fileno(), [(uuid, settings.mps_enabled) for uuid, settings in
-                                                      self._gpus.items()],
+            engine = NativeEngine(listener.fileno(), [(uuid, True) for uuid in self._gpus],  # see engine_share
                                   window_ns=self._window_ns, min_token_ns=self._min_token_ns,
                                   meter_window_ns=METER_WINDOW_NS)
         except BaseException:
@@ -397,8 +403,21 @@ class ArbiterServer:
             if pod.memory.limit_bytes != share.memory_bytes:
                 log.info("memory limit changed pod=%s gpu=%s limit=%d", pod_key, gpu, share.memory_bytes)
                 pod.memory.set_limit(share.memory_bytes)
-            if pod.connections and self._engine is not None and self._engine.set_share(gpu, pod_key, share.time):
+            if pod.connections and self._engine is not None and self._engine.set_share(
+                    gpu, pod_key, engine_share(share.time, self._gpus[gpu].mps_enabled)):
                 log.info("share changed pod=%s gpu=%s share=%s", pod_key, gpu, share.time)
+
+    def set_mps(self, gpu: str, enabled: bool) -> None:
+        """The GPU's MPS started or stopped: its connected pods' SM percentages count, or do not,
+        from the next decision (tokens held run out as granted). Call it on the arbiter's loop."""
+        if gpu not in self._gpus or self._gpus[gpu].mps_enabled == enabled:
+            return
+        self._gpus[gpu] = GpuSettings(mps_enabled=enabled)
+        log.info("gpu=%s mps=%s: SM partitions %s", gpu, enabled,
+                 "apply" if enabled else "do not apply, pods take turns")
+        for (pod_gpu, pod_key), pod in self._pods.items():
+            if pod_gpu == gpu and pod.connections and pod.share is not None and self._engine is not None:
+                self._engine.set_share(gpu, pod_key, engine_share(pod.share.time, enabled))
 
     # --- one connection ----------------------------------------------------------------
     def _connected(self, link: _Link, connection: _Connection) -> bool:
@@ -506,7 +525,8 @@ class ArbiterServer:
             pod.memory.set_limit(share.memory_bytes)
         # The engine answers this connection's TOKENs from now on (with this share if the pod is new
         # to the GPU's scheduler; a running pod's share changes through refresh_shares).
-        connection.engine.register(connection.id, share.gpu_uuid, pod_key, share.time)
+        connection.engine.register(connection.id, share.gpu_uuid, pod_key,
+                                   engine_share(share.time, self._gpus[share.gpu_uuid].mps_enabled))
         pod.connections.add(connection)
         self._log.info("hook connected pid=%d pod=%s gpu=%s", connection.pid, pod_key, share.gpu_uuid)
         connection.send(MessageType.HELLO | protocol.REPLY_BIT, frame.request_id, self._hello_reply(share).encode())

@@ -29,6 +29,7 @@ from device_plugin.discovery import SimulatedGpus
 from fastgshare import keys
 from fastgshare.codec import decode_assignment
 from fastgshare.inventory import parse_gpu_spec
+from simgpu import mps as simulated_mps
 from tests.cluster.conftest import StartScheduler, unique_name
 from tests.cluster.controlplane import ControlPlane, free_ports, wait_until
 from tests.cluster.gpu_nodes import create_gpu_node
@@ -144,8 +145,10 @@ def test_a_fastpod_of_three_ends_with_each_pod_allocated_its_assigned_gpu(
     group = ProcessGroup(workdir)
     kubeconfig = str(control_plane.kubeconfig)
     try:
+        simulated_mps.start(workdir / "nvidia-mps")  # the MPS control daemon runs: SM partitions apply
         group.start("node-agent", [command("fastgshare-node-agent"), "--node-name", node, "--kubeconfig", kubeconfig,
                                    "--device-plugin-dir", str(plugin_dir), "--state-dir", str(workdir / "state"),
+                                   "--mps-pipe-dir", str(workdir / "nvidia-mps"),
                                    "--fake-gpus", FAKE_GPUS, "--slots-per-gpu", "4", "--hook-library", "/bin/true",
                                    "--metrics-listen", "127.0.0.1:0",
                                    # the key the extender signs with (ExtenderProcess wrote it)

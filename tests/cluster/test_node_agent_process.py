@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.arbiter.client import ArbiterError, HookClient
 from fastgshare import keys
 from fastgshare.codec import decode_node_inventory
+from simgpu import mps as simulated_mps
 from tests.builders import TEST_ASSIGNMENT_KEY
 from tests.cluster.conftest import unique_name
 from tests.cluster.controlplane import ControlPlane, wait_until
@@ -129,5 +131,63 @@ def test_the_agent_waits_for_a_node_the_kubelet_registers_late(
             process.kill()
             process.wait()
         log.close()
+        kubelet.stop()
+        core.delete_node(node)
+
+
+def _mps_view(core: kubernetes.client.CoreV1Api, node: str) -> tuple[list[bool], list[float], list[str]]:
+    """What the cluster sees of the node's MPS: the inventory's per GPU, the agent's
+    fastgshare_gpu_mps_active per GPU (in GPU order) and the reasons of the Node's events."""
+    metadata = core.read_node(node).metadata
+    annotations = (metadata.annotations if metadata is not None else None) or {}
+    if keys.NODE_GPU_INFO_ANNOTATION not in annotations:
+        return [], [], []
+    gpus = decode_node_inventory(annotations[keys.NODE_GPU_INFO_ANNOTATION]).gpus
+    port = annotations[keys.NODE_METRICS_PORT_ANNOTATION]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    gauge = {gpu.uuid: float(line.rsplit(" ", 1)[1]) for line in lines for gpu in gpus
+             if line.startswith(f'fastgshare_gpu_mps_active{{gpu="{gpu.uuid}"}}')}
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    reasons = [str(event.reason) for event in sorted(events, key=lambda e: str(e.first_timestamp))
+               if event.involved_object.kind == "Node"]
+    return [gpu.mps_enabled for gpu in gpus], [gauge.get(gpu.uuid, -1.0) for gpu in gpus], reasons
+
+
+def test_mps_turned_on_and_off_under_a_running_agent_reaches_inventory_metric_and_events(
+        control_plane: ControlPlane, core: kubernetes.client.CoreV1Api, workdir: Path) -> None:
+    """Issue 36, item 4: the agent starts before the MPS control daemon (the simulated one,
+    simgpu/mps.py), then the daemon comes and goes; the cluster sees each change."""
+    node = unique_name("mps-node")
+    core.create_node(kubernetes.client.V1Node(metadata=kubernetes.client.V1ObjectMeta(name=node)))
+    plugin_dir, state_dir, pipe_dir = workdir / "dp", workdir / "state", workdir / "nvidia-mps"
+    plugin_dir.mkdir()
+    kubelet = FakeKubelet(plugin_dir)
+    kubelet.start()
+    log = (workdir / "agent.log").open("w")
+    process = subprocess.Popen(
+        agent_command(node, control_plane, plugin_dir, state_dir, "2x40GiB:108sm", "--mps-pipe-dir", str(pipe_dir),
+                      "--metrics-auth", "none"),
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def seen(expected: tuple[list[bool], list[float], list[str]]) -> bool:
+            return _mps_view(core, node) == expected
+
+        wait_until(lambda: seen(([False, False], [0.0, 0.0], [])), what="the GPUs published without MPS",
+                   timeout_s=30)
+        simulated_mps.start(pipe_dir)
+        wait_until(lambda: seen(([True, True], [1.0, 1.0], ["MPSStarted"])), what="MPS started, seen by the cluster",
+                   timeout_s=30)
+        simulated_mps.stop(pipe_dir)
+        wait_until(lambda: seen(([False, False], [0.0, 0.0], ["MPSStarted", "MPSStopped"])),
+                   what="MPS stopped, seen by the cluster", timeout_s=30)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+        simulated_mps.stop(pipe_dir)
         kubelet.stop()
         core.delete_node(node)
