@@ -16,7 +16,7 @@ pod at a time), so the first to arrive is the one; else the agent cannot know an
 reason, which kubelet shows on the pod. The tenant's share never depends on this: the arbiter
 finds a process's pod by its cgroup.
 
-Pure but for one step: pods arrive as :class:`PodRecord` snapshots from the kube adapter; the
+Pure but for one step: pods arrive as :class:`NodePod` snapshots from the kube adapter; the
 answer is plain data the servicer turns into protobuf. With simulated GPUs, a grant first makes
 sure the GPU's two state files exist (:func:`device_plugin.hook_install.ensure_simulated_gpu_files`).
 
@@ -43,8 +43,9 @@ from fastgshare.share import parse_share
 
 
 @attrs.frozen(kw_only=True)
-class PodRecord:
-    """The parts of a Pod the node agent looks at."""
+class NodePod:
+    """A pod as the node agent sees it: the parts it looks at, with the assignment it trusts
+    (the extender has its own view of a pod, :class:`scheduler_extender.records.PodRecord`)."""
 
     uid: str
     namespace: str
@@ -78,7 +79,7 @@ class PodRecord:
         return keys.POD_ALLOCATED_ANNOTATION in self.annotations
 
 
-def vetted(record: PodRecord, trust: AssignmentTrust) -> PodRecord:
+def vetted(record: NodePod, trust: AssignmentTrust) -> NodePod:
     """``record`` with its assignment if the agent may serve it: readable, signed by the extender
     for this pod's uid and the node it is on, and giving no more than the pod's own share
     annotations ask for (so the hook's memory limit is never above the pod's ``gpu_mem``)."""
@@ -102,7 +103,7 @@ def vetted(record: PodRecord, trust: AssignmentTrust) -> PodRecord:
 
 @attrs.frozen
 class Candidate:
-    pod: PodRecord
+    pod: NodePod
     assignment: PodAssignment
 
 
@@ -144,7 +145,7 @@ class HostPaths:
 _FINISHED_PHASES = ("Succeeded", "Failed")
 
 
-def candidates(pods: Iterable[PodRecord], node_name: str,
+def candidates(pods: Iterable[NodePod], node_name: str,
                held: Mapping[str, int] | None = None) -> tuple[list[Candidate], list[str]]:
     """Pods on ``node_name`` waiting for Allocate, oldest assignment first, and any problems.
 
@@ -175,7 +176,7 @@ def candidates(pods: Iterable[PodRecord], node_name: str,
     return found, problems
 
 
-def _gpu_containers(pod: PodRecord) -> int:
+def _gpu_containers(pod: NodePod) -> int:
     return max(len(pod.gpu_containers), 1)
 
 
@@ -245,7 +246,7 @@ def _comparable(allocation: ContainerAllocation) -> Answer:
     return tuple(sorted(allocation.envs.items())), allocation.mounts
 
 
-def answer_for(pod: PodRecord, paths: HostPaths, mps_enabled: bool) -> Answer | None:
+def answer_for(pod: NodePod, paths: HostPaths, mps_enabled: bool) -> Answer | None:
     """What any container of ``pod`` must be given, its name left out (None: no readable assignment)."""
     if pod.assignment is None:
         return None
@@ -324,7 +325,7 @@ class Allocator:
         """The agent refused this pod's Allocate: it waits no longer, even while the cache lags."""
         self._refused.add(candidate.pod.uid)
 
-    def peek(self, pods: Iterable[PodRecord], held: Mapping[str, int] | None = None,
+    def peek(self, pods: Iterable[NodePod], held: Mapping[str, int] | None = None,
              mps_enabled: bool = True, order_from: int | None = None) -> Choice:
         """Whom the next Allocate is for, without serving it; ``held`` as in :func:`candidates`;
         pods whose ``bound_seq`` is at least ``order_from`` arrived in a known order (None: no
@@ -353,7 +354,7 @@ class Allocator:
             return Choice((min(found, key=lambda c: c.pod.bound_seq or 0),))  # kubelet admits in arrival order
         raise AmbiguousAllocate(ambiguity_message(self.node_name, found))
 
-    def grant(self, pods: Iterable[PodRecord], containers: int, mps_enabled: bool,
+    def grant(self, pods: Iterable[NodePod], containers: int, mps_enabled: bool,
               held: Mapping[str, int] | None = None, order_from: int | None = None) -> Grant:
         """Serve ``containers`` containers of the next pod."""
         choice = self.peek(pods, held, mps_enabled, order_from)

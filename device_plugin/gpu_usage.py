@@ -26,7 +26,7 @@ from typing import Protocol
 
 import attrs
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.arbiter.server import ArbiterUsage
 
 log = logging.getLogger(__name__)
@@ -56,11 +56,11 @@ class ProcessGpuTime(Protocol):
 
 
 class PodSource(Protocol):
-    def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+    def snapshot(self) -> tuple[int, list[NodePod]]: ...
 
 
 def pod_seconds(reported: ProcessTime, pod_of_pid: Callable[[int], str | None],
-                pods_by_uid: Mapping[str, PodRecord]) -> dict[GpuPod, float]:
+                pods_by_uid: Mapping[str, NodePod]) -> dict[GpuPod, float]:
     """(GPU, pod key) -> GPU seconds the pod's processes used, by the GPU's account. Processes of
     no pod on this node (the host's own, or a pod the cache does not know yet) are left out."""
     found: dict[GpuPod, float] = {}
@@ -108,7 +108,7 @@ class UsageAudit:
     interval, their difference per pod (for the metrics), and an Event per pod above ``threshold``."""
 
     def __init__(self, gpu: ProcessGpuTime, arbiter_usage: Callable[[], ArbiterUsage], pods: PodSource,
-                 warn: Callable[[PodRecord, str, str], None], pod_of_pid: Callable[[int], str | None], *,
+                 warn: Callable[[NodePod, str, str], None], pod_of_pid: Callable[[int], str | None], *,
                  threshold: float = DEFAULT_THRESHOLD, clock: Callable[[], float] = time.monotonic) -> None:
         self._gpu = gpu
         self._arbiter_usage = arbiter_usage
@@ -149,7 +149,7 @@ class UsageAudit:
         with self._lock:
             self._latest = latest
 
-    def _report(self, pod: PodRecord, gpu: str, share: float, elapsed_s: float) -> None:
+    def _report(self, pod: NodePod, gpu: str, share: float, elapsed_s: float) -> None:
         now = self._clock()
         last = self._warned_at.get(pod.uid)
         if last is not None and now - last < EVENT_INTERVAL_S:

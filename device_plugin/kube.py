@@ -7,7 +7,7 @@ module that reaches the API.
   list/watch loop (:class:`~fastgshare_kube.reflector.Reflector`: list, then watch from the list's
   resourceVersion; bookmarks move the version on; relist when the watch expires with 410 Gone), so
   Allocate reads memory rather than listing per call. Each pod is turned into a
-  :class:`~device_plugin.allocation.PodRecord` once, when it arrives, its assignment vetted there
+  :class:`~device_plugin.allocation.NodePod` once, when it arrives, its assignment vetted there
   (:func:`~device_plugin.allocation.vetted`: the extender's signature, the pod's own share). A
   pod that had a trusted assignment keeps it when the annotation is rewritten with one the agent
   does not trust, and a Warning event on the pod says so (issue 42, row 2);
@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from device_plugin.allocation import PodRecord, vetted
+from device_plugin.allocation import NodePod, vetted
 from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare_kube import rest
@@ -90,12 +90,12 @@ def missing_node(api: ApiClient, node_name: str, wait_s: float, *,
         delay = min(delay * 2, 10.0)
 
 
-def pod_record(pod: Mapping[str, Any], trust: AssignmentTrust) -> PodRecord:
+def pod_record(pod: Mapping[str, Any], trust: AssignmentTrust) -> NodePod:
     """The parts of a pod (the API's JSON) the node agent needs, its assignment vetted with ``trust``."""
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     containers = spec.get("containers") or []
-    return vetted(PodRecord(
+    return vetted(NodePod(
         uid=str(metadata.get("uid") or ""),
         namespace=str(metadata.get("namespace") or ""),
         name=str(metadata.get("name") or ""),
@@ -110,13 +110,13 @@ def pod_record(pod: Mapping[str, Any], trust: AssignmentTrust) -> PodRecord:
     ), trust)
 
 
-def pod_object(pod: PodRecord) -> dict[str, Any]:
+def pod_object(pod: NodePod) -> dict[str, Any]:
     """What an event names about the pod."""
     return {"metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
                          "resourceVersion": pod.resource_version}}
 
 
-def keep_trusted(record: PodRecord, known: PodRecord | None) -> tuple[PodRecord, str | None]:
+def keep_trusted(record: NodePod, known: NodePod | None) -> tuple[NodePod, str | None]:
     """``record``, keeping ``known``'s trusted assignment if the new one is not trusted (the agent
     enforces what it served, not what an annotation says later), and the Warning to report on the
     pod, if any: once per distinct refused assignment of a pod that requests the vGPU resource.
@@ -153,12 +153,12 @@ class NodePods:
     :class:`~fastgshare_kube.reflector.Sink`)."""
 
     def __init__(self, api: ApiClient, node_name: str, *, trust: AssignmentTrust,
-                 report: Callable[[PodRecord, str], None] | None = None, retry_delay_s: float = 1.0,
+                 report: Callable[[NodePod, str], None] | None = None, retry_delay_s: float = 1.0,
                  max_retry_delay_s: float = 30.0) -> None:
         self._node_name = node_name
         self._trust = trust
         self._report = report  # a Warning about a pod's refused assignment (called outside the lock)
-        self._pods: dict[str, PodRecord] = {}
+        self._pods: dict[str, NodePod] = {}
         self._version = 0  # bumped on every change, for wait_for_change
         self._binds_seen = 0  # pods seen arriving on this node by the watch (their bound_seq)
         self._synced = False
@@ -178,7 +178,7 @@ class NodePods:
         with self._changed:
             return self._changed.wait_for(lambda: self._synced, timeout=timeout_s)
 
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
+    def snapshot(self) -> tuple[int, list[NodePod]]:
         """The change counter and the pods as of now."""
         with self._changed:
             return self._version, list(self._pods.values())
@@ -228,7 +228,7 @@ class NodePods:
         if report is not None:
             self._warn(record, report)
 
-    def _warn(self, pod: PodRecord, message: str) -> None:
+    def _warn(self, pod: NodePod, message: str) -> None:
         log.warning("pod=%s %s", pod.key, message)
         if self._report is not None:
             self._report(pod, message)
@@ -280,7 +280,7 @@ class KubeWriter:
         self._sleep = sleep
         self._node_annotations = dict(node_annotations or {})  # published with the inventory
 
-    def mark_allocated(self, pod: PodRecord, value: str) -> bool:
+    def mark_allocated(self, pod: NodePod, value: str) -> bool:
         """Set the allocated annotation if the pod is still the one we served.
 
         The patch carries the pod's resourceVersion, so a concurrent change makes it fail with
@@ -312,7 +312,7 @@ class KubeWriter:
         log.warning("pod=%s could not be marked allocated after %d conflicts", pod.key, CONFLICT_RETRIES)
         return False
 
-    def warn(self, pod: PodRecord, reason: str, message: str) -> None:
+    def warn(self, pod: NodePod, reason: str, message: str) -> None:
         """A Warning event on ``pod`` in the background (kubelet may be waiting on the caller; the
         recorder logs a failed write and aggregates repeats)."""
         threading.Thread(target=self._events.event, args=(pod_object(pod), WARNING, reason, message),
@@ -333,7 +333,7 @@ class KubeWriter:
         rest.call(self._core.patch_node, node_name, {"metadata": {"annotations": wanted}})
         return True
 
-    def _read_pod(self, pod: PodRecord) -> dict[str, Any] | None:
+    def _read_pod(self, pod: NodePod) -> dict[str, Any] | None:
         try:
             return rest.call(self._core.read_namespaced_pod, pod.name, pod.namespace)
         except ApiError as error:

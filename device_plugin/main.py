@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from device_plugin.allocation import Allocator, HostPaths, PodRecord, SimulatedDriver
+from device_plugin.allocation import Allocator, HostPaths, NodePod, SimulatedDriver
 from device_plugin.arbiter.probe import arbiter_problem
 from device_plugin.arbiter.runner import (
     ArbiterThread,
@@ -387,7 +387,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
 
 def usage_audit(args: argparse.Namespace, backend: GpuBackend, driver: SimulatedDriver | None,
                 arbiter: ArbiterThread, pods: NodePods, *,
-                warn: Callable[[PodRecord, str, str], None]) -> UsageAudit | None:
+                warn: Callable[[NodePod, str, str], None]) -> UsageAudit | None:
     """The audit of the arbiter's charges against the GPU's own per-process account: NVML's on
     real GPUs, the simulated driver's where it is installed; None where neither can say."""
     from device_plugin.arbiter.identity import pod_uid_of_pid  # noqa: PLC0415

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.arbiter.shares import share_of
 from fastgshare.inventory import NodeInventory
@@ -40,7 +40,7 @@ LIMITS = Limits(max_connections=256, workers=4, idle_timeout_s=30.0, header_time
 
 
 class PodSource(Protocol):
-    def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+    def snapshot(self) -> tuple[int, list[NodePod]]: ...
 
 
 class NodeMetrics:
@@ -80,7 +80,7 @@ class NodeMetrics:
             family.add_metric([namespace, name, gpu], share)
         yield family
 
-    def _promised(self) -> dict[tuple[str, str], tuple[str, str, PodRecord]]:
+    def _promised(self) -> dict[tuple[str, str], tuple[str, str, NodePod]]:
         """(gpu, pod key) -> (namespace, name, record) of every running pod with an assignment."""
         found = {}
         for pod in self._pods.snapshot()[1]:
@@ -89,7 +89,7 @@ class NodeMetrics:
                 found[(share.gpu_uuid, pod.key)] = (pod.namespace, pod.name, pod)
         return found
 
-    def _pod_families(self, promised: dict[tuple[str, str], tuple[str, str, PodRecord]],
+    def _pod_families(self, promised: dict[tuple[str, str], tuple[str, str, NodePod]],
                       usage: ArbiterUsage | None) -> Iterator[Metric]:
         request = GaugeMetricFamily("fastgshare_pod_gpu_time_request",
                                     "Guaranteed share of GPU time (0..1) of the pod's assignment", labels=POD_LABELS)

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from fastgshare import keys
 from fastgshare.inventory import GpuDevice
 
@@ -66,14 +66,14 @@ def node_events(change: MpsChange, control_pipe: str) -> list[tuple[str, str]]:
     return events
 
 
-def partition_unapplied(pod: PodRecord, mps: Mapping[str, bool]) -> bool:
+def partition_unapplied(pod: NodePod, mps: Mapping[str, bool]) -> bool:
     """True if ``pod`` is on this node's GPU without MPS with less than the whole GPU's SMs."""
     assignment = pod.assignment
     return (assignment is not None and assignment.share.sm_percent < keys.SM_UNITS
             and not mps.get(assignment.gpu_uuid, True) and pod.phase not in _FINISHED and not pod.deleting)
 
 
-def unapplied_message(pod: PodRecord) -> str:
+def unapplied_message(pod: NodePod) -> str:
     assignment = pod.assignment
     assert assignment is not None
     return (f"fastgshare: this pod's SM partition ({assignment.share.sm_percent}% of the SMs) is not applied on GPU "
@@ -87,8 +87,8 @@ class UnappliedPartitions:
     def __init__(self) -> None:
         self._warned: dict[str, str] = {}
 
-    def check(self, pods: Iterable[PodRecord], mps: Mapping[str, bool], *,
-              known: Iterable[str] | None = None) -> list[tuple[PodRecord, str]]:
+    def check(self, pods: Iterable[NodePod], mps: Mapping[str, bool], *,
+              known: Iterable[str] | None = None) -> list[tuple[NodePod, str]]:
         """The Warnings to write now for ``pods`` (each once): pods whose partition cannot be
         applied and that were not warned since their GPU last had MPS. ``mps``: GPU uuid -> MPS
         on. ``known``: the uids of every pod still on the node (warned pods not among them are

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.devices import DeviceState
 from device_plugin.mps import (
     REASON_PARTITION_NOT_APPLIED,
@@ -41,11 +41,11 @@ class ArbiterMps(Protocol):
 class MpsEvents(Protocol):
     def node_event(self, node_name: str, reason: str, message: str) -> None: ...
 
-    def warn(self, pod: PodRecord, reason: str, message: str) -> None: ...
+    def warn(self, pod: NodePod, reason: str, message: str) -> None: ...
 
 
 class PodSource(Protocol):
-    def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+    def snapshot(self) -> tuple[int, list[NodePod]]: ...
 
 
 def control_pipe(pipe_dir: Path) -> Path:
@@ -111,14 +111,14 @@ class MpsFollower:
         self._warn(warnings)
         return change
 
-    def allocated(self, pod: PodRecord) -> None:
+    def allocated(self, pod: NodePod) -> None:
         """Allocate served ``pod``: warn if its GPU has no MPS to apply its SM partition."""
         with self._lock:
             mps = {gpu.uuid: gpu.mps_enabled for gpu in self._devices.inventory().gpus}
             warnings = self._partitions.check([pod], mps)
         self._warn(warnings)
 
-    def _warn(self, warnings: list[tuple[PodRecord, str]]) -> None:
+    def _warn(self, warnings: list[tuple[NodePod, str]]) -> None:
         for pod, message in warnings:
             log.warning("pod=%s %s", pod.key, message)
             self._events.warn(pod, REASON_PARTITION_NOT_APPLIED, message)

@@ -30,8 +30,8 @@ from device_plugin.allocation import (
     AmbiguousAllocate,
     Answer,
     Grant,
+    NodePod,
     NoPendingPod,
-    PodRecord,
     answer_for,
     given_answer,
     preferred_slots,
@@ -49,7 +49,7 @@ GIVEN_REMEMBERED = 4096  # device IDs whose answers are kept for PreStartContain
 class PodSource(Protocol):
     """This node's pods as the watch cache sees them."""
 
-    def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+    def snapshot(self) -> tuple[int, list[NodePod]]: ...
 
     def wait_for_change(self, seen_version: int, timeout_s: float) -> bool: ...
 
@@ -59,9 +59,9 @@ class PodSource(Protocol):
 class PodWriter(Protocol):
     """The agent's two writes about pods: the allocated mark, and Warning events (never a delete)."""
 
-    def mark_allocated(self, pod: PodRecord, value: str) -> bool: ...
+    def mark_allocated(self, pod: NodePod, value: str) -> bool: ...
 
-    def warn(self, pod: PodRecord, reason: str, message: str) -> None: ...
+    def warn(self, pod: NodePod, reason: str, message: str) -> None: ...
 
 
 REASON_START_REFUSED = "GPUContainerRefused"
@@ -71,7 +71,7 @@ class PartitionCheck(Protocol):
     """Told of each pod Allocate served: it warns if the pod's GPU has no MPS to apply its SM
     partition (:meth:`device_plugin.mps_watch.MpsFollower.allocated`)."""
 
-    def allocated(self, pod: PodRecord) -> None: ...
+    def allocated(self, pod: NodePod) -> None: ...
 
 
 class KubeletRecord(Protocol):
@@ -199,7 +199,7 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
         return api.PreStartContainerResponse()
 
-    def _wrong_answer(self, device_ids: list[str]) -> tuple[PodRecord, str] | None:
+    def _wrong_answer(self, device_ids: list[str]) -> tuple[NodePod, str] | None:
         given = [self._given[d] for d in device_ids if d in self._given]
         record = self._kubelet_record.devices()
         if not given or record is None:
@@ -222,7 +222,7 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
                      f"or SM percentage ({dict(answer[0]).get('NVIDIA_VISIBLE_DEVICES')}), while the pod is assigned "
                      f"{assigned}; kubelet admitted a pod the node agent did not expect. {remedy}")
 
-    def _held(self, pods: list[PodRecord]) -> dict[str, int] | None:
+    def _held(self, pods: list[NodePod]) -> dict[str, int] | None:
         """kubelet's record as pod key -> GPU containers served; None without one. Marks pods
         kubelet fully served that carry no mark yet (a crash between answer and mark)."""
         record = self._kubelet_record.devices()
@@ -293,7 +293,7 @@ class DevicePluginServicer(api_grpc.DevicePluginServicer):
         log.warning("kubelet never showed devices=%s on a pod; the pod is marked when the next Allocate looks",
                     device_ids)
 
-    def _mark(self, pod: PodRecord, why: str) -> None:
+    def _mark(self, pod: NodePod, why: str) -> None:
         if not self._marker.mark_allocated(pod, self._now().isoformat()):
             log.warning("pod=%s vanished or was replaced before it could be marked allocated (%s)", pod.key, why)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from device_plugin.allocation import PodRecord, vetted
+from device_plugin.allocation import NodePod, vetted
 from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.codec import PodAssignment, encode_assignment
@@ -18,7 +18,7 @@ def assignment(node: str, gpu_uuid: str, gpu_index: int = 0, at_ms: int = 1_000,
 def pod_record(name: str, node: str, *, assigned: PodAssignment | None = None, allocated: bool = False,
                containers: tuple[str, ...] = ("main",), phase: str = "Pending", namespace: str = "team-a",
                raw_assignment: str | None = None, controller: str | None = None, signed: bool = True,
-               own: dict[str, str] | None = None, trust: AssignmentTrust = TEST_TRUST) -> PodRecord:
+               own: dict[str, str] | None = None, trust: AssignmentTrust = TEST_TRUST) -> NodePod:
     """A pod as the node agent's cache holds it, vetted with ``trust``: its share annotations are
     ``own`` (default: the assignment's share), its ``assigned`` assignment signed with the test key
     unless ``signed`` is False (a forgery)."""
@@ -31,6 +31,6 @@ def pod_record(name: str, node: str, *, assigned: PodAssignment | None = None, a
         annotations[keys.POD_ASSIGNMENT_ANNOTATION] = raw_assignment
     if allocated:
         annotations[keys.POD_ALLOCATED_ANNOTATION] = "2026-11-29T00:00:00+00:00"
-    return vetted(PodRecord(uid=uid, namespace=namespace, name=name, node_name=node, phase=phase,
+    return vetted(NodePod(uid=uid, namespace=namespace, name=name, node_name=node, phase=phase,
                             resource_version="1", annotations=annotations, gpu_containers=containers,
                             controller=controller), trust)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.metrics import NodeMetrics
 from fastgshare import keys
@@ -19,10 +19,10 @@ POD = "team-a/resnet-7d9f8-abcde"
 
 
 class _Pods:
-    def __init__(self, records: list[PodRecord]) -> None:
+    def __init__(self, records: list[NodePod]) -> None:
         self._records = records
 
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
+    def snapshot(self) -> tuple[int, list[NodePod]]:
         return 1, self._records
 
 
@@ -33,7 +33,7 @@ def node_agent_exposition() -> str:
     assignment = PodAssignment(node_name=NODE, gpu_uuid="GPU-0000", gpu_index=0,
                                share=make_share(300, 500, 50, 2 * GiB), assigned_at_ms=1)
     namespace, name = POD.split("/")
-    record = PodRecord(uid="u1", namespace=namespace, name=name, node_name=NODE, phase="Running", resource_version="1",
+    record = NodePod(uid="u1", namespace=namespace, name=name, node_name=NODE, phase="Running", resource_version="1",
                        annotations={keys.POD_ASSIGNMENT_ANNOTATION: encode_assignment(assignment)})
     usage = UsageSnapshot(window_s=10.0, pods=(PodUsage(
         pod=POD, gpu="GPU-0000", share=0.37, used_seconds_total=12.0, throttled_seconds_total=0.5,

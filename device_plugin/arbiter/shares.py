@@ -12,7 +12,7 @@ from typing import Protocol
 
 import attrs
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from fastgshare.arbitration import TimeShare
 
 
@@ -56,7 +56,7 @@ class StaticShares:
 
 
 class PodSnapshot(Protocol):
-    def snapshot(self) -> tuple[int, list[PodRecord]]: ...
+    def snapshot(self) -> tuple[int, list[NodePod]]: ...
 
     def wait_synced(self, timeout_s: float) -> bool: ...
 
@@ -100,7 +100,7 @@ class DeferredShares:
         return self._book is not None and self._book.ready()
 
 
-def share_of(pod: PodRecord) -> PodShare | None:
+def share_of(pod: NodePod) -> PodShare | None:
     """The share the pod's assignment gives it, or None without a readable assignment (the record
     decoded it once, when it was made)."""
     assignment = pod.assignment

@@ -24,7 +24,7 @@ import pytest
 from device_plugin._api import deviceplugin_pb2 as api
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.agent import NodeAgent
-from device_plugin.allocation import Allocator, HostPaths, PodRecord
+from device_plugin.allocation import Allocator, HostPaths, NodePod
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import SimulatedGpus
 from device_plugin.kube import REASON_ASSIGNMENT_REFUSED, KubeWriter, NodePods
@@ -215,7 +215,7 @@ def test_twenty_pods_in_quick_succession_each_get_their_assigned_gpu(
 
 @contextlib.contextmanager
 def cached_single_pod(api_client: kubernetes.client.ApiClient, core: kubernetes.client.CoreV1Api, namespace: str,
-                      name: str) -> Iterator[PodRecord]:
+                      name: str) -> Iterator[NodePod]:
     """A pod bound to a fresh node, and its record as the node agent's synced cache sees it."""
     node = unique_name(f"{name}-node")
     bound_pod(core, namespace, name, node, None)
@@ -314,7 +314,7 @@ def test_a_forged_assignment_is_not_served_and_a_warning_event_says_why(
     assert core.read_namespaced_pod("forged", namespace).metadata.deletion_timestamp is None
 
 
-def cached(api_client: kubernetes.client.ApiClient, node: str) -> list[PodRecord]:
+def cached(api_client: kubernetes.client.ApiClient, node: str) -> list[NodePod]:
     """The pods a freshly synced cache of the node agent shows on ``node``."""
     pods = NodePods(api_client, node, trust=TEST_TRUST)
     pods.start()

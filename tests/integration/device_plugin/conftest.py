@@ -14,7 +14,7 @@ import pytest
 
 from device_plugin._api import deviceplugin_pb2_grpc as api_grpc
 from device_plugin.agent import NodeAgent
-from device_plugin.allocation import Allocator, HostPaths, PodRecord, SimulatedDriver
+from device_plugin.allocation import Allocator, HostPaths, NodePod, SimulatedDriver
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import SimulatedGpus
 from device_plugin.pod_resources import PodResourcesClient
@@ -31,12 +31,12 @@ class FakePods:
     """An in-memory stand-in for the watch cache, with the same change signalling and bind order."""
 
     def __init__(self) -> None:
-        self._pods: dict[str, PodRecord] = {}
+        self._pods: dict[str, NodePod] = {}
         self._version = 0
         self._binds = 0
         self._changed = threading.Condition()
 
-    def put(self, pod: PodRecord, *, arrived: bool = True) -> None:
+    def put(self, pod: NodePod, *, arrived: bool = True) -> None:
         """Add or change a pod; a new one ``arrived`` through the watch (else it was listed: its
         place in the bind order is unknown)."""
         with self._changed:
@@ -55,7 +55,7 @@ class FakePods:
         with self._changed:
             return self._binds
 
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
+    def snapshot(self) -> tuple[int, list[NodePod]]:
         with self._changed:
             return self._version, list(self._pods.values())
 
@@ -74,11 +74,11 @@ class FakeMarker:
         self.warned = threading.Event()
         self._pods = pods
 
-    def warn(self, pod: PodRecord, reason: str, message: str) -> None:
+    def warn(self, pod: NodePod, reason: str, message: str) -> None:
         self.events.append((pod.key, reason, message))
         self.warned.set()
 
-    def mark_allocated(self, pod: PodRecord, value: str) -> bool:
+    def mark_allocated(self, pod: NodePod, value: str) -> bool:
         self.marked.append(pod.key)
         self._pods.put(attrs.evolve(pod, annotations={**pod.annotations, keys.POD_ALLOCATED_ANNOTATION: value}))
         return True

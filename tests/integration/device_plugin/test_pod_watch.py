@@ -19,7 +19,7 @@ import attrs
 import kubernetes.client
 import pytest
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.kube import NodePods
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, encode_assignment
@@ -135,7 +135,7 @@ def gpu_pod(version: str, assignment: PodAssignment, *, signed: bool = True) -> 
             "status": {"phase": "Running"}}
 
 
-def watch_until(serve: Any, api: Any, version: str, what: str) -> tuple[list[PodRecord], list[tuple[str, str]]]:
+def watch_until(serve: Any, api: Any, version: str, what: str) -> tuple[list[NodePod], list[tuple[str, str]]]:
     """A node agent's pod cache on ``api`` until its one pod shows ``version``: (its records, the
     refusals it reported as (pod, message))."""
     reports: list[tuple[str, str]] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.gpu_usage import REASON_GPU_TIME_UNACCOUNTED, UsageAudit
 from device_plugin.simulated_usage import SimulatedProcessGpuTime
@@ -16,11 +16,11 @@ from tests.integration.hook.fake_arbiter import wait_until
 from tests.integration.hook.tenants import Build, finish_tenant, start_tenant
 
 UID = "cccccccc-0000-0000-0000-000000000003"
-POD = PodRecord(uid=UID, namespace="team-b", name="bypass", node_name="n", phase="Running", resource_version="1")
+POD = NodePod(uid=UID, namespace="team-b", name="bypass", node_name="n", phase="Running", resource_version="1")
 
 
 class _Pods:
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
+    def snapshot(self) -> tuple[int, list[NodePod]]:
         return 1, [POD]
 
 

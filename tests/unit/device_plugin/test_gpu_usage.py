@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from device_plugin.allocation import PodRecord, SimulatedDriver
+from device_plugin.allocation import NodePod, SimulatedDriver
 from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.discovery import SimulatedGpus
 from device_plugin.gpu_usage import (
@@ -30,8 +30,8 @@ from tests.unit.device_plugin.test_host_side import FakeNvmlError, fake_nvml
 
 UID_A = "aaaaaaaa-0000-0000-0000-000000000001"
 UID_B = "bbbbbbbb-0000-0000-0000-000000000002"
-POD_A = PodRecord(uid=UID_A, namespace="team-a", name="steady", node_name="n", phase="Running", resource_version="1")
-POD_B = PodRecord(uid=UID_B, namespace="team-b", name="bypass", node_name="n", phase="Running", resource_version="1")
+POD_A = NodePod(uid=UID_A, namespace="team-a", name="steady", node_name="n", phase="Running", resource_version="1")
+POD_B = NodePod(uid=UID_B, namespace="team-b", name="bypass", node_name="n", phase="Running", resource_version="1")
 PIDS = {101: UID_A, 102: UID_A, 201: UID_B, 300: None}
 
 
@@ -82,7 +82,7 @@ class ScriptedGpu:
 
 
 class Pods:
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
+    def snapshot(self) -> tuple[int, list[NodePod]]:
         return 1, [POD_A, POD_B]
 
 

@@ -11,7 +11,7 @@ import attrs
 import pytest
 from prometheus_client.core import Metric
 
-from device_plugin.allocation import PodRecord
+from device_plugin.allocation import NodePod
 from device_plugin.arbiter.native import NativePolicy
 from device_plugin.arbiter.server import ArbiterUsage, engine_share
 from device_plugin.devices import DeviceState
@@ -56,7 +56,7 @@ def test_a_change_names_the_gpus_whose_mps_started_or_stopped() -> None:
     assert "/p/control" in message
 
 
-def _pod(name: str, gpu: str, sm: int, **extra: object) -> PodRecord:
+def _pod(name: str, gpu: str, sm: int, **extra: object) -> NodePod:
     return pod_record(name, NODE, assigned=assignment(NODE, gpu, sm=sm), **extra)  # type: ignore[arg-type]
 
 
@@ -102,15 +102,15 @@ class FakeEvents:
     def node_event(self, node_name: str, reason: str, message: str) -> None:
         self.node.append((node_name, reason, message))
 
-    def warn(self, pod: PodRecord, reason: str, message: str) -> None:
+    def warn(self, pod: NodePod, reason: str, message: str) -> None:
         self.pods.append((pod.name, reason, message))
 
 
 class FakePods:
-    def __init__(self, pods: list[PodRecord]) -> None:
+    def __init__(self, pods: list[NodePod]) -> None:
         self.pods = pods
 
-    def snapshot(self) -> tuple[int, list[PodRecord]]:
+    def snapshot(self) -> tuple[int, list[NodePod]]:
         return 1, list(self.pods)
 
 
@@ -127,7 +127,7 @@ class Followed:
         return [gpu.mps_enabled for gpu in self.devices.inventory().gpus]
 
 
-def _followed(tmp_path: Path, allowed: dict[str, bool], pods: list[PodRecord]) -> Followed:
+def _followed(tmp_path: Path, allowed: dict[str, bool], pods: list[NodePod]) -> Followed:
     pipe_dir = tmp_path / "nvidia-mps"
     devices = DeviceState(NODE, with_mps(GPUS, allowed, daemon_running=False), slots_per_gpu=4)
     arbiter, events, source = FakeArbiter(), FakeEvents(), FakePods(pods)
