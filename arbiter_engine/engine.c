@@ -1,13 +1,13 @@
 /*
- * engine.c: the arbiter's native engine; see engine.h. The token path (token_request, pump,
+ * engine.c: the arbiter's native engine; see engine_abi.h. The token path (token_request, pump,
  * detach) follows ArbiterServer._token, _pump and _disconnect as they were in Python.
  */
 #define _GNU_SOURCE
-#include "engine.h"
+#include "engine_abi.h"
 
+#include "byteorder.h"
 #include "fastgshare_protocol.h"
 #include "grow.h"
-#include "policy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -131,16 +131,6 @@ static int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static uint32_t get_le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static uint16_t get_le16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint64_t get_le64(const uint8_t *p) { return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32; }
-
-static void put_le(uint8_t *p, uint64_t value, int bytes)
-{
-    for (int i = 0; i < bytes; i++)
-        p[i] = (uint8_t)(value >> (8 * i));
 }
 
 /* --- connections ---------------------------------------------------------------------------- */
@@ -321,14 +311,20 @@ static void unmark_unasked(gpu *g, uint32_t index)
     g->unasked[index] = g->unasked[--g->unasked_count];
 }
 
+/* The header of a reply the engine makes: the frame is `size` bytes in all. */
+static void reply_header(uint8_t *frame, uint32_t size, uint16_t type, uint32_t request_id)
+{
+    fgs_put_le32(frame, size - 4);
+    fgs_put_le16(frame + 4, FGS_PROTOCOL_VERSION);
+    fgs_put_le16(frame + 6, (uint16_t)(type | FGS_REPLY_BIT));
+    fgs_put_le32(frame + 8, request_id);
+}
+
 static void send_token(fgs_engine *e, conn *c, uint32_t request_id, int64_t token_ns)
 {
     uint8_t frame[TOKEN_FRAME];
-    put_le(frame, TOKEN_FRAME - 4, 4);
-    put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
-    put_le(frame + 6, FGS_MSG_TOKEN | FGS_REPLY_BIT, 2);
-    put_le(frame + 8, request_id, 4);
-    put_le(frame + 12, (uint64_t)token_ns, 8);
+    reply_header(frame, sizeof frame, FGS_MSG_TOKEN, request_id);
+    fgs_put_le64(frame + FGS_HEADER_SIZE, (uint64_t)token_ns);
     conn_write(e, c, frame, sizeof frame);
 }
 
@@ -516,14 +512,6 @@ static void drop_conn(fgs_engine *e, conn *c)
     free_conn(e, c);
 }
 
-static void reply_header(uint8_t *frame, uint32_t size, uint16_t type, uint32_t request_id)
-{
-    put_le(frame, size - 4, 4);
-    put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
-    put_le(frame + 6, type | FGS_REPLY_BIT, 2);
-    put_le(frame + 8, request_id, 4);
-}
-
 /* PING: answered here, whatever the connection, so it never waits behind Python. */
 static void answer_ping(fgs_engine *e, conn *c, uint32_t request_id)
 {
@@ -546,7 +534,7 @@ static void answer_health(fgs_engine *e, conn *c, uint32_t request_id)
 {
     uint8_t frame[HEALTH_REPLY_FRAME];
     reply_header(frame, sizeof frame, FGS_MSG_PING, request_id);
-    put_le(frame + FGS_HEADER_SIZE, (uint64_t)python_stalled_ns(e, now_ns()), 8);
+    fgs_put_le64(frame + FGS_HEADER_SIZE, (uint64_t)python_stalled_ns(e, now_ns()));
     conn_write(e, c, frame, sizeof frame);
 }
 
@@ -556,7 +544,7 @@ static void handle_frames(fgs_engine *e, conn *c)
     uint32_t offset = 0;
     while (c->in_length - offset >= 4) {
         const uint8_t *frame = c->in + offset;
-        uint32_t length = get_le32(frame);
+        uint32_t length = fgs_get_le32(frame);
         if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4) {
             if (c->health) {
                 drop_conn(e, c);
@@ -570,19 +558,19 @@ static void handle_frames(fgs_engine *e, conn *c)
         }
         if (c->in_length - offset < length + 4)
             break;
-        bool current = get_le16(frame + 4) == FGS_PROTOCOL_VERSION;
-        uint16_t type = get_le16(frame + 6);
+        bool current = fgs_get_le16(frame + 4) == FGS_PROTOCOL_VERSION;
+        uint16_t type = fgs_get_le16(frame + 6);
         if (c->health) {
             if (!current || type != FGS_MSG_PING) {
                 drop_conn(e, c); /* the probe sends nothing else */
                 return;
             }
-            answer_health(e, c, get_le32(frame + 8));
+            answer_health(e, c, fgs_get_le32(frame + 8));
         } else if (current && type == FGS_MSG_PING) {
-            answer_ping(e, c, get_le32(frame + 8));
+            answer_ping(e, c, fgs_get_le32(frame + 8));
         } else if (c->pod != NULL && length == TOKEN_FRAME - 4 && current && type == FGS_MSG_TOKEN
-                   && get_le64(frame + 12) <= (uint64_t)INT64_MAX) {
-            token_request(e, c, get_le32(frame + 8), get_le64(frame + 12));
+                   && fgs_get_le64(frame + FGS_HEADER_SIZE) <= (uint64_t)INT64_MAX) {
+            token_request(e, c, fgs_get_le32(frame + 8), fgs_get_le64(frame + FGS_HEADER_SIZE));
         } else {
             push_event(e, c, FGS_EVENT_FRAME, 0, frame, length + 4);
         }
@@ -601,7 +589,7 @@ static uint32_t read_size(const conn *c)
     uint32_t room = IN_CAPACITY - c->in_length;
     uint32_t needed = READ_CHUNK;
     if (c->in_length >= 4) {
-        uint32_t length = get_le32(c->in);
+        uint32_t length = fgs_get_le32(c->in);
         if (length <= FGS_MAX_FRAME - 4 && length + 4 > c->in_length + READ_CHUNK)
             needed = length + 4 - c->in_length; /* the rest of a long frame, in one read */
     }
@@ -783,8 +771,9 @@ static int add_fd(int epoll_fd, int fd, uint64_t tag)
     return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev);
 }
 
-fgs_engine *fgs_engine_new(int listen_fd, int gpus, const uint8_t *mps, int64_t window_ns, int64_t min_token_ns,
-                           int64_t meter_window_ns, const int64_t *wait_bounds_ns, int buckets)
+fgs_engine *fgs_engine_new(int32_t listen_fd, int32_t gpus, const uint8_t *mps, int64_t window_ns,
+                           int64_t min_token_ns, int64_t meter_window_ns, const int64_t *wait_bounds_ns,
+                           int32_t buckets)
 {
     if (gpus < 0)
         return NULL;
@@ -825,7 +814,7 @@ fail:
     return NULL;
 }
 
-int fgs_engine_start(fgs_engine *e)
+int32_t fgs_engine_start(fgs_engine *e)
 {
     /* The thread blocks every signal (it inherits the mask): they go to Python's threads, which
      * handle them, and the engine's calls are not interrupted. */
@@ -898,9 +887,9 @@ void fgs_engine_free(fgs_engine *e)
     free(e);
 }
 
-int fgs_engine_event_fd(const fgs_engine *e) { return e->event_fd; }
+int32_t fgs_engine_event_fd(const fgs_engine *e) { return e->event_fd; }
 
-int fgs_engine_next_event(fgs_engine *e, fgs_event *event, uint8_t *buffer, uint32_t capacity)
+int32_t fgs_engine_next_event(fgs_engine *e, fgs_event *event, uint8_t *buffer, uint32_t capacity)
 {
     pthread_mutex_lock(&e->lock);
     if (e->ready_head == NO_GROUP) {
@@ -937,7 +926,7 @@ int fgs_engine_next_event(fgs_engine *e, fgs_event *event, uint8_t *buffer, uint
     return 1;
 }
 
-int fgs_engine_send(fgs_engine *e, uint64_t id, const uint8_t *data, uint32_t length)
+int32_t fgs_engine_send(fgs_engine *e, uint64_t id, const uint8_t *data, uint32_t length)
 {
     pthread_mutex_lock(&e->lock);
     conn *c = e->stopped ? NULL : find_conn(e, id);
@@ -946,7 +935,7 @@ int fgs_engine_send(fgs_engine *e, uint64_t id, const uint8_t *data, uint32_t le
     return result;
 }
 
-int fgs_engine_close(fgs_engine *e, uint64_t id)
+int32_t fgs_engine_close(fgs_engine *e, uint64_t id)
 {
     pthread_mutex_lock(&e->lock);
     conn *c = e->stopped ? NULL : find_conn(e, id);
@@ -964,7 +953,7 @@ int fgs_engine_close(fgs_engine *e, uint64_t id)
     return 0;
 }
 
-int fgs_engine_set_group(fgs_engine *e, uint64_t id, uint32_t group_number)
+int32_t fgs_engine_set_group(fgs_engine *e, uint64_t id, uint32_t group_number)
 {
     pthread_mutex_lock(&e->lock);
     conn *c = e->stopped ? NULL : find_conn(e, id);
@@ -992,7 +981,7 @@ done:
     return result;
 }
 
-int fgs_engine_add_probe(fgs_engine *e, int fd)
+int32_t fgs_engine_add_probe(fgs_engine *e, int32_t fd)
 {
     pthread_mutex_lock(&e->lock);
     int result = -1;
@@ -1027,8 +1016,7 @@ static pod *find_pod(gpu *g, const char *name)
     return NULL;
 }
 
-int fgs_engine_register(fgs_engine *e, uint64_t id, int gpu_index, const char *name, int32_t request_permille,
-                        int32_t limit_permille, int32_t sm_percent)
+int32_t fgs_engine_register(fgs_engine *e, uint64_t id, int32_t gpu_index, const char *name, fgs_share share)
 {
     pthread_mutex_lock(&e->lock);
     conn *c = e->stopped ? NULL : find_conn(e, id);
@@ -1051,7 +1039,7 @@ int fgs_engine_register(fgs_engine *e, uint64_t id, int gpu_index, const char *n
         }
         p->gpu = g;
         memcpy(p->name, name, strlen(name) + 1);
-        p->share = (fgs_share){request_permille, limit_permille, sm_percent};
+        p->share = share;
         p->client = g->free_count ? g->free_clients[--g->free_count] : g->next_client++;
         p->meter = fgs_meter_join(e->meter, gpu_index, name);
         if (p->client >= g->by_client_capacity) {
@@ -1080,7 +1068,7 @@ done:
     return result;
 }
 
-int fgs_engine_token(fgs_engine *e, uint64_t id, uint32_t request_id, uint64_t used_ns)
+int32_t fgs_engine_token(fgs_engine *e, uint64_t id, uint32_t request_id, uint64_t used_ns)
 {
     pthread_mutex_lock(&e->lock);
     conn *c = e->stopped ? NULL : find_conn(e, id);
@@ -1091,15 +1079,13 @@ int fgs_engine_token(fgs_engine *e, uint64_t id, uint32_t request_id, uint64_t u
     return result;
 }
 
-int fgs_engine_set_share(fgs_engine *e, int gpu_index, const char *name, int32_t request_permille,
-                         int32_t limit_permille, int32_t sm_percent)
+int32_t fgs_engine_set_share(fgs_engine *e, int32_t gpu_index, const char *name, fgs_share share)
 {
     pthread_mutex_lock(&e->lock);
     int result = -1;
     if (!e->stopped && gpu_index >= 0 && gpu_index < e->gpu_count) {
         gpu *g = &e->gpus[gpu_index];
         pod *p = find_pod(g, name);
-        fgs_share share = {request_permille, limit_permille, sm_percent};
         if (p != NULL) {
             result = memcmp(&p->share, &share, sizeof share) != 0;
             if (result) {
@@ -1113,7 +1099,7 @@ int fgs_engine_set_share(fgs_engine *e, int gpu_index, const char *name, int32_t
     return result;
 }
 
-int fgs_engine_snapshot(fgs_engine *e, const fgs_pod_usage **pods, int64_t *busy_ns, int64_t *now)
+int32_t fgs_engine_snapshot(fgs_engine *e, const fgs_pod_usage **pods, int64_t *busy_ns, int64_t *now)
 {
     pthread_mutex_lock(&e->lock);
     *now = now_ns();

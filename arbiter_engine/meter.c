@@ -1,7 +1,7 @@
 /*
- * meter.c: UsageMeter (fastgshare/usage.py) in C; see meter.h.
+ * meter.c: UsageMeter (fastgshare/usage.py) in C; see engine_abi.h.
  */
-#include "meter.h"
+#include "engine_abi.h"
 
 #include "grow.h"
 
@@ -63,7 +63,7 @@ int64_t fgs_token_charge(int64_t granted_at, int64_t token_ns, int64_t now, uint
 /* a + b for b >= 0, at most INT64_MAX */
 static int64_t saturating_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 
-fgs_meter *fgs_meter_new(int64_t window_ns, const int64_t *bounds_ns, int buckets, int gpus)
+fgs_meter *fgs_meter_new(int64_t window_ns, const int64_t *bounds_ns, int32_t buckets, int32_t gpus)
 {
     if (window_ns <= 0 || buckets < 0 || buckets > FGS_MAX_WAIT_BUCKETS || gpus < 0)
         return NULL;
@@ -98,7 +98,7 @@ void fgs_meter_free(fgs_meter *m)
     free(m);
 }
 
-fgs_pod_meter *fgs_meter_join(fgs_meter *m, int gpu, const char *name)
+fgs_pod_meter *fgs_meter_join(fgs_meter *m, int32_t gpu, const char *name)
 {
     if (gpu < 0 || gpu >= m->gpus)
         return NULL;
@@ -254,7 +254,7 @@ static void add_busy(busy *b, int64_t start, int64_t end, int64_t window)
     }
 }
 
-int fgs_meter_snapshot(fgs_meter *m, int64_t now, const fgs_pod_usage **pods, int64_t *busy_ns)
+int32_t fgs_meter_snapshot(fgs_meter *m, int64_t now, const fgs_pod_usage **pods, int64_t *busy_ns)
 {
     int64_t start = now - m->window_ns;
     uint32_t n = 0;

@@ -1,8 +1,8 @@
 /*
- * policy.c: GpuArbiter (fastgshare/arbitration.py) in C; see policy.h. Each function names the
+ * policy.c: GpuArbiter (fastgshare/arbitration.py) in C; see engine_abi.h. Each function names the
  * Python method it follows; the comments there explain the rules.
  */
-#include "policy.h"
+#include "engine_abi.h"
 
 #include "grow.h"
 
@@ -153,7 +153,7 @@ static void leave_set(fgs_policy *p, int set, client *c)
 
 static bool in_set(const client *c, int set) { return c->slot[set] >= 0; }
 
-int fgs_policy_add(fgs_policy *p, uint32_t id, fgs_share share)
+int32_t fgs_policy_add(fgs_policy *p, uint32_t id, fgs_share share)
 {
     if (lookup(p, id) != NULL)
         return -1;
@@ -183,7 +183,7 @@ int fgs_policy_add(fgs_policy *p, uint32_t id, fgs_share share)
     return 0;
 }
 
-int fgs_policy_set_share(fgs_policy *p, uint32_t id, fgs_share share)
+int32_t fgs_policy_set_share(fgs_policy *p, uint32_t id, fgs_share share)
 {
     client *c = lookup(p, id);
     if (c == NULL)
@@ -192,7 +192,7 @@ int fgs_policy_set_share(fgs_policy *p, uint32_t id, fgs_share share)
     return 0;
 }
 
-int fgs_policy_get_share(const fgs_policy *p, uint32_t id, fgs_share *share)
+int32_t fgs_policy_get_share(const fgs_policy *p, uint32_t id, fgs_share *share)
 {
     client *c = lookup(p, id);
     if (c == NULL)
@@ -358,7 +358,7 @@ static int64_t when_usage_at_most(fgs_policy *p, client *c, int64_t target, int6
 
 /* --- the protocol (GpuArbiter) ------------------------------------------------------------ */
 
-int fgs_policy_release(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
+int32_t fgs_policy_release(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
 {
     client *c = lookup(p, id);
     if (c == NULL)
@@ -375,7 +375,7 @@ int fgs_policy_release(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
     return 0;
 }
 
-int fgs_policy_request(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
+int32_t fgs_policy_request(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
 {
     if (fgs_policy_release(p, id, now, used) != 0)
         return -1;
@@ -387,7 +387,7 @@ int fgs_policy_request(fgs_policy *p, uint32_t id, int64_t now, int64_t used)
     return 0;
 }
 
-int fgs_policy_is_waiting(const fgs_policy *p, uint32_t id)
+int32_t fgs_policy_is_waiting(const fgs_policy *p, uint32_t id)
 {
     client *c = lookup(p, id);
     return c == NULL ? -1 : in_set(c, WAITING);
@@ -487,7 +487,7 @@ static uint32_t eligible_in_order(fgs_policy *p, int64_t now, wake *w)
     return n;
 }
 
-int fgs_policy_schedule(fgs_policy *p, int64_t now, const fgs_grant **grants, int64_t *wake_at_ns)
+int32_t fgs_policy_schedule(fgs_policy *p, int64_t now, const fgs_grant **grants, int64_t *wake_at_ns)
 {
     wake w = {now, FGS_NO_TIME};
     int32_t sm_taken = 0;

@@ -1,14 +1,17 @@
 """The arbiter's native engine (``arbiter_engine/``, C), loaded with ctypes: the binding, nothing more.
 
 :class:`NativeEngine` owns the arbiter's connections and answers the token renewals itself on a
-thread of its own (``arbiter_engine/engine.h`` says what it does and what it hands to Python);
+thread of its own (``arbiter_engine/engine_abi.h`` says what it does and what it hands to Python);
 :class:`~device_plugin.arbiter.server.ArbiterServer` drives it. :class:`NativePolicy` and
 :class:`NativeMeter` expose the engine's scheduler and usage meter with the interfaces of their
 specifications, :class:`~fastgshare.arbitration.GpuArbiter` and
 :class:`~fastgshare.usage.UsageMeter`, so the tests can hold them to the same behaviour.
 
 The library is built by every install of the package (``setup.py``: an extension module
-``device_plugin.arbiter._engine`` with no Python API).
+``device_plugin.arbiter._engine`` with no Python API). Its whole ABI is one header,
+``arbiter_engine/engine_abi.h``; :data:`ABI_FUNCTIONS`, :data:`ABI_STRUCTS` and :data:`ABI_CONSTANTS`
+mirror it, and ``tests/unit/device_plugin/test_engine_abi.py`` checks them against the header and the
+compiler's layout. Change the header and these tables together.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ NO_TIME = -(2**63)
 MAX_WAIT_BUCKETS = 32
 MAX_POD_NAME = 320
 EVENT_ACCEPTED, EVENT_FRAME, EVENT_BAD, EVENT_CLOSED = 1, 2, 3, 4
+ABI_CONSTANTS: dict[str, int] = {
+    "FGS_NO_TIME": NO_TIME, "FGS_MAX_WAIT_BUCKETS": MAX_WAIT_BUCKETS, "FGS_MAX_POD_NAME": MAX_POD_NAME,
+    "FGS_EVENT_ACCEPTED": EVENT_ACCEPTED, "FGS_EVENT_FRAME": EVENT_FRAME, "FGS_EVENT_BAD": EVENT_BAD,
+    "FGS_EVENT_CLOSED": EVENT_CLOSED,
+}
 WAIT_BOUNDS_NS = tuple(round(bound * 1e9) for bound in WAIT_BUCKETS_S)
 
 
@@ -56,6 +64,55 @@ class _PodUsage(ctypes.Structure):
                 ("wait_sum_ns", ctypes.c_int64), ("wait_counts", ctypes.c_int64 * (MAX_WAIT_BUCKETS + 1))]
 
 
+ABI_STRUCTS: dict[str, type[ctypes.Structure]] = {
+    "fgs_share": _Share, "fgs_grant": _Grant, "fgs_event": _Event, "fgs_pod_usage": _PodUsage,
+}
+
+_p, _u64, _i64, _i32, _u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_uint32
+_bool, _str = ctypes.c_bool, ctypes.c_char_p
+_u8p, _i64p = ctypes.POINTER(ctypes.c_uint8), ctypes.POINTER(ctypes.c_int64)
+# name: (return type, argument types), in engine_abi.h's order. Opaque handles are c_void_p; a byte
+# buffer (uint8_t *) that Python fills or passes as bytes is c_char_p.
+ABI_FUNCTIONS: dict[str, tuple[object, tuple[object, ...]]] = {
+    "fgs_policy_new": (_p, (_i64, _i64, _bool)),
+    "fgs_policy_free": (None, (_p,)),
+    "fgs_policy_add": (_i32, (_p, _u32, _Share)),
+    "fgs_policy_set_share": (_i32, (_p, _u32, _Share)),
+    "fgs_policy_get_share": (_i32, (_p, _u32, ctypes.POINTER(_Share))),
+    "fgs_policy_remove": (None, (_p, _u32)),
+    "fgs_policy_request": (_i32, (_p, _u32, _i64, _i64)),
+    "fgs_policy_release": (_i32, (_p, _u32, _i64, _i64)),
+    "fgs_policy_is_waiting": (_i32, (_p, _u32)),
+    "fgs_policy_holding_until": (_i64, (_p, _u32)),
+    "fgs_policy_usage": (_i64, (_p, _u32, _i64)),
+    "fgs_policy_anyone_waiting": (_bool, (_p,)),
+    "fgs_policy_schedule": (_i32, (_p, _i64, ctypes.POINTER(ctypes.POINTER(_Grant)), _i64p)),
+    "fgs_token_charge": (_i64, (_i64, _i64, _i64, _u64)),
+    "fgs_meter_new": (_p, (_i64, _i64p, _i32, _i32)),
+    "fgs_meter_free": (None, (_p,)),
+    "fgs_meter_join": (_p, (_p, _i32, _str)),
+    "fgs_meter_leave": (None, (_p,)),
+    "fgs_meter_asked": (None, (_p, _i64, _bool)),
+    "fgs_meter_granted": (None, (_p, _p, _i64)),
+    "fgs_meter_used": (None, (_p, _p, _i64, _i64)),
+    "fgs_meter_snapshot": (_i32, (_p, _i64, ctypes.POINTER(ctypes.POINTER(_PodUsage)), _i64p)),
+    "fgs_engine_new": (_p, (_i32, _i32, _u8p, _i64, _i64, _i64, _i64p, _i32)),
+    "fgs_engine_start": (_i32, (_p,)),
+    "fgs_engine_stop": (None, (_p,)),
+    "fgs_engine_free": (None, (_p,)),
+    "fgs_engine_event_fd": (_i32, (_p,)),
+    "fgs_engine_next_event": (_i32, (_p, ctypes.POINTER(_Event), _str, _u32)),
+    "fgs_engine_set_group": (_i32, (_p, _u64, _u32)),
+    "fgs_engine_add_probe": (_i32, (_p, _i32)),
+    "fgs_engine_send": (_i32, (_p, _u64, _str, _u32)),
+    "fgs_engine_close": (_i32, (_p, _u64)),
+    "fgs_engine_register": (_i32, (_p, _u64, _i32, _str, _Share)),
+    "fgs_engine_token": (_i32, (_p, _u64, _u32, _u64)),
+    "fgs_engine_set_share": (_i32, (_p, _i32, _str, _Share)),
+    "fgs_engine_snapshot": (_i32, (_p, ctypes.POINTER(ctypes.POINTER(_PodUsage)), _i64p, _i64p)),
+}
+
+
 def library_path() -> str:
     spec = importlib.util.find_spec("device_plugin.arbiter._engine")
     if spec is None or spec.origin is None or not os.path.exists(spec.origin):
@@ -67,50 +124,7 @@ def library_path() -> str:
 
 def _load() -> ctypes.CDLL:
     lib = ctypes.CDLL(library_path())
-    p, u64, i64, i32, u32 = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_uint32
-    signatures: dict[str, tuple[object, list[object]]] = {
-        "fgs_policy_new": (p, [i64, i64, ctypes.c_bool]),
-        "fgs_policy_free": (None, [p]),
-        "fgs_policy_add": (ctypes.c_int, [p, u32, _Share]),
-        "fgs_policy_set_share": (ctypes.c_int, [p, u32, _Share]),
-        "fgs_policy_get_share": (ctypes.c_int, [p, u32, ctypes.POINTER(_Share)]),
-        "fgs_policy_remove": (None, [p, u32]),
-        "fgs_policy_request": (ctypes.c_int, [p, u32, i64, i64]),
-        "fgs_policy_release": (ctypes.c_int, [p, u32, i64, i64]),
-        "fgs_policy_is_waiting": (ctypes.c_int, [p, u32]),
-        "fgs_policy_holding_until": (i64, [p, u32]),
-        "fgs_policy_usage": (i64, [p, u32, i64]),
-        "fgs_policy_anyone_waiting": (ctypes.c_bool, [p]),
-        "fgs_policy_schedule": (ctypes.c_int, [p, i64, ctypes.POINTER(ctypes.POINTER(_Grant)),
-                                               ctypes.POINTER(i64)]),
-        "fgs_meter_new": (p, [i64, ctypes.POINTER(i64), ctypes.c_int, ctypes.c_int]),
-        "fgs_meter_free": (None, [p]),
-        "fgs_meter_join": (p, [p, ctypes.c_int, ctypes.c_char_p]),
-        "fgs_meter_leave": (None, [p]),
-        "fgs_meter_asked": (None, [p, i64, ctypes.c_bool]),
-        "fgs_meter_granted": (None, [p, p, i64]),
-        "fgs_meter_used": (None, [p, p, i64, i64]),
-        "fgs_meter_snapshot": (ctypes.c_int, [p, i64, ctypes.POINTER(ctypes.POINTER(_PodUsage)),
-                                              ctypes.POINTER(i64)]),
-        "fgs_engine_new": (p, [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_uint8), i64, i64, i64,
-                               ctypes.POINTER(i64), ctypes.c_int]),
-        "fgs_engine_start": (ctypes.c_int, [p]),
-        "fgs_engine_stop": (None, [p]),
-        "fgs_engine_free": (None, [p]),
-        "fgs_engine_event_fd": (ctypes.c_int, [p]),
-        "fgs_engine_next_event": (ctypes.c_int, [p, ctypes.POINTER(_Event), ctypes.c_char_p, u32]),
-        "fgs_engine_send": (ctypes.c_int, [p, u64, ctypes.c_char_p, u32]),
-        "fgs_engine_set_group": (ctypes.c_int, [p, u64, u32]),
-        "fgs_engine_add_probe": (ctypes.c_int, [p, ctypes.c_int]),
-        "fgs_token_charge": (i64, [i64, i64, i64, u64]),
-        "fgs_engine_close": (ctypes.c_int, [p, u64]),
-        "fgs_engine_register": (ctypes.c_int, [p, u64, ctypes.c_int, ctypes.c_char_p, i32, i32, i32]),
-        "fgs_engine_token": (ctypes.c_int, [p, u64, u32, u64]),
-        "fgs_engine_set_share": (ctypes.c_int, [p, ctypes.c_int, ctypes.c_char_p, i32, i32, i32]),
-        "fgs_engine_snapshot": (ctypes.c_int, [p, ctypes.POINTER(ctypes.POINTER(_PodUsage)), ctypes.POINTER(i64),
-                                               ctypes.POINTER(i64)]),
-    }
-    for name, (restype, argtypes) in signatures.items():
+    for name, (restype, argtypes) in ABI_FUNCTIONS.items():
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
@@ -125,6 +139,10 @@ def _library() -> ctypes.CDLL:
     if _lib is None:
         _lib = _load()
     return _lib
+
+
+def _share(share: TimeShare) -> _Share:
+    return _Share(share.request_permille, share.limit_permille, share.sm_percent)
 
 
 def _bounds() -> ctypes.Array[ctypes.c_int64]:
@@ -233,7 +251,7 @@ class NativeEngine:
         if not self._engine:
             return False
         result = self._lib.fgs_engine_register(self._engine, connection, self._gpu_index[gpu], pod.encode(),
-                                               share.request_permille, share.limit_permille, share.sm_percent)
+                                               _share(share))
         if result == -2:
             raise MemoryError("the arbiter's engine is out of memory")
         return bool(result == 0)
@@ -247,8 +265,7 @@ class NativeEngine:
         if not self._engine:
             return False
         return bool(self._lib.fgs_engine_set_share(self._engine, self._gpu_index[gpu], pod.encode(),
-                                                   share.request_permille, share.limit_permille,
-                                                   share.sm_percent) == 1)
+                                                   _share(share)) == 1)
 
     def usage(self) -> UsageSnapshot:
         if not self._engine:
@@ -296,12 +313,12 @@ class NativePolicy:
         if client in self._ids:
             raise ArbitrationError(f"client {client!r} is already registered")
         number = self._free.pop() if self._free else len(self._ids)
-        if self._lib.fgs_policy_add(self._policy, number, _Share(*attrs.astuple(share))) != 0:
+        if self._lib.fgs_policy_add(self._policy, number, _share(share)) != 0:
             raise MemoryError("fgs_policy_add failed")
         self._ids[client], self._clients[number] = number, client
 
     def update_share(self, client: Hashable, share: TimeShare) -> None:
-        self._lib.fgs_policy_set_share(self._policy, self._id(client), _Share(*attrs.astuple(share)))
+        self._lib.fgs_policy_set_share(self._policy, self._id(client), _share(share))
 
     def remove_client(self, client: Hashable) -> None:
         number = self._ids.pop(client, None)

@@ -6,7 +6,7 @@ fall on and beside the buckets' bounds; reporting what they used of each token) 
 times, at the instants a pod's last use leaves the window among them, both list the same pods on the
 same GPUs, with the same totals, waits, throttled time and GPU busy shares.
 
-One difference is by design (``meter.h``): the C meter keeps a pod's uses that end within the same
+One difference is by design (``engine_abi.h``, the meter): the C meter keeps a pod's uses that end within the same
 millisecond as one, so the use that straddles the window's start may count up to 1 ms more or less,
 and a pod's share may differ by at most 1 ms over the window. That holds for uses as the engine
 reports them, one token after another: a pod's use never starts before its previous one ended.
