@@ -46,11 +46,12 @@ from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.codec import PodAssignment, encode_assignment, encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
 from fastgshare.share import ShareSpec, share_annotations
-from scheduler_extender.app import build_services, create_app
 from scheduler_extender.config import ExtenderConfig
+from scheduler_extender.http.apps import create_app
+from scheduler_extender.http.threaded import ThreadedHttpServer
 from scheduler_extender.records import NodeRecord, PodRecord
+from scheduler_extender.services import build_services
 from scheduler_extender.state import ClusterState
-from scheduler_extender.threaded_http import ThreadedHttpServer
 
 GiB = 2**30
 GPUS_PER_NODE = 8

@@ -22,7 +22,7 @@ How it holds:
 HTTP/1.1 with keep-alive, bodies only with ``Content-Length`` (``Transfer-Encoding``: 411), a head
 over ``max_head_bytes``: 431, a body over ``max_body_bytes``: 413, a malformed head: 400; each of
 these closes the connection. The scheduler's own verbs (loopback, few busy connections) have their
-own listener, ``scheduler_extender.threaded_http``.
+own listener, ``scheduler_extender.http.threaded``.
 """
 
 from __future__ import annotations
@@ -423,7 +423,7 @@ def call_wsgi(app: WsgiApp, environ: dict[str, Any], *, name: str,
     sent before the app returns; a later ``start_response`` replaces an earlier one). An app that
     fails, or returns without calling ``start_response``, is a 500 and one log line naming ``name``;
     exceptions of ``passthrough`` (the connection's own, raised through ``wsgi.input``) propagate.
-    Both of our servers use it: this one and ``scheduler_extender.threaded_http``."""
+    Both of our servers use it: this one and ``scheduler_extender.http.threaded``."""
     started: list[Any] = []
     chunks: list[bytes] = []
 

@@ -25,7 +25,6 @@ from fastgshare.assignment_signature import (
 )
 from fastgshare.placement import DEFAULT_POLICY, Policy
 from fastgshare_kube.events import EventRecorder
-from scheduler_extender.app import build_services, create_app, create_status_app
 from scheduler_extender.config import (
     DEFAULT_BIND_WAIT_S,
     DEFAULT_BIND_WINDOW,
@@ -39,13 +38,15 @@ from scheduler_extender.config import (
     parse_listen,
     parse_system_writers,
 )
+from scheduler_extender.http.apps import create_app, create_status_app
+from scheduler_extender.http.guarded import HttpServer
+from scheduler_extender.http.threaded import ThreadedHttpServer
+from scheduler_extender.http.tls import ReloadingContext, TlsConfigError
+from scheduler_extender.http.webhook import create_webhook_app
 from scheduler_extender.kube import ClusterWatch, KubeApi, KubeConfigError, kubernetes_metrics_access, load_api_client
-from scheduler_extender.server import HttpServer
+from scheduler_extender.services import build_services
 from scheduler_extender.share_changes import ShareChanges
 from scheduler_extender.state import ClusterState
-from scheduler_extender.threaded_http import ThreadedHttpServer
-from scheduler_extender.tls import ReloadingContext, TlsConfigError
-from scheduler_extender.webhook import create_webhook_app
 
 log = logging.getLogger("scheduler_extender")
 

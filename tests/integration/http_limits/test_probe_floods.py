@@ -38,9 +38,10 @@ def _no_arbiter() -> Any:
 
 
 def _extender_status() -> Any:
-    from scheduler_extender.app import build_services, create_status_app  # noqa: PLC0415
     from scheduler_extender.config import ExtenderConfig  # noqa: PLC0415
-    from scheduler_extender.server import HttpServer  # noqa: PLC0415
+    from scheduler_extender.http.apps import create_status_app  # noqa: PLC0415
+    from scheduler_extender.http.guarded import HttpServer  # noqa: PLC0415
+    from scheduler_extender.services import build_services  # noqa: PLC0415
     from scheduler_extender.state import ClusterState  # noqa: PLC0415
 
     try:

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from fastgshare import keys
-from scheduler_extender.server import HttpServer
-from scheduler_extender.tls import ReloadingContext
-from scheduler_extender.webhook import create_webhook_app
+from scheduler_extender.http.guarded import HttpServer
+from scheduler_extender.http.tls import ReloadingContext
+from scheduler_extender.http.webhook import create_webhook_app
 from tests.integration.http_limits.flood import flood, raise_file_limit
 
 SHARE = {keys.GPU_QUOTA_REQUEST: "0.4", keys.GPU_QUOTA_LIMIT: "0.8", keys.GPU_SM_PARTITION: "50", keys.GPU_MEM: "1Gi"}

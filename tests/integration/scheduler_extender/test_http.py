@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from fastgshare_cluster.processes import free_ports, http_ok, wait_until
-from scheduler_extender.app import build_services, create_app
 from scheduler_extender.config import ExtenderConfig
+from scheduler_extender.http.apps import create_app
+from scheduler_extender.services import build_services
 from tests.integration.scheduler_extender.harness import REPO, ExtenderProcess, get_json, serving
 from tests.unit.scheduler_extender.conftest import FakeKube, node_record, pod_record, synced_state
 from tests.unit.scheduler_extender.test_wire import PAYLOADS

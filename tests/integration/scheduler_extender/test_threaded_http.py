@@ -1,4 +1,4 @@
-"""The scheduler's HTTP/1.1 listener, :mod:`scheduler_extender.threaded_http`, over real sockets.
+"""The scheduler's HTTP/1.1 listener, :mod:`scheduler_extender.http.threaded`, over real sockets.
 
 One test (or one parametrized family) per promise in that module's docstring: keep-alive and
 HTTP/1.0, pipelining, bodies that come in pieces, ``Expect: 100-continue``, the answers it gives
@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from scheduler_extender.threaded_http import ThreadedHttpServer
+from scheduler_extender.http.threaded import ThreadedHttpServer
 
 pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 

@@ -1,6 +1,6 @@
 """Fixtures of the extender's unit tests: an in-memory API (``FakeKube``), builders, the app.
 
-The app is wired by the same :func:`scheduler_extender.app.build_services` production uses,
+The app is wired by the same :func:`scheduler_extender.services.build_services` production uses,
 with ``FakeKube`` in place of the kubernetes adapter. Nothing here touches a network.
 """
 
@@ -17,10 +17,11 @@ import pytest
 from fastgshare import keys
 from fastgshare.codec import PodAssignment, encode_assignment, encode_node_inventory
 from fastgshare.inventory import GpuDevice, NodeInventory
-from scheduler_extender.app import Services, build_services, create_app
 from scheduler_extender.config import ExtenderConfig
+from scheduler_extender.http.apps import create_app
 from scheduler_extender.ports import ApiConflict, PodNotFound
 from scheduler_extender.records import NodeRecord, PodRecord
+from scheduler_extender.services import Services, build_services
 from scheduler_extender.state import ClusterState
 from tests.builders import TEST_TRUST, make_gpu, make_share, share_annotations, signed_annotations
 

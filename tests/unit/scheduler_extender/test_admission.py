@@ -12,7 +12,7 @@ import yaml
 from fastgshare import keys
 from fastgshare_cli.check import check_file
 from scheduler_extender.admission import MAX_MESSAGE, ReviewError, review
-from scheduler_extender.webhook import create_webhook_app
+from scheduler_extender.http.webhook import create_webhook_app
 
 SHARE = {"fastgshare/gpu_quota_request": "0.4", "fastgshare/gpu_quota_limit": "0.8",
          "fastgshare/gpu_sm_partition": "50", "fastgshare/gpu_mem": "1Gi"}

@@ -14,7 +14,7 @@ import pytest
 from fastgshare import keys
 from fastgshare.scheduler_routing import DEFAULT_SCHEDULER, Route, route
 from scheduler_extender.admission import ReviewError, mutate, review
-from scheduler_extender.webhook import create_webhook_app
+from scheduler_extender.http.webhook import create_webhook_app
 
 SHARE = {keys.GPU_QUOTA_REQUEST: "0.4", keys.GPU_QUOTA_LIMIT: "0.8", keys.GPU_SM_PARTITION: "50",
          keys.GPU_MEM: "1Gi"}

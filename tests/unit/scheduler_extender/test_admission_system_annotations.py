@@ -17,8 +17,8 @@ from flask import Flask
 from fastgshare import keys
 from scheduler_extender.admission import review
 from scheduler_extender.config import DEFAULT_SYSTEM_WRITERS, ConfigError, ExtenderConfig, parse_system_writers
+from scheduler_extender.http.webhook import create_webhook_app
 from scheduler_extender.main import build_parser
-from scheduler_extender.webhook import create_webhook_app
 
 ADMIN = "admin"
 EXTENDER = f"system:serviceaccount:{keys.SYSTEM_NAMESPACE}:{keys.SCHEDULER_SERVICE_ACCOUNT}"

@@ -11,9 +11,10 @@ import pytest
 from werkzeug.test import TestResponse
 
 from fastgshare import keys
-from scheduler_extender.app import Services, build_services, create_app, create_status_app
 from scheduler_extender.config import ExtenderConfig
+from scheduler_extender.http.apps import create_app, create_status_app
 from scheduler_extender.records import NodeRecord, PodRecord
+from scheduler_extender.services import Services, build_services
 from scheduler_extender.state import ClusterState
 from tests.builders import TEST_TRUST, share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, node_record, pod_json, pod_record, synced_state
@@ -188,7 +189,7 @@ def test_inspecting_a_node_the_extender_does_not_know_is_404(client: Client) -> 
 def test_bad_request_bodies_get_a_4xx_json_answer_and_a_log_line(
         client: Client, caplog: pytest.LogCaptureFixture, request_kwargs: dict[str, object], status: int,
         message: str) -> None:
-    with caplog.at_level(logging.WARNING, logger="scheduler_extender.routes"):
+    with caplog.at_level(logging.WARNING, logger="scheduler_extender.http.routes"):
         answer = client.post("/filter", **request_kwargs)
     assert answer.status_code == status
     assert answer.is_json

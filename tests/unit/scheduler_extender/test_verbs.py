@@ -1,128 +1,41 @@
-"""The verb lane: well-formed verbs answered without Flask, the same answers Flask gives, and
-everything else handed to Flask with its body intact."""
+"""The scheduler's verbs as plain functions (:mod:`scheduler_extender.verbs`): a decoded request and
+the services in, the answer's JSON body out; no HTTP, no Flask."""
 
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Callable, Iterable
-from typing import Any
 
-import pytest
-from werkzeug.test import Client, EnvironBuilder
-
-from scheduler_extender.app import Services, create_app
-from scheduler_extender.verbs import VerbLane
+from scheduler_extender import verbs, wire
+from scheduler_extender.services import Services
 from tests.unit.scheduler_extender.conftest import FakeKube, pod_json, pod_record
 
 
-def extender_args(*names: str) -> bytes:
-    return json.dumps({"Pod": pod_json(pod_record("new", uid="uid-new")), "Nodes": None,
-                       "NodeNames": list(names)}).encode()
+def extender_args(pod_uid: str, *names: str) -> wire.ExtenderArgs:
+    pod = pod_record("new", uid=pod_uid)
+    return wire.decode_extender_args({"Pod": pod_json(pod), "Nodes": None, "NodeNames": list(names)})
 
 
-class Behind:
-    """The app behind the lane: records what reached it, answers 299 with the body it read."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, str, bytes]] = []
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        length = int(environ.get("CONTENT_LENGTH") or 0)
-        body = environ["wsgi.input"].read(length)
-        self.seen.append((environ["REQUEST_METHOD"], environ["PATH_INFO"], body))
-        start_response("299 BEHIND", [("Content-Type", "text/plain")])
-        return [body]
+def binding(pod_uid: str, node: str) -> wire.BindingArgs:
+    return wire.decode_binding_args({"PodName": "new", "PodNamespace": "team-a", "PodUID": pod_uid, "Node": node})
 
 
-@pytest.fixture
-def behind() -> Behind:
-    return Behind()
+def test_filter_passes_the_nodes_where_the_pod_fits(services: Services) -> None:
+    answer = json.loads(verbs.filter_nodes(extender_args("u1", "node-a", "ghost"), services.decisions))
+    assert answer["NodeNames"] == ["node-a"]
+    assert set(answer["FailedNodes"]) == {"ghost"}
 
 
-@pytest.fixture
-def lane(services: Services, behind: Behind) -> Client:
-    return Client(VerbLane(services, behind))
+def test_prioritize_scores_every_node_asked(services: Services) -> None:
+    answer = json.loads(verbs.prioritize(extender_args("u1", "node-a", "node-b"), services.decisions))
+    assert [entry["Host"] for entry in answer] == ["node-a", "node-b"]
+    assert all(0 <= entry["Score"] <= 10 for entry in answer)
 
 
-@pytest.mark.parametrize("verb", ["filter", "prioritize"])
-def test_a_well_formed_verb_is_answered_by_the_lane(lane: Client, behind: Behind, verb: str) -> None:
-    answer = lane.post(f"/{verb}", data=extender_args("node-a"), content_type="application/json; charset=utf-8")
-    assert (answer.status_code, answer.content_type) == (200, "application/json")
-    assert behind.seen == []
-    assert "node-a" in answer.get_data(as_text=True)
-
-
-def test_bind_is_answered_by_the_lane_and_binds(lane: Client, behind: Behind, kube: FakeKube) -> None:
-    pod = kube.add(pod_record("p", uid="u1"))
-    lane.post("/filter", data=json.dumps({"Pod": pod_json(pod), "Nodes": None, "NodeNames": ["node-a"]}),
-              content_type="application/json")
-    answer = lane.post("/bind", data=json.dumps({"PodName": "p", "PodNamespace": pod.namespace, "PodUID": "u1",
-                                                 "Node": "node-a"}), content_type="application/json")
-    assert (answer.status_code, answer.json, behind.seen) == (200, {"Error": ""}, [])
-    assert kube.pods[pod.key].node_name == "node-a"
-
-
-@pytest.mark.parametrize(("method", "path", "body", "content_type"), [
-    pytest.param("POST", "/inspect", b"{}", "application/json", id="other-path"),
-    pytest.param("GET", "/filter", b"", "application/json", id="other-method"),
-    pytest.param("POST", "/filter", b"{}", "text/plain", id="not-json-content-type"),
-    pytest.param("POST", "/filter", b"{not json", "application/json", id="bad-json"),
-    pytest.param("POST", "/filter", b'{"NodeNames": []}', "application/json", id="wrong-shape"),
-    pytest.param("POST", "/bind", b'{"Node": 1}', "application/json", id="wrong-bind-shape"),
-    pytest.param("POST", "/filter", b" " * 70_000, "application/json", id="over-the-limit"),
-])
-def test_what_the_lane_cannot_answer_reaches_flask_with_its_body(lane: Client, behind: Behind, method: str, path: str,
-                                                                 body: bytes, content_type: str) -> None:
-    answer = lane.open(path, method=method, data=body, content_type=content_type)
-    assert answer.status_code == 299
-    assert behind.seen == [(method, path, body)]
-
-
-def test_a_body_without_a_length_reaches_flask(services: Services, behind: Behind) -> None:
-    """A chunked body (no Content-Length) is Flask's to read."""
-    environ = EnvironBuilder("/filter", method="POST", data=extender_args("node-a"),
-                             content_type="application/json", headers={"Transfer-Encoding": "chunked"}).get_environ()
-    del environ["CONTENT_LENGTH"]
-    answered: list[str] = []
-    VerbLane(services, behind)(environ, lambda status, headers: answered.append(status))
-    assert answered == ["299 BEHIND"]
-    assert [(method, path) for method, path, _ in behind.seen] == [("POST", "/filter")]
-
-
-@pytest.mark.parametrize("verb", ["filter", "prioritize"])
-def test_the_lane_answers_exactly_as_the_flask_routes(services: Services, verb: str) -> None:
-    app = create_app(services)
-    assert isinstance(app.wsgi_app, VerbLane)
-    flask_only = Client(app.wsgi_app._app)  # the routes without the lane in front
-    with app.test_client() as through_lane:
-        body = extender_args("node-a", "node-b", "ghost")
-        fast = through_lane.post(f"/{verb}", data=body, content_type="application/json")
-        slow = flask_only.post(f"/{verb}", data=body, content_type="application/json")
-    assert (fast.status_code, fast.content_type, fast.json) == (slow.status_code, slow.content_type, slow.json)
-
-
-def test_latency_is_observed_once_per_request_whichever_answers_it(services: Services) -> None:
-    with create_app(services).test_client() as client:
-        client.post("/filter", data=extender_args("node-a"), content_type="application/json")
-        client.post("/filter", data=b"{not json", content_type="application/json")
-        client.post("/filter", data=b'{"NodeNames": []}', content_type="application/json")
-        metrics = client.get("/metrics").get_data(as_text=True)
-    assert 'fastgshare_extender_request_duration_seconds_count{verb="filter"} 3.0' in metrics
-
-
-def test_a_failure_inside_a_verb_is_a_500_json_and_a_logged_traceback(
-        services: Services, lane: Client, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(args: object) -> object:
-        raise KeyError("boom")
-
-    monkeypatch.setattr(services.decisions, "prioritize_body", explode)
-    lane = Client(VerbLane(services, Behind()))
-    with caplog.at_level(logging.ERROR, logger="scheduler_extender.verbs"):
-        answer = lane.post("/prioritize", data=extender_args("node-a"), content_type="application/json")
-    assert (answer.status_code, answer.json) == (500, {"Error": "fastgshare extender internal error (KeyError); "
-                                                                "see its log"})
-    assert "Traceback" in caplog.text
-    assert "boom" not in answer.get_data(as_text=True)
-    metrics = services.metrics.exposition()[0].decode()
-    assert 'fastgshare_extender_failures_total{reason="internal-error",verb="prioritize"} 1.0' in metrics
+def test_bind_binds_only_where_filter_passed(services: Services, kube: FakeKube) -> None:
+    kube.add(pod_record("new", uid="u1"))
+    refused = json.loads(verbs.bind(binding("u1", "node-a"), services.binder))
+    assert "did not pass the fastgshare extender's filter" in refused["Error"]
+    assert kube.writes() == []
+    verbs.filter_nodes(extender_args("u1", "node-a"), services.decisions)
+    assert verbs.bind(binding("u1", "node-a"), services.binder) == b'{"Error":""}'
+    assert kube.pods["team-a/new"].node_name == "node-a"

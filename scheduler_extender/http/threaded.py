@@ -2,7 +2,7 @@
 
 kube-scheduler calls ``/filter`` and ``/prioritize`` for every pod on a few kept-alive
 connections, with bodies of ~70 KB at 5,000 nodes, and waits for each answer. Cheroot (which
-served the webhook and the status listener until issue 37; :mod:`.server` now uses
+served the webhook and the status listener until issue 37; :mod:`.guarded` now uses
 ``fastgshare_kube.guarded_http``) hands every request
 from its selector thread to a worker thread and back, reads through Python's pure-Python ``_pyio``
 buffers, and writes the head and the body separately. Measured on loopback with a C client, the

@@ -1,10 +1,12 @@
-"""The HTTP edge: one blueprint of thin routes, and JSON answers for every error.
+"""The HTTP edge's Flask routes: the scheduler's verbs, ``/inspect``, the status endpoints, and JSON
+answers for every error.
 
-Each extender route reads a size-capped JSON body, decodes it with :mod:`~scheduler_extender.wire`,
-asks the decisions or the binder, and encodes the answer. Bad requests (not JSON, wrong
-content type, too large, wrong shape, unknown path or method) get a 4xx JSON body
-``{"Error": ...}`` and a log line; an unexpected failure gets a 500 JSON body without a
-traceback (that goes to the log).
+Each verb route reads a size-capped JSON body, decodes it with :mod:`~scheduler_extender.wire`,
+calls its verb (:mod:`scheduler_extender.verbs`) and sends the answer; the lane in front
+(:mod:`.lane`) answers well-formed verb requests before Flask, so these routes answer the rest.
+Bad requests (not JSON, wrong content type, too large, wrong shape, unknown path or method) get a
+4xx JSON body ``{"Error": ...}`` and a log line; an unexpected failure gets a 500 JSON body
+without a traceback (that goes to the log).
 """
 
 from __future__ import annotations
@@ -12,18 +14,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from flask import Blueprint, Response, current_app, g, jsonify, request
 from werkzeug.exceptions import BadRequest, HTTPException, NotFound, UnsupportedMediaType
 
-from scheduler_extender import inspection, wire
-
-if TYPE_CHECKING:
-    from scheduler_extender.app import Services
+from scheduler_extender import inspection, verbs, wire
+from scheduler_extender.services import Services
 
 log = logging.getLogger(__name__)
 INSPECT_NAMES = 10  # node names an unknown-node answer lists
+EXTENSION = "fastgshare_extender"  # where an app keeps its Services (app.extensions)
 
 blueprint = Blueprint("extender", __name__)
 # The read-only endpoints, also served alone on --metrics-listen (probes and Prometheus reach
@@ -32,25 +33,25 @@ status = Blueprint("extender_status", __name__)
 
 
 def _services() -> Services:
-    return cast("Services", current_app.extensions["fastgshare_extender"])
+    return cast("Services", current_app.extensions[EXTENSION])
 
 
 @blueprint.post("/filter")
 def filter_nodes() -> Response:
     args = wire.decode_extender_args(_json_body())
-    return Response(_services().decisions.filter_body(args), mimetype="application/json")
+    return Response(verbs.filter_nodes(args, _services().decisions), mimetype="application/json")
 
 
 @blueprint.post("/prioritize")
 def prioritize() -> Response:
     args = wire.decode_extender_args(_json_body())
-    return Response(_services().decisions.prioritize_body(args), mimetype="application/json")
+    return Response(verbs.prioritize(args, _services().decisions), mimetype="application/json")
 
 
 @blueprint.post("/bind")
 def bind() -> Response:
     args = wire.decode_binding_args(_json_body())
-    return jsonify(wire.encode_binding_result(_services().binder.bind(args)))
+    return Response(verbs.bind(args, _services().binder), mimetype="application/json")
 
 
 @status.get("/healthz")

@@ -1,6 +1,6 @@
 """Serving the webhook (TLS) and the status listener on a background thread, and stopping cleanly.
 
-The scheduler's listener (``--listen``) is :mod:`.threaded_http`, built for its few busy loopback
+The scheduler's listener (``--listen``) is :mod:`.threaded`, built for its few busy loopback
 connections; these two face the pod network: the API server's webhook calls, the probes and
 Prometheus, and anything else a pod sends. Both are :class:`fastgshare_kube.guarded_http.GuardedHttpServer`
 (the one server every service uses there): TLS handshakes run in its event loop, never in the
@@ -20,7 +20,7 @@ from flask import Flask
 
 from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
 
-WORKERS = 16  # webhook calls and probes; the scheduler's verbs are served by threaded_http.py
+WORKERS = 16  # webhook calls and probes; the scheduler's verbs are served by threaded.py
 MAX_CONNECTIONS = 256
 HANDSHAKE_TIMEOUT_S = 2.0
 IDLE_TIMEOUT_S = 30.0  # the API server keeps webhook connections alive between calls
