@@ -34,17 +34,17 @@ is due, so all decisions and writes stay in the one worker.
 
 Child names are fixed by the configuration, so a create the cache has not seen yet answers 409
 and is simply waited for: no expectations are needed. A failure is retried after a delay that
-doubles per key (up to :data:`MAX_RETRY_S`); a success resets it. Functions are few and their
+doubles per key from 1 s (up to :data:`MAX_RETRY_S`); a success resets it: the layer's rate-limited
+:class:`~fastgshare_kube.workqueue.WorkQueue`, as the FaSTPod controller's. Functions are few and their
 reconciles cheap, so one worker serves them all and no key is ever reconciled twice at once.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -92,12 +92,14 @@ from fastgshare.autoscaling import ScalerState
 from fastgshare.scaling_fit import FreeSpace, can_raise_in_place, fit_additions
 from fastgshare_kube.errors import INVALID, ApiError
 from fastgshare_kube.events import NORMAL, WARNING, EventRecorder, rfc3339
-from fastgshare_kube.reflector import ListWatch, Reflector, Sink
+from fastgshare_kube.reflector import ListWatch, Reflector
+from fastgshare_kube.runner import Workers
+from fastgshare_kube.store import Store, object_key, whole
+from fastgshare_kube.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 RESULT_SYNCED, RESULT_INVALID, RESULT_GONE = "synced", "invalid", "gone"
-SYNC_TIMEOUT_S = 120.0
 MAX_RETRY_S = 60.0
 PROFILE_REFRESH_S = 30.0  # a profile ConfigMap is read again after this long
 _RBAC = "this account may not list and watch {what}: apply deploy/function-controller/rbac.yaml and run as its account"
@@ -168,120 +170,7 @@ class _ProfileRead:
     configmap: dict[str, Any] | None
 
 
-def object_key(obj: Mapping[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    return f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-
-
-class ObjectStore:
-    """Objects by ``namespace/name`` (a reflector's sink); ``on_change(old, new)`` hears every change."""
-
-    def __init__(self, on_change: Callable[[dict[str, Any] | None, dict[str, Any] | None], None]) -> None:
-        self._lock = threading.Lock()
-        self._objects: dict[str, dict[str, Any]] = {}
-        self._on_change = on_change
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            found = self._objects.get(key)
-        return copy.deepcopy(found) if found is not None else None
-
-    def select(self, namespace: str, keep: Callable[[Mapping[str, Any]], bool]) -> list[dict[str, Any]]:
-        with self._lock:
-            found = [obj for key, obj in self._objects.items() if key.startswith(f"{namespace}/") and keep(obj)]
-        return copy.deepcopy(found)
-
-    def list_keys(self) -> list[str]:
-        with self._lock:
-            return list(self._objects)
-
-    def replace(self, objects: Iterable[Mapping[str, Any]], namespace: str | None = None) -> None:
-        """A (re)list: of everything, or with ``namespace`` of that namespace's objects only."""
-        fresh = {object_key(obj): dict(obj) for obj in objects}
-        with self._lock:
-            if namespace is None:
-                old, self._objects = self._objects, fresh
-            else:
-                prefix = f"{namespace}/"
-                old = {key: obj for key, obj in self._objects.items() if key.startswith(prefix)}
-                kept = {key: obj for key, obj in self._objects.items() if not key.startswith(prefix)}
-                self._objects = {**kept, **fresh}
-        for key in old.keys() | fresh.keys():
-            if old.get(key) != fresh.get(key):
-                self._on_change(old.get(key), fresh.get(key))
-
-    def scoped(self, namespace: str) -> Sink:
-        """The sink of one namespace's reflector: its relists leave other namespaces' objects alone."""
-        return _NamespaceSink(self, namespace)
-
-    def upsert(self, obj: Mapping[str, Any]) -> None:
-        with self._lock:
-            old = self._objects.get(object_key(obj))
-            self._objects[object_key(obj)] = dict(obj)
-        self._on_change(old, dict(obj))
-
-    def delete(self, obj: Mapping[str, Any]) -> None:
-        with self._lock:
-            old = self._objects.pop(object_key(obj), None)
-        self._on_change(old or dict(obj), None)
-
-
-@attrs.frozen
-class _NamespaceSink:
-    store: ObjectStore
-    namespace: str
-
-    def replace(self, objects: list[dict[str, Any]]) -> None:
-        self.store.replace(objects, self.namespace)
-
-    def upsert(self, obj: Mapping[str, Any]) -> None:
-        self.store.upsert(obj)
-
-    def delete(self, obj: Mapping[str, Any]) -> None:
-        self.store.delete(obj)
-
-
 Sources = ListWatch | Mapping[str, ListWatch]  # cluster-wide, or one per namespace
-
-
-class KeyQueue:
-    """Keys to reconcile, each at most once in the queue; delayed adds for retries."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._keys: dict[str, None] = {}
-        self._closed = False
-
-    def add(self, key: str) -> None:
-        with self._cond:
-            if not self._closed:
-                self._keys[key] = None
-                self._cond.notify()
-
-    def add_after(self, key: str, delay_s: float) -> None:
-        timer = threading.Timer(delay_s, self.add, args=(key,))
-        timer.daemon = True
-        timer.start()
-
-    def get(self) -> str | None:
-        """The next key, waiting for one; None once shut down."""
-        with self._cond:
-            while not self._keys and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            key = next(iter(self._keys))
-            del self._keys[key]
-            return key
-
-    def shut_down(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._keys)
 
 
 class Controller:
@@ -303,15 +192,12 @@ class Controller:
         self._profiles: dict[str, _ProfileRead] = {}
         self._due: dict[str, float] = {}  # autoscaled functions: when to reconcile next (clock)
         self._due_lock = threading.Lock()
-        self.queue = KeyQueue()
-        self.fastfuncs = ObjectStore(lambda old, new: self.queue.add(object_key(new or old or {})))
-        self.fastpods = ObjectStore(self._child_changed)
-        self.services = ObjectStore(self._child_changed)
-        self.pods = ObjectStore(self._pod_changed)
-        self._retries: dict[str, float] = {}
-        self._reflectors: list[Reflector] = []
-        self._threads: list[threading.Thread] = []
-        self._stopping = threading.Event()
+        self.queue = WorkQueue(base_delay_s=1.0, max_delay_s=MAX_RETRY_S)
+        self.fastfuncs = Store(lambda old, new: self.queue.add(object_key(new or old or {})), convert=whole)
+        self.fastpods = Store(self._child_changed, convert=whole)
+        self.services = Store(self._child_changed, convert=whole)
+        self.pods = Store(self._pod_changed, convert=whole)
+        self._workers = Workers(self.queue)
 
     def _child_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         for obj in (old, new):
@@ -336,7 +222,7 @@ class Controller:
             return any(ref.get("controller") and ref.get("kind") == keys.FASTPOD_KIND and ref.get("uid") in uids
                        for ref in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
-        return [pod_summary(pod) for pod in self.pods.select(namespace, controlled)]
+        return [pod_summary(pod) for pod in self.pods.select(controlled, namespace=namespace)]
 
     # --- reconcile ----------------------------------------------------------------------------
     def reconcile(self, key: str) -> str:
@@ -347,7 +233,7 @@ class Controller:
             return RESULT_GONE
         metadata = fastfunc["metadata"]
         namespace, uid = str(metadata.get("namespace", "")), str(metadata.get("uid", ""))
-        children = self.fastpods.select(namespace, lambda obj: controlled_by(obj, uid))
+        children = self.fastpods.select(lambda obj: controlled_by(obj, uid), namespace=namespace)
         pods = self._pods_of(namespace, children)
         try:
             spec = parse_function(fastfunc)
@@ -506,8 +392,9 @@ class Controller:
         child = sources[0]
         uid = str(child["metadata"].get("uid", ""))
         pods = [f"{spec.namespace}/{pod['metadata']['name']}" for pod in self.pods.select(
-            spec.namespace, lambda pod: any(ref.get("uid") == uid and ref.get("controller")
-                                            for ref in (pod.get("metadata") or {}).get("ownerReferences") or []))]
+            lambda pod: any(ref.get("uid") == uid and ref.get("controller")
+                            for ref in (pod.get("metadata") or {}).get("ownerReferences") or []),
+            namespace=spec.namespace)]
         if not pods:
             return False
         if self._free_space is None:
@@ -618,67 +505,53 @@ class Controller:
         that did not fill (its reflector's log says why). Each kind's source is cluster-wide, or one
         per namespace (a mapping): then each namespace has its own reflector, whose relists replace
         that namespace's part of the cache."""
-        self._reflectors = [*self._reflectors_of("fastfuncs", fastfuncs, self.fastfuncs, FASTFUNC_HINTS),
-                            *self._reflectors_of("fastpods", fastpods, self.fastpods, FASTPOD_HINTS),
-                            *self._reflectors_of("services", services, self.services, SERVICE_HINTS),
-                            *self._reflectors_of("pods", pods, self.pods, POD_HINTS)]
-        for reflector in self._reflectors:
-            reflector.start()
-        for reflector in self._reflectors:
-            if not reflector.wait_synced(SYNC_TIMEOUT_S):
-                raise TimeoutError(f"the {reflector.name} cache did not fill within {SYNC_TIMEOUT_S:.0f}s")
-        log.info("caches synced fastfuncs=%d", len(self.fastfuncs.list_keys()))
-        self._threads = [threading.Thread(target=self._work, name="worker", daemon=True),
-                         threading.Thread(target=self._resync, name="resync", daemon=True),
-                         threading.Thread(target=self._autoscaler, name="autoscaler", daemon=True)]
-        for thread in self._threads:
-            thread.start()
+        self._workers.start([*self._reflectors_of("fastfuncs", fastfuncs, self.fastfuncs, FASTFUNC_HINTS),
+                             *self._reflectors_of("fastpods", fastpods, self.fastpods, FASTPOD_HINTS),
+                             *self._reflectors_of("services", services, self.services, SERVICE_HINTS),
+                             *self._reflectors_of("pods", pods, self.pods, POD_HINTS)],
+                            [("worker", self._work), ("resync", self._workers.every(self._resync_s, self._resync)),
+                             ("autoscaler", self._workers.every(self._tick_s, self._scrape_and_enqueue_due))])
+        log.info("caches synced fastfuncs=%d", len(self.fastfuncs))
 
     @staticmethod
-    def _reflectors_of(name: str, source: Sources, store: ObjectStore, hints: Mapping[int, str]) -> list[Reflector]:
+    def _reflectors_of(name: str, source: Sources, store: Store[dict[str, Any]],
+                       hints: Mapping[int, str]) -> list[Reflector]:
         if isinstance(source, Mapping):
             return [Reflector(f"{name}-{namespace}", each, store.scoped(namespace), hints=hints)
                     for namespace, each in source.items()]
         return [Reflector(name, source, store, hints=hints)]
 
     def stop(self, grace_s: float = 30.0) -> None:
-        self._stopping.set()
-        self.queue.shut_down()
-        for thread in self._threads:
-            thread.join(timeout=grace_s)
-        for reflector in self._reflectors:
-            reflector.stop()
+        self._workers.stop(grace_s)
 
     @property
     def healthy(self) -> bool:
-        return all(r.alive for r in self._reflectors) and all(t.is_alive() for t in self._threads)
+        return self._workers.alive
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
             try:
                 self.reconcile(key)
-                self._retries.pop(key, None)
+                self.queue.forget(key)
             except Exception as error:  # any failure is retried; the worker must live on
-                delay = min(self._retries.get(key, 0.5) * 2, MAX_RETRY_S)
-                self._retries[key] = delay
-                self.queue.add_after(key, delay)
+                delay = self.queue.add_rate_limited(key)
                 log.warning("fastfunc=%s reconcile failed, retrying in %.1fs: %s", key, delay, error,
                             exc_info=not isinstance(error, ApiError))
+            finally:
+                self.queue.done(key)
 
-    def _autoscaler(self) -> None:
-        """Scrape the rates every tick_s and enqueue the autoscaled functions that are due."""
-        while not self._stopping.wait(self._tick_s):
-            try:
-                self._metrics.scrape()
-            except Exception:  # the loop must live on; the source logs what it can say
-                log.exception("reading the request rates failed")
-            for key in self.due():
-                self.queue.add(key)
+    def _scrape_and_enqueue_due(self) -> None:
+        """Scrape the rates (every tick_s) and enqueue the autoscaled functions that are due."""
+        try:
+            self._metrics.scrape()
+        except Exception:  # the loop must live on; the source logs what it can say
+            log.exception("reading the request rates failed")
+        for key in self.due():
+            self.queue.add(key)
 
     def _resync(self) -> None:
-        while not self._stopping.wait(self._resync_s):
-            for key in self.fastfuncs.list_keys():
-                self.queue.add(key)
+        for key in self.fastfuncs.list_keys():
+            self.queue.add(key)
 
 
 def _service_conflict(spec: FunctionSpec) -> Problem:

@@ -12,13 +12,11 @@ import argparse
 import logging
 import os
 import re
-import signal
 import socket
 import sys
 import threading
 import uuid
 from collections.abc import Sequence
-from types import FrameType
 
 from fastfunc_controller import kube, names
 from fastfunc_controller.controller import Controller
@@ -26,8 +24,10 @@ from fastfunc_controller.metrics_source import GatewayMetrics, check_gateway_url
 from fastfunc_controller.prometheus_source import DEFAULT_SCRAPE_INTERVAL_S, PrometheusRates, check_prometheus_url
 from fastgshare import __version__, keys
 from fastgshare_kube.events import EventRecorder
-from fastgshare_kube.health import parse_address, start_health
+from fastgshare_kube.health import start_health
 from fastgshare_kube.leader import LeaderElector, add_leader_election_arguments, leader_election_problem
+from fastgshare_kube.process import ListenAddressError, parse_listen, stop_on_signals
+from fastgshare_kube.runner import run_elected
 
 log = logging.getLogger("fastfunc_controller")
 
@@ -123,8 +123,11 @@ def check_args(args: argparse.Namespace) -> None:
                          f"{args.prometheus_scrape_interval_seconds}")
     if (problem := leader_election_problem(args)) is not None:
         raise UsageError(problem)
-    if args.health_address and not parse_address(args.health_address):
-        raise UsageError(f"--health-address must be HOST:PORT, got {args.health_address!r}")
+    if args.health_address:
+        try:
+            parse_listen(args.health_address, "--health-address", example="0.0.0.0:8081")
+        except ListenAddressError as error:
+            raise UsageError(str(error)) from None
 
 
 def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient | None = None) -> int:
@@ -157,38 +160,20 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                             tick_s=args.scrape_interval_seconds, free_space=client.free_space)
     health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy)
     try:
-        return _lead(args, controller, elector, stopping, api)
+        return run_elected(elector, stopping, start=lambda: _start(args, controller, api), stop=controller.stop,
+                           not_filled_hint="are the FaSTFunc and FaSTPod CRDs installed and may this account list "
+                                           "FaSTFuncs, FaSTPods, Services and pods "
+                                           "(deploy/function-controller/rbac.yaml)?")
     finally:
         if health is not None:
             health.stop()
 
 
-def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElector | None,
-          stopping: threading.Event, api: kube.ApiClient) -> int:
-    try:
-        if elector is not None and not elector.acquire(stopping):
-            return 0
-    except kube.KubeConfigError as error:
-        log.error("%s", error)
-        return 1
+def _start(args: argparse.Namespace, controller: Controller, api: kube.ApiClient) -> None:
     namespaces = watched_namespaces(args)
     log.info("running the FaSTFuncs of namespaces=%s", ",".join(namespaces) if namespaces else "all")
     sources = kube.sources(api, namespaces)
-    try:
-        controller.start(sources.fastfuncs, sources.fastpods, sources.services, sources.pods)
-    except TimeoutError as error:
-        log.error("%s; are the FaSTFunc and FaSTPod CRDs installed and may this account list FaSTFuncs, FaSTPods, "
-                  "Services and pods (deploy/function-controller/rbac.yaml)?", error)
-        controller.stop()
-        if elector is not None:
-            elector.release()
-        return 1
-    kept = elector.hold(stopping) if elector is not None else stopping.wait()
-    controller.stop()
-    if elector is not None and kept:
-        elector.release()
-    return 0 if kept else 1
-
+    controller.start(sources.fastfuncs, sources.fastpods, sources.services, sources.pods)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -201,13 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stopping.set, logger=log)
     try:
         status = run(args, stopping)
     except kube.KubeConfigError as error:

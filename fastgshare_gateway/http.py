@@ -47,7 +47,8 @@ from fastgshare_gateway.metrics import CONTENT_TYPE, function_label
 from fastgshare_gateway.policy import DeployPolicy
 from fastgshare_gateway.pool import ColdStartTimeout, FunctionPool, QueueFull, QueueTimeout
 from fastgshare_gateway.routing import Functions
-from fastgshare_gateway.store import CONFLICT, NOT_FOUND, FunctionStore, StoreError
+from fastgshare_gateway.store import FunctionStore
+from fastgshare_kube.errors import CONFLICT, NOT_FOUND, ApiError
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class Gateway:
                  "up to %gs", name, namespace, patch["spec"]["fixed"]["replicas"], self.functions.cold_start_timeout_s)
         try:
             woken = await self._call(store.patch_fastfunc, namespace, name, patch)
-        except StoreError as error:
+        except ApiError as error:
             log.warning("function=%s.%s could not be woken: %s; the next request retries", name, namespace, error)
             self.functions.wake_failed(key)
             return
@@ -327,11 +328,11 @@ class Gateway:
         return web.Response(status=400, text=cls._problems(error))
 
     @staticmethod
-    def _store_failed(error: StoreError) -> web.Response:
+    def _store_failed(error: ApiError) -> web.Response:
         if error.status in (400, 422):  # the API server's validation: the body's fault, not ours
-            return _text(400, f"the Kubernetes API refused the function: {error.message}")
+            return _text(400, f"the Kubernetes API refused the function: {error.message or error}")
         if error.status == NOT_FOUND:
-            return _text(500, f"the FaSTFunc CRD ({keys.FASTFUNC_CRD_NAME}) is not installed: {error.message}")
+            return _text(500, f"the FaSTFunc CRD ({keys.FASTFUNC_CRD_NAME}) is not installed: {error.message or error}")
         return _text(500 if error.status else 502, f"the Kubernetes API refused or did not answer: {error}")
 
     def _count(self, name: str, namespace: str) -> float:
@@ -343,7 +344,7 @@ class Gateway:
             fastfuncs = await self._call(store.list_fastfuncs, namespace)
             fastpods = (await self._call(store.list_fastpods, namespace)
                         if namespace == self.functions.default_namespace else [])
-        except StoreError as error:
+        except ApiError as error:
             return self._store_failed(error)
         found = [openfaas.function_status(f, self._count(f["metadata"]["name"], namespace)) for f in fastfuncs]
         found += [openfaas.fastpod_status(p, self._count(p["metadata"]["name"], namespace))
@@ -362,7 +363,7 @@ class Gateway:
                 fastpod = await self._call(store.get_fastpod, namespace, name)
                 if fastpod is not None and openfaas.is_function_fastpod(fastpod):
                     return web.json_response(openfaas.fastpod_status(fastpod, self._count(name, namespace)))
-        except StoreError as error:
+        except ApiError as error:
             return self._store_failed(error)
         return _text(404, f"no function {name!r} in namespace {namespace!r}")
 
@@ -376,7 +377,7 @@ class Gateway:
         name, namespace = fastfunc["metadata"]["name"], self._namespace(request, fastfunc["metadata"]["namespace"])
         try:
             created = await self._call(store.create_fastfunc, namespace, fastfunc)
-        except StoreError as error:
+        except ApiError as error:
             if error.status == CONFLICT:
                 return _text(409, f"function {name!r} already exists in namespace {namespace!r}; "
                                   "update it with PUT /system/functions")
@@ -401,12 +402,12 @@ class Gateway:
                 try:
                     await self._call(store.replace_fastfunc, namespace, name, _updated(existing, wanted))
                     return web.Response(status=202)
-                except StoreError as error:
+                except ApiError as error:
                     if error.status != CONFLICT:
                         raise
         except openfaas.InvalidDeployment as error:
             return self._invalid(error)
-        except StoreError as error:
+        except ApiError as error:
             return self._store_failed(error)
         return _text(409, f"function {name!r} changed {CONFLICT_RETRIES} times while being updated; retry")
 
@@ -420,7 +421,7 @@ class Gateway:
         try:
             if not await self._call(store.delete_fastfunc, namespace, name):
                 return _text(404, f"no function {name!r} in namespace {namespace!r}")
-        except StoreError as error:
+        except ApiError as error:
             return self._store_failed(error)
         self.functions.remove_fastfunc((namespace, name))
         log.info("deleted function=%s.%s", name, namespace)
@@ -447,7 +448,7 @@ class Gateway:
             if not openfaas.is_fixed(fastfunc):
                 return web.Response(status=202, headers={AUTOSCALED_HEADER: "true"})
             await self._call(store.patch_fastfunc, namespace, name, openfaas.scale_patch(replicas))
-        except StoreError as error:
+        except ApiError as error:
             return self._store_failed(error)
         log.info("scaled function=%s.%s replicas=%d", name, namespace, replicas)
         return web.Response(status=202)

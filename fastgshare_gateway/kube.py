@@ -6,7 +6,7 @@
   settings the gateway uses: minimum replicas, SLO); every change is
   handed to the event loop with ``loop.call_soon_threadsafe`` (the sinks run in the watch threads);
 - :class:`KubeStore`: the :class:`~fastgshare_gateway.store.FunctionStore` over the API (custom objects as
-  JSON), every failure a :class:`~fastgshare_gateway.store.StoreError`;
+  JSON), every failure the layer's :class:`~fastgshare_kube.errors.ApiError`;
 - :func:`missing_crd`: one line when the FaSTFunc CRD is not installed.
 """
 
@@ -19,7 +19,6 @@ from typing import Any
 
 from fastgshare import keys
 from fastgshare_gateway.routing import Functions
-from fastgshare_gateway.store import StoreError
 from fastgshare_kube import rest
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
 from fastgshare_kube.errors import ApiError
@@ -132,10 +131,6 @@ def missing_crd(api: ApiClient, namespace: str) -> str | None:
     return None
 
 
-def _translated(error: ApiError) -> StoreError:
-    return StoreError(error.status, error.message or str(error))
-
-
 class KubeStore:
     def __init__(self, api: ApiClient) -> None:
         self._custom = rest.custom_objects(api)
@@ -144,11 +139,8 @@ class KubeStore:
         return keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, namespace, keys.FASTFUNC_PLURAL
 
     def list_fastfuncs(self, namespace: str) -> list[dict[str, Any]]:
-        try:
-            return list(rest.call(self._custom.list_namespaced_custom_object, *self._fastfunc_args(namespace),
-                                  timeout_s=REQUEST_TIMEOUT).get("items") or [])
-        except ApiError as error:
-            raise _translated(error) from None
+        return list(rest.call(self._custom.list_namespaced_custom_object, *self._fastfunc_args(namespace),
+                              timeout_s=REQUEST_TIMEOUT).get("items") or [])
 
     def get_fastfunc(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -157,28 +149,19 @@ class KubeStore:
         except ApiError as error:
             if error.not_found and "could not find the requested resource" not in error.message:
                 return None
-            raise _translated(error) from None
+            raise
 
     def create_fastfunc(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return rest.call(self._custom.create_namespaced_custom_object, *self._fastfunc_args(namespace),
-                             rest.raw(body), timeout_s=REQUEST_TIMEOUT)
-        except ApiError as error:
-            raise _translated(error) from None
+        return rest.call(self._custom.create_namespaced_custom_object, *self._fastfunc_args(namespace),
+                         rest.raw(body), timeout_s=REQUEST_TIMEOUT)
 
     def replace_fastfunc(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return rest.call(self._custom.replace_namespaced_custom_object, *self._fastfunc_args(namespace), name,
-                             rest.raw(body), timeout_s=REQUEST_TIMEOUT)
-        except ApiError as error:
-            raise _translated(error) from None
+        return rest.call(self._custom.replace_namespaced_custom_object, *self._fastfunc_args(namespace), name,
+                         rest.raw(body), timeout_s=REQUEST_TIMEOUT)
 
     def patch_fastfunc(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            return rest.call(self._custom.patch_namespaced_custom_object, *self._fastfunc_args(namespace), name,
-                             rest.raw(patch), _content_type=rest.MERGE_PATCH, timeout_s=REQUEST_TIMEOUT)
-        except ApiError as error:
-            raise _translated(error) from None
+        return rest.call(self._custom.patch_namespaced_custom_object, *self._fastfunc_args(namespace), name,
+                         rest.raw(patch), _content_type=rest.MERGE_PATCH, timeout_s=REQUEST_TIMEOUT)
 
     def delete_fastfunc(self, namespace: str, name: str) -> bool:
         try:
@@ -188,7 +171,7 @@ class KubeStore:
         except ApiError as error:
             if error.not_found and "could not find the requested resource" not in error.message:
                 return False
-            raise _translated(error) from None
+            raise
 
     def list_fastpods(self, namespace: str) -> list[dict[str, Any]]:
         try:
@@ -198,7 +181,7 @@ class KubeStore:
         except ApiError as error:
             if error.not_found:
                 return []  # no FaSTPod CRD: no FaSTPod functions
-            raise _translated(error) from None
+            raise
 
     def get_fastpod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -207,4 +190,4 @@ class KubeStore:
         except ApiError as error:
             if error.not_found:
                 return None
-            raise _translated(error) from None
+            raise

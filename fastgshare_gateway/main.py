@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,15 +23,9 @@ from fastgshare_gateway.metrics import GatewayMetrics
 from fastgshare_gateway.policy import DEFAULT_MAX_REPLICAS, DeployPolicy
 from fastgshare_gateway.pool import Limits
 from fastgshare_gateway.routing import Functions
+from fastgshare_kube.process import ListenAddressError, parse_listen, stop_on_signals
 
 log = logging.getLogger("fastgshare_gateway")
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    host, colon, port = text.rpartition(":")
-    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"--listen {text!r}: must be HOST:PORT with a port 0..65535, e.g. 0.0.0.0:8080")
-    return host.strip("[]") or "0.0.0.0", int(port)
 
 
 def _positive_float(text: str) -> float:
@@ -135,8 +128,7 @@ async def run(args: argparse.Namespace, host: str, port: int) -> int:
     gateway = http.Gateway(functions, KubeStore(api), options)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    stop_on_signals(stop.set, loop=loop, logger=log)
     watches = Watches(api, functions, loop)
     watches.start()
     try:
@@ -154,8 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        host, port = parse_listen(args.listen)
-    except ValueError as error:
+        host, port = parse_listen(args.listen, "--listen", example="0.0.0.0:8080")
+    except ListenAddressError as error:
         parser.error(str(error))
     if args.basic_auth_dir is None and not args.no_auth:
         parser.error(f"--basic-auth-dir DIR is required: the directory holding {keys.BASIC_AUTH_USER_KEY} and "

@@ -1,23 +1,12 @@
 """The port through which the provider API reads and writes FaSTFunc objects (and reads FaSTPods written
 as functions). The real one is :class:`fastgshare_gateway.kube.KubeStore`; tests use an in-memory one.
-Methods block (the HTTP edge runs them in a thread); failures are :class:`StoreError`."""
+Methods block (the HTTP edge runs them in a thread); failures are the Kubernetes layer's one error type,
+:class:`~fastgshare_kube.errors.ApiError` (``status`` as the API server gave it, 0: no answer)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Protocol
-
-NOT_FOUND = 404
-CONFLICT = 409
-
-
-class StoreError(Exception):
-    """A failed call: ``status`` as the API server gave it (0: no answer), and its message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        self.status = status
-        self.message = message
-        super().__init__(f"{status}: {message}")
 
 
 class FunctionStore(Protocol):
@@ -26,11 +15,11 @@ class FunctionStore(Protocol):
     def get_fastfunc(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     def create_fastfunc(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Raises StoreError(409) when it exists."""
+        """Raises ApiError(409) when it exists."""
         ...
 
     def replace_fastfunc(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``body`` carries the resourceVersion read; StoreError(409) when it moved on, 404 when gone."""
+        """``body`` carries the resourceVersion read; ApiError(409) when it moved on, 404 when gone."""
         ...
 
     def patch_fastfunc(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]: ...

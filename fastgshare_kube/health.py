@@ -1,8 +1,10 @@
-"""The services' health and metrics endpoint: ``/healthz`` and ``/readyz`` for the kubelet's probes
-(200 while the process is sound, else 503) and, where a service has them, ``/metrics`` for
-Prometheus. What "sound" means is the service's: the controllers count a standby replica (not the
-leader) as healthy, and the leader while its watches and workers are alive. Served on the
-``--health-address`` a service takes (:func:`parse_address`), by
+"""The services' health and metrics endpoint: ``/healthz`` (liveness) and ``/readyz`` (readiness) for
+the kubelet's probes (200 while the check says so, else 503) and, where a service has them,
+``/metrics`` for Prometheus. What the checks mean is the service's: the controllers count a standby
+replica (not the leader) as healthy, and the leader while its watches and workers are alive; a
+service that must not get traffic before its cache filled gives ``/readyz`` a check of its own
+(``ready``), else ``/readyz`` answers as ``/healthz``. Served on the
+``--health-address`` a service takes (:func:`~fastgshare_kube.process.parse_listen`), by
 :class:`~fastgshare_kube.guarded_http.GuardedHttpServer`, which no idle or slow client can hold.
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
 from fastgshare_kube.metrics_access import MetricsAccess, guard_metrics
+from fastgshare_kube.process import parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -24,13 +27,17 @@ LIMITS = Limits(max_connections=256, workers=4, idle_timeout_s=30.0, header_time
 
 
 class HealthServer:
-    """Serves ``GET /healthz`` (and ``/readyz``) from ``check`` and ``GET /metrics`` from
-    ``metrics`` (the text format and its content type) from a :class:`GuardedHttpServer`; with
-    ``access``, ``/metrics`` only to whom it allows (:mod:`fastgshare_kube.metrics_access`)."""
+    """Serves ``GET /healthz`` from ``check``, ``/readyz`` from ``ready`` (default: ``check``) and
+    ``GET /metrics`` from ``metrics`` (the text format and its content type) from a
+    :class:`GuardedHttpServer` (``name``: its threads' name); with ``access``, ``/metrics`` only to
+    whom it allows (:mod:`fastgshare_kube.metrics_access`)."""
 
     def __init__(self, host: str, port: int, check: Callable[[], bool],
                  metrics: Callable[[], tuple[bytes, str]] | None = None, *, limits: Limits = LIMITS,
-                 access: MetricsAccess | None = None) -> None:
+                 access: MetricsAccess | None = None, ready: Callable[[], bool] | None = None,
+                 name: str = "health") -> None:
+        checks = {"/healthz": check, "/readyz": ready or check}
+
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             path = environ["PATH_INFO"]
             if environ["REQUEST_METHOD"] not in ("GET", "HEAD"):
@@ -40,15 +47,15 @@ class HealthServer:
                 body, content_type = metrics()
                 start_response("200 OK", [("Content-Type", content_type)])
                 return [body]
-            if path not in ("/healthz", "/readyz"):
+            if path not in checks:
                 start_response("404 Not Found", [("Content-Type", "text/plain")])
                 return [b"not found\n"]
-            ok = check()
+            ok = checks[path]()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"ok\n" if ok else b"unhealthy\n"]
 
         self._server = GuardedHttpServer(app if access is None or metrics is None else guard_metrics(app, access),
-                                         host, port, name="health", limits=limits)
+                                         host, port, name=name, limits=limits)
 
     @property
     def port(self) -> int:
@@ -65,20 +72,14 @@ class HealthServer:
         self._server.stop()
 
 
-def parse_address(text: str) -> tuple[str, int] | None:
-    """``HOST:PORT`` as (host, port); None if it is not that."""
-    host, _, port = text.rpartition(":")
-    return (host, int(port)) if host and port.isdigit() else None
-
-
 def start_health(address: str, check: Callable[[], bool],
                  metrics: Callable[[], tuple[bytes, str]] | None = None, *,
                  access: MetricsAccess | None = None) -> HealthServer | None:
     """A started :class:`HealthServer` on ``address`` (``HOST:PORT``, checked by the caller with
-    :func:`parse_address`); None when ``address`` is empty (off)."""
-    where = parse_address(address) if address else None
-    if where is None:
+    :func:`~fastgshare_kube.process.parse_listen`); None when ``address`` is empty (off)."""
+    if not address:
         return None
+    where = parse_listen(address, "--health-address")
     server = HealthServer(where[0], where[1], check, metrics, access=access)
     server.start()
     return server

@@ -1,8 +1,8 @@
 """The FaSTPod controller (``fastgshare-controller``): turns each FaSTPod into its pods.
 
-The shape is Kubernetes' sample-controller: watch-fed caches (:mod:`.cache`, fed by
+The shape is Kubernetes' sample-controller: watch-fed caches (:class:`fastgshare_kube.store.Store`, fed by
 :class:`fastgshare_kube.reflector.Reflector`) only enqueue keys into a deduplicating, rate-limited work queue
-(:mod:`.workqueue`); workers call one level-triggered, idempotent ``reconcile(key)``
+(:class:`fastgshare_kube.workqueue.WorkQueue`); workers call one level-triggered, idempotent ``reconcile(key)``
 (:mod:`.controller`) that reads the caches and converges. The decisions are pure functions:
 the FaSTPod's spec is validated into a desired state (:mod:`.spec`), pods are built from the
 whole podSpec (:mod:`.builder`), the creates and deletes are planned (:mod:`.plan`) and the

@@ -26,6 +26,7 @@ not checked again (:class:`AcceptedSpecs`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -40,24 +41,24 @@ import attrs
 
 from fastgshare import keys
 from fastgshare_kube.reflector import ListWatch, Reflector
+from fastgshare_kube.runner import Workers
+from fastgshare_kube.store import Store, object_key, whole
+from fastgshare_kube.workqueue import WorkQueue
 from fastpod_crd_controller import names
 from fastpod_crd_controller.builder import PodConfig, make_pod
-from fastpod_crd_controller.cache import FaSTPodStore, PodStore
 from fastpod_crd_controller.errors import INVALID, ApiError, InvalidFaSTPod
 from fastpod_crd_controller.events import NORMAL, WARNING, rfc3339
 from fastpod_crd_controller.expectations import Expectations
 from fastpod_crd_controller.plan import Plan, in_place_updates, plan
-from fastpod_crd_controller.pods import PodInfo
+from fastpod_crd_controller.pods import PodInfo, pod_info
 from fastpod_crd_controller.ports import EventPort, KubePort, NoObserver, ReconcileObserver
 from fastpod_crd_controller.spec import FaSTPodSpec, parse_fastpod, time_quota_of
 from fastpod_crd_controller.status import Outcome, compute_status
-from fastpod_crd_controller.workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 REASON_POD_REJECTED = "PodRejected"
 RESULT_SYNCED, RESULT_INVALID, RESULT_GONE, RESULT_ERROR = "synced", "invalid", "gone", "error"
-SYNC_TIMEOUT_S = 120.0
 _RBAC_HINT = "this account may not list and watch {what}: apply deploy/controller/rbac.yaml and run as its account"
 FASTPOD_HINTS = {404: f"the FaSTPod CRD {keys.FASTPOD_CRD_NAME} is not installed; install it with kubectl apply -f "
                       "deploy/crd/fastpods.yaml (deploy/install.sh does)",
@@ -86,16 +87,18 @@ class Controller:
         self._recorder = recorder
         self._settings = settings or Settings()
         self._observer = observer or NoObserver()
-        self.queue = queue or WorkQueue(on_take=self._observer.queue_waited)
+        self.queue = queue or WorkQueue(observer=self._observer)
         self.expectations = expectations or Expectations()
         self._now = now or (lambda: rfc3339(time.time()))
-        self.fastpods = FaSTPodStore(self.queue.add)
-        self.pods = PodStore(self.pod_changed)
-        self._reflectors: list[Reflector] = []
-        self._threads: list[threading.Thread] = []
-        self._stopping = threading.Event()
+        self.fastpods = fastpod_store(self.queue.add)
+        self.pods = pod_store(self.pod_changed)
+        self._workers = Workers(self.queue)
         self._creators = ThreadPoolExecutor(max_workers=self._settings.create_parallelism,
                                             thread_name_prefix="create")
+
+    def fastpod_statuses(self) -> list[dict[str, Any]]:
+        """Each cached FaSTPod reduced to ``{"status": ...}`` (a copy), for the metrics."""
+        return self.fastpods.each(lambda obj: {"status": copy.deepcopy(obj.get("status") or {})})
 
     # --- event handlers -----------------------------------------------------------------------
     def pod_changed(self, old: PodInfo | None, new: PodInfo | None) -> None:
@@ -115,7 +118,7 @@ class Controller:
         if fastpod is None:
             self.expectations.forget(key)
             return RESULT_GONE
-        pods = self.pods.owned_by(str(fastpod["metadata"].get("uid", "")))
+        pods = self.pods.indexed(str(fastpod["metadata"].get("uid", "")))
         try:
             spec = parse_fastpod(fastpod)
         except InvalidFaSTPod as error:
@@ -277,36 +280,23 @@ class Controller:
 
     # --- running ------------------------------------------------------------------------------
     def start(self, fastpod_source: ListWatch, pod_source: ListWatch) -> None:
-        """Fill the caches, then start the workers and the periodic resync."""
-        self._reflectors = [Reflector("fastpods", fastpod_source, self.fastpods, hints=FASTPOD_HINTS),
-                            Reflector("pods", pod_source, self.pods, hints=POD_HINTS)]
-        for reflector in self._reflectors:
-            reflector.start()
-        for reflector in self._reflectors:
-            if not reflector.wait_synced(SYNC_TIMEOUT_S):
-                raise TimeoutError(f"the {reflector.name} cache did not fill within {SYNC_TIMEOUT_S:.0f}s")
-        log.info("caches synced fastpods=%d pods=%d workers=%d", len(self.fastpods.list_keys()), len(self.pods),
+        """Fill the caches, then start the workers and the periodic resync; TimeoutError names a cache
+        that did not fill (:class:`~fastgshare_kube.runner.Workers`)."""
+        self._workers.start([Reflector("fastpods", fastpod_source, self.fastpods, hints=FASTPOD_HINTS),
+                             Reflector("pods", pod_source, self.pods, hints=POD_HINTS)],
+                            [*((f"worker-{n}", self._work) for n in range(self._settings.workers)),
+                             ("resync", self._workers.every(self._settings.resync_s, self._resync))])
+        log.info("caches synced fastpods=%d pods=%d workers=%d", len(self.fastpods), len(self.pods),
                  self._settings.workers)
-        self._threads = [threading.Thread(target=self._work, name=f"worker-{n}", daemon=True)
-                         for n in range(self._settings.workers)]
-        self._threads.append(threading.Thread(target=self._resync, name="resync", daemon=True))
-        for thread in self._threads:
-            thread.start()
 
     def stop(self) -> None:
         """Stop taking keys, let reconciles in flight finish, stop the watches."""
-        self._stopping.set()
-        self.queue.shut_down()
-        deadline = time.monotonic() + self._settings.shutdown_grace_s
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        for reflector in self._reflectors:
-            reflector.stop()
+        self._workers.stop(self._settings.shutdown_grace_s)
         self._creators.shutdown(wait=True)
 
     @property
     def healthy(self) -> bool:
-        return all(reflector.alive for reflector in self._reflectors) and all(t.is_alive() for t in self._threads)
+        return self._workers.alive
 
     def _work(self) -> None:
         while (key := self.queue.get()) is not None:
@@ -317,7 +307,6 @@ class Controller:
                 self._observer.reconciled(result, time.monotonic() - started)
             except Exception as error:  # any failure is retried; the worker must live on
                 self._observer.reconciled(RESULT_ERROR, time.monotonic() - started)
-                self._observer.retried()
                 delay = self.queue.add_rate_limited(key)
                 log.warning("fastpod=%s reconcile failed, retrying in %.2fs: %s", key, delay, error,
                             exc_info=not isinstance(error, ApiError))
@@ -325,9 +314,21 @@ class Controller:
                 self.queue.done(key)
 
     def _resync(self) -> None:
-        while not self._stopping.wait(self._settings.resync_s):
-            for key in self.fastpods.list_keys():
-                self.queue.add(key)
+        for key in self.fastpods.list_keys():
+            self.queue.add(key)
+
+
+def fastpod_store(on_change: Callable[[str], None]) -> Store[dict[str, Any]]:
+    """The FaSTPods, whole (the builder needs the podSpec), by ``namespace/name``; ``on_change``
+    hears the key of every change."""
+    return Store(lambda old, new: on_change(object_key(new if new is not None else old or {})), convert=whole)
+
+
+def pod_store(on_change: Callable[[PodInfo | None, PodInfo | None], None]) -> Store[PodInfo]:
+    """The pods, each as the few fields reconcile reads (:class:`PodInfo`), by uid, indexed by the
+    uid of their controlling FaSTPod (:meth:`Store.indexed`)."""
+    return Store(on_change, convert=pod_info, key=lambda obj: str((obj.get("metadata") or {}).get("uid", "")),
+                 frozen=True, index=lambda info: (info.owner_uid,) if info.owner_uid else ())
 
 
 def _key(fastpod: Mapping[str, Any]) -> str:

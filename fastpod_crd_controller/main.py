@@ -12,17 +12,17 @@ import argparse
 import gc
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 import uuid
 from collections.abc import Sequence
-from types import FrameType
 
 from fastgshare import __version__, keys
-from fastgshare_kube.health import parse_address, start_health
+from fastgshare_kube.health import start_health
 from fastgshare_kube.leader import LeaderElector, add_leader_election_arguments, leader_election_problem
+from fastgshare_kube.process import ListenAddressError, parse_listen, stop_on_signals
+from fastgshare_kube.runner import run_elected
 from fastpod_crd_controller import kube, names
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
@@ -78,8 +78,11 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
     if (problem := leader_election_problem(args)) is not None:
         raise UsageError(problem)
-    if args.health_address and not parse_address(args.health_address):
-        raise UsageError(f"--health-address must be HOST:PORT, got {args.health_address!r}")
+    if args.health_address:
+        try:
+            parse_listen(args.health_address, "--health-address", example="0.0.0.0:8081")
+        except ListenAddressError as error:
+            raise UsageError(str(error)) from None
 
 
 def default_identity() -> str:
@@ -106,46 +109,24 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
     controller = Controller(client, PodConfig(scheduler_name=args.scheduler_name, host_ipc=args.host_ipc), recorder,
                             settings=Settings(workers=args.workers, resync_s=args.resync_seconds), observer=metrics)
     metrics.follow(depth=lambda: len(controller.queue), leader=lambda: elector is None or elector.is_leader,
-                   fastpods=controller.fastpods.statuses)
+                   fastpods=controller.fastpod_statuses)
     access = kube.kubernetes_metrics_access(api) if args.metrics_auth != keys.METRICS_AUTH_NONE else None
     health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy,
                            metrics.exposition, access=access)
     try:
-        return _lead(args, controller, elector, stopping, api)
+        namespace = args.namespace or None
+        # gc.freeze once running: what exists then (the client's generated modules and models, the synced
+        # caches) lives as long as the process; frozen, later collections no longer walk it (unfrozen,
+        # the collector took ~15 % of the controller's CPU while it created pods, perf under bench.controller).
+        return run_elected(elector, stopping, started=gc.freeze, stop=controller.stop,
+                           start=lambda: controller.start(kube.fastpod_source(api, namespace),
+                                                          kube.pod_source(api, namespace)),
+                           not_filled_hint=f"is the FaSTPod CRD ({keys.FASTPOD_CRD_NAME}) installed and may this "
+                                           "account list FaSTPods and pods?")
     finally:
         recorder.stop()
         if health is not None:
             health.stop()
-
-
-def _lead(args: argparse.Namespace, controller: Controller, elector: LeaderElector | None,
-          stopping: threading.Event, api: kube.ApiClient) -> int:
-    try:
-        if elector is not None and not elector.acquire(stopping):
-            return 0
-    except ConfigError as error:
-        log.error("%s", error)
-        return 1
-    namespace = args.namespace or None
-    try:
-        controller.start(kube.fastpod_source(api, namespace), kube.pod_source(api, namespace))
-    except TimeoutError as error:
-        log.error("%s; is the FaSTPod CRD (%s) installed and may this account list FaSTPods and pods?", error,
-                  keys.FASTPOD_CRD_NAME)
-        controller.stop()
-        if elector is not None:
-            elector.release()
-        return 1
-    # What exists now (the client's generated modules and models, the synced caches) lives as
-    # long as the process: frozen, later collections no longer walk it (unfrozen, the collector
-    # took ~15 % of the controller's CPU while it created pods, perf under bench.controller).
-    gc.freeze()
-    kept = elector.hold(stopping) if elector is not None else stopping.wait()
-    controller.stop()
-    if elector is not None and kept:
-        elector.release()
-    return 0 if kept else 1
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,13 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     stopping = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(stopping.set, logger=log)
     try:
         status = run(args, stopping)
     except ConfigError as error:

@@ -17,7 +17,7 @@ from fastgshare_gateway.http import Gateway, Options
 from fastgshare_gateway.metrics import GatewayMetrics
 from fastgshare_gateway.pool import Limits
 from fastgshare_gateway.routing import Functions
-from fastgshare_gateway.store import CONFLICT, StoreError
+from fastgshare_kube.errors import CONFLICT, ApiError
 
 NS = keys.DEFAULT_FUNCTION_NAMESPACE
 
@@ -97,16 +97,16 @@ class MemoryStore:
     def create_fastfunc(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         key = (namespace, body["metadata"]["name"])
         if key in self.fastfuncs:
-            raise StoreError(CONFLICT, "already exists")
+            raise ApiError(CONFLICT, "AlreadyExists", "already exists")
         self.fastfuncs[key] = self._stamp(body)
         return self.fastfuncs[key]
 
     def replace_fastfunc(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
         current = self.fastfuncs.get((namespace, name))
         if current is None:
-            raise StoreError(404, "not found")
+            raise ApiError(404, "NotFound", "not found")
         if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
-            raise StoreError(CONFLICT, "the object has been modified")
+            raise ApiError(CONFLICT, "Conflict", "the object has been modified")
         self.fastfuncs[(namespace, name)] = self._stamp(body)
         return self.fastfuncs[(namespace, name)]
 

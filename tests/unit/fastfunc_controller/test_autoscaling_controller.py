@@ -129,7 +129,7 @@ class Harness:
             self.rates.rates = rates
         self.made.reconcile("fn/resnet")
         return {child["metadata"]["name"]: child["spec"]["replicas"]
-                for child in self.made.fastpods.select("fn", lambda obj: True)}
+                for child in self.made.fastpods.select(namespace="fn")}
 
     @property
     def status(self) -> dict[str, Any]:
@@ -144,7 +144,7 @@ class Harness:
 
     def at_now(self) -> dict[str, int]:
         return {child["metadata"]["name"]: child["spec"]["replicas"]
-                for child in self.made.fastpods.select("fn", lambda obj: True)}
+                for child in self.made.fastpods.select(namespace="fn")}
 
 
 def condition(status: Mapping[str, Any], kind: str) -> dict[str, Any]:

@@ -114,10 +114,10 @@ def unschedulable_of(kube: FakeKube) -> dict[str, Any]:
 
 def test_a_pod_change_enqueues_the_function_its_label_names() -> None:
     made = controller(FakeKube())
-    while len(made.queue):
-        made.queue.get()
+    while (key := made.queue.get(0)) is not None:
+        made.queue.done(key)
     made.pods.upsert(child_pod("resnet-q40-s12-a", "fp1", stuck=False))
-    assert made.queue.get() == "fn/resnet"
+    assert made.queue.get(0) == "fn/resnet"
 
 
 def test_an_unschedulable_pod_sets_the_condition_and_one_warning_event() -> None:

@@ -19,7 +19,7 @@ from fastfunc_controller.main import build_parser, main, watched_namespaces
 from fastgshare import keys
 from fastgshare_kube.events import EventRecorder
 from tests.unit.fastfunc_controller.test_controller import FakeKube
-from tests.unit.fastpod_crd_controller.fakes import ScriptedListWatch
+from tests.unit.fastgshare_kube.fakes import ScriptedListWatch
 
 
 @pytest.mark.parametrize(("argv", "namespaces"), [

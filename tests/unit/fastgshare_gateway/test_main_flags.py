@@ -49,3 +49,12 @@ def test_the_server_limits_default_to_numbers() -> None:
     # and every connection then failed the connection cap's comparison.
     args = build_parser().parse_args(["--no-auth"])
     assert (args.max_connections, args.idle_timeout, args.body_timeout) == (1000, 15.0, 10.0)
+
+
+def test_a_bad_listen_address_is_one_line_naming_the_flag_the_value_and_what_is_allowed(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--no-auth", "--listen", "8080"])
+    assert exited.value.code == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert "--listen must be HOST:PORT, got '8080' (PORT 0..65535, e.g. 0.0.0.0:8080" in line

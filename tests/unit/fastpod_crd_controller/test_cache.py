@@ -1,9 +1,9 @@
-"""The caches: what a pod's PodInfo says, the owner index, and changes reported on relist."""
+"""The controller's caches: what a pod's PodInfo says, the owner index, and changes reported on relist."""
 
 from __future__ import annotations
 
 from fastgshare import keys
-from fastpod_crd_controller.cache import FaSTPodStore, PodStore
+from fastpod_crd_controller.controller import fastpod_store, pod_store
 from fastpod_crd_controller.pods import PodInfo, pod_info
 from tests.unit.fastpod_crd_controller.objects import fastpod, pod
 
@@ -28,12 +28,12 @@ def test_only_a_controlling_fastpod_owner_counts() -> None:
 
 def test_the_pod_store_indexes_by_owner_and_reports_relist_differences() -> None:
     changes: list[tuple[str | None, str | None]] = []
-    store = PodStore(lambda old, new: changes.append((old.name if old else None, new.name if new else None)))
+    store = pod_store(lambda old, new: changes.append((old.name if old else None, new.name if new else None)))
     owner = fastpod()
     store.replace([pod("a", owner), pod("b", owner)])
     store.upsert(pod("b", owner, node="n1"))
     store.replace([pod("b", owner, node="n1"), pod("c", owner)])
-    assert sorted(p.name for p in store.owned_by("uid-web")) == ["b", "c"]
+    assert sorted(p.name for p in store.indexed("uid-web")) == ["b", "c"]
     assert sorted(changes[:2], key=str) == [(None, "a"), (None, "b")]
     assert changes[2] == ("b", "b")
     assert sorted(changes[3:], key=str) == [("a", None), (None, "c")]
@@ -41,7 +41,7 @@ def test_the_pod_store_indexes_by_owner_and_reports_relist_differences() -> None
 
 def test_the_fastpod_store_hands_out_copies_and_reports_keys() -> None:
     keys_seen: list[str] = []
-    store = FaSTPodStore(keys_seen.append)
+    store = fastpod_store(keys_seen.append)
     store.replace([fastpod("a", uid="ua"), fastpod("b", uid="ub")])
     copy = store.get("team-a/a")
     assert copy is not None

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from fastgshare_kube.workqueue import WorkQueue
 from fastpod_crd_controller.builder import PodConfig
 from fastpod_crd_controller.controller import Controller, Settings
 from fastpod_crd_controller.errors import ApiError
 from fastpod_crd_controller.events import EventRecorder
-from fastpod_crd_controller.workqueue import WorkQueue
 from tests.unit.fastpod_crd_controller.fakes import FakeKube, ScriptedListWatch
 from tests.unit.fastpod_crd_controller.objects import fastpod
 

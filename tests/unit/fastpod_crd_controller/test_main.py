@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastpod_crd_controller.main import build_parser, main
+from fastgshare_kube.process import parse_listen
+from fastpod_crd_controller.main import build_parser, check_args, main
 
 FLAGS = ["--kubeconfig", "--namespace", "--scheduler-name", "--host-ipc", "--no-host-ipc", "--workers",
          "--resync-seconds", "--leader-elect", "--no-leader-elect", "--lease-namespace", "--lease-name", "--identity",
@@ -43,3 +44,11 @@ def test_impossible_values_exit_2_and_say_why(argv: list[str], message: str,
                                               caplog: pytest.LogCaptureFixture) -> None:
     assert main(argv) == 2
     assert message in caplog.text
+
+
+@pytest.mark.parametrize(("address", "where"), [(":8081", ("0.0.0.0", 8081)), ("[::1]:8081", ("::1", 8081))])
+def test_the_health_address_is_read_as_every_service_reads_a_listen_address(
+        address: str, where: tuple[str, int]) -> None:
+    args = build_parser().parse_args(["--health-address", address])
+    check_args(args)  # once refused: an empty host (all addresses), and IPv6 kept its brackets
+    assert parse_listen(args.health_address, "--health-address") == where

@@ -14,7 +14,6 @@ from fastpod_crd_controller.controller import Controller, Settings
 from fastpod_crd_controller.errors import ApiError
 from fastpod_crd_controller.events import EventRecorder
 from fastpod_crd_controller.metrics import ControllerMetrics
-from fastpod_crd_controller.workqueue import WorkQueue
 from tests.unit.fastpod_crd_controller.fakes import FakeKube, ScriptedListWatch
 from tests.unit.fastpod_crd_controller.objects import fastpod
 from tests.unit.fastpod_crd_controller.test_controller_run import wait_for
@@ -34,7 +33,7 @@ def value(metrics: ControllerMetrics, name: str, **labels: str) -> float:
 def run_controller(kube: FakeKube, metrics: ControllerMetrics, *fastpods: dict) -> Controller:
     controller = Controller(kube, PodConfig(), EventRecorder(kube, instance="t"), observer=metrics,
                             settings=Settings(workers=1, shutdown_grace_s=5))
-    metrics.follow(depth=lambda: len(controller.queue), leader=lambda: True, fastpods=controller.fastpods.statuses)
+    metrics.follow(depth=lambda: len(controller.queue), leader=lambda: True, fastpods=controller.fastpod_statuses)
     fastpod_source, pod_source = ScriptedListWatch(), ScriptedListWatch()
     fastpod_source.lists = [(list(fastpods), "1")]
     pod_source.lists = [([], "1")]
@@ -83,20 +82,6 @@ def test_fastpods_are_counted_by_condition_from_their_cached_status() -> None:
     assert value(metrics, "fastgshare_controller_fastpod_conditions", condition="InvalidSpec", status="False") == 1
     assert value(metrics, "fastgshare_controller_workqueue_depth") == 3
     assert value(metrics, "fastgshare_controller_leader") == 0
-
-
-def test_the_queue_reports_how_long_each_key_waited() -> None:
-    now = [100.0]
-    waits: list[float] = []
-    queue = WorkQueue(clock=lambda: now[0], on_take=waits.append)
-    queue.add("a/x")
-    now[0] += 2.5
-    queue.add("a/x")  # deduplicated: the wait counts from the first add
-    queue.add("a/y")
-    now[0] += 0.5
-    assert queue.get() == "a/x"
-    assert queue.get() == "a/y"
-    assert waits == [3.0, 0.5]
 
 
 def test_metrics_are_served_beside_the_health_check() -> None:

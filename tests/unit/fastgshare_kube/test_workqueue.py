@@ -1,10 +1,10 @@
-"""The work queue: deduplication, one worker per key, delayed and rate-limited retries, shutdown."""
+"""The work queue: deduplication, one worker per key, delayed and rate-limited retries, shutdown, metrics."""
 
 from __future__ import annotations
 
 import threading
 
-from fastpod_crd_controller.workqueue import WorkQueue
+from fastgshare_kube.workqueue import WorkQueue
 
 
 class Clock:
@@ -78,3 +78,39 @@ def test_a_blocked_worker_wakes_for_a_new_key() -> None:
     queue.add("a")
     worker.join(5)
     assert got == ["a"]
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.retries = 0
+
+    def queue_waited(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+    def retried(self) -> None:
+        self.retries += 1
+
+
+def test_the_queue_reports_how_long_each_key_waited() -> None:
+    clock, observer = Clock(), Observer()
+    queue = WorkQueue(clock=clock, observer=observer)
+    queue.add("a/x")
+    clock.now += 2.5
+    queue.add("a/x")  # deduplicated: the wait counts from the first add
+    queue.add("a/y")
+    clock.now += 0.5
+    assert queue.get(0) == "a/x"
+    assert queue.get(0) == "a/y"
+    assert observer.waits == [3.0, 0.5]
+
+
+def test_each_rate_limited_retry_is_reported_and_a_plain_add_is_not() -> None:
+    observer = Observer()
+    queue = WorkQueue(clock=Clock(), observer=observer)
+    queue.add("a")
+    queue.add_after("b", 1.0)
+    assert observer.retries == 0
+    queue.add_rate_limited("a")
+    queue.add_rate_limited("a")
+    assert observer.retries == 2

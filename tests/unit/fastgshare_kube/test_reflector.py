@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from fastgshare_kube.errors import ApiError
 from fastgshare_kube.reflector import Reflector
-from fastpod_crd_controller.cache import PodStore
-from fastpod_crd_controller.errors import ApiError
-from fastpod_crd_controller.pods import PodInfo
-from tests.unit.fastpod_crd_controller.fakes import ScriptedListWatch
-from tests.unit.fastpod_crd_controller.objects import pod
+from fastgshare_kube.store import Store, whole
+from tests.unit.fastgshare_kube.fakes import ScriptedListWatch
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -20,6 +19,10 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "team-a", "name": name, "uid": f"uid-{name}"}, "spec": {}}
 
 
 def event(kind: str, obj: dict, version: str) -> dict:
@@ -30,10 +33,10 @@ def event(kind: str, obj: dict, version: str) -> dict:
 def run(source: ScriptedListWatch, until: Callable[[], bool]) -> tuple[list[tuple[str | None, str | None]], Reflector]:
     changes: list[tuple[str | None, str | None]] = []
 
-    def record(old: PodInfo | None, new: PodInfo | None) -> None:
-        changes.append((old.name if old else None, new.name if new else None))
+    def record(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        changes.append((old["metadata"]["name"] if old else None, new["metadata"]["name"] if new else None))
 
-    store = PodStore(record)
+    store = Store(record, convert=whole)
     reflector = Reflector("pods", source, store, retry_delay_s=0.01)
     reflector.start()
     try:
@@ -79,7 +82,7 @@ def test_a_missing_resource_is_named_with_the_fix_and_retried_with_growing_delay
     source = ScriptedListWatch()
     missing = ApiError(404, "NotFound", "the server could not find the requested resource")
     source.lists = [missing, missing, missing, missing, ([pod("a")], "10")]
-    store = PodStore(lambda old, new: None)
+    store = Store(lambda old, new: None, convert=whole)
     reflector = Reflector("fastpods", source, store, retry_delay_s=0.01, max_retry_delay_s=0.04,
                           hints={404: "the FaSTPod CRD is not installed; install it"})
     reflector.start()

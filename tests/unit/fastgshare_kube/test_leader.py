@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
+from fastgshare_kube.errors import ApiError
 from fastgshare_kube.leader import LeaderElector
-from fastpod_crd_controller.errors import ApiError
-from tests.unit.fastpod_crd_controller.fakes import FakeKube
+from tests.unit.fastgshare_kube.fakes import FakeLeases
 
 NS, NAME = "fastgshare-system", "fastgshare-controller"
 
@@ -21,17 +21,17 @@ class Clock:
         return self.now
 
 
-def elector(kube: FakeKube, identity: str, clock: Clock) -> LeaderElector:
+def elector(kube: FakeLeases, identity: str, clock: Clock) -> LeaderElector:
     return LeaderElector(kube, NS, NAME, identity, lease_duration_s=15, renew_deadline_s=10, retry_period_s=2,
                          clock=clock, wall_clock=lambda: 1_800_000_000 + clock.now)
 
 
-def holder(kube: FakeKube) -> str:
+def holder(kube: FakeLeases) -> str:
     return str(kube.leases[(NS, NAME)]["spec"]["holderIdentity"])
 
 
 def test_the_first_candidate_creates_the_lease_and_renews_it() -> None:
-    kube, clock = FakeKube(), Clock()
+    kube, clock = FakeLeases(), Clock()
     a = elector(kube, "a", clock)
     assert a.try_acquire_or_renew()
     spec = kube.leases[(NS, NAME)]["spec"]
@@ -44,7 +44,7 @@ def test_the_first_candidate_creates_the_lease_and_renews_it() -> None:
 
 
 def test_a_second_candidate_waits_while_the_holder_renews_and_takes_over_when_it_stops() -> None:
-    kube, clock = FakeKube(), Clock()
+    kube, clock = FakeLeases(), Clock()
     a, b = elector(kube, "a", clock), elector(kube, "b", clock)
     assert a.try_acquire_or_renew()
     for step in range(1, 10):
@@ -62,7 +62,7 @@ def test_a_second_candidate_waits_while_the_holder_renews_and_takes_over_when_it
 
 
 def test_a_released_lease_is_taken_at_once() -> None:
-    kube, clock = FakeKube(), Clock()
+    kube, clock = FakeLeases(), Clock()
     a, b = elector(kube, "a", clock), elector(kube, "b", clock)
     assert a.try_acquire_or_renew()
     a.release()
@@ -71,7 +71,7 @@ def test_a_released_lease_is_taken_at_once() -> None:
 
 
 def test_two_candidates_racing_for_a_free_lease_cannot_both_win() -> None:
-    kube, clock = FakeKube(), Clock()
+    kube, clock = FakeLeases(), Clock()
     a, b = elector(kube, "a", clock), elector(kube, "b", clock)
     assert a.try_acquire_or_renew()
     a.release()
@@ -83,7 +83,7 @@ def test_two_candidates_racing_for_a_free_lease_cannot_both_win() -> None:
 
 
 def test_hold_returns_false_when_renewal_keeps_failing_past_the_deadline() -> None:
-    kube, clock = FakeKube(), Clock()
+    kube, clock = FakeLeases(), Clock()
     a = elector(kube, "a", clock)
     stop = threading.Event()
     assert a.acquire(stop)
@@ -102,4 +102,4 @@ def test_hold_returns_false_when_renewal_keeps_failing_past_the_deadline() -> No
 
 def test_durations_must_be_ordered() -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
-        LeaderElector(FakeKube(), NS, NAME, "a", lease_duration_s=5, renew_deadline_s=10, retry_period_s=2)
+        LeaderElector(FakeLeases(), NS, NAME, "a", lease_duration_s=5, renew_deadline_s=10, retry_period_s=2)

@@ -1,4 +1,5 @@
-"""A deduplicating work queue with delayed and rate-limited adds (client-go's workqueue).
+"""The work queue of the services' controllers: deduplicating, with delayed and rate-limited adds
+(client-go's workqueue). Both controllers (FaSTPods, FaSTFuncs) take their keys from it.
 
 - A key added many times before a worker takes it is processed once (``dirty`` set).
 - A key is never processed by two workers at once: one added while it is being processed is
@@ -7,8 +8,10 @@
   (``base_delay_s * 2**failures``, capped at ``max_delay_s``); :meth:`WorkQueue.forget` resets it
   after a success. :meth:`WorkQueue.add_after` schedules a key for later.
 - :meth:`WorkQueue.shut_down` wakes every waiting worker; :meth:`WorkQueue.get` then returns ``None``.
-- ``on_take`` (optional) hears, for every key a worker takes, how long it waited since it was
-  queued: the work queue's latency, for the metrics.
+- Its metrics go to an ``observer`` (:class:`QueueObserver`, optional): for every key a worker
+  takes, how long it waited since it was queued (the queue's latency), and every rate-limited
+  retry; its depth is ``len(queue)``. The FaSTPod controller exports them as
+  ``fastgshare_controller_workqueue_*`` (fastpod_crd_controller/metrics.py).
 
 The clock is injected for tests.
 """
@@ -21,9 +24,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 DEFAULT_BASE_DELAY_S = 0.005
 DEFAULT_MAX_DELAY_S = 300.0
+
+
+class QueueObserver(Protocol):
+    """Hears the work queue's metrics."""
+
+    def queue_waited(self, seconds: float) -> None:
+        """A worker took a key that had waited ``seconds`` since it was queued."""
+        ...
+
+    def retried(self) -> None:
+        """A key was queued again after a failure (:meth:`WorkQueue.add_rate_limited`)."""
+        ...
 
 
 class WorkQueue:
@@ -31,7 +47,7 @@ class WorkQueue:
 
     def __init__(self, *, base_delay_s: float = DEFAULT_BASE_DELAY_S, max_delay_s: float = DEFAULT_MAX_DELAY_S,
                  clock: Callable[[], float] = time.monotonic,
-                 on_take: Callable[[float], None] | None = None) -> None:
+                 observer: QueueObserver | None = None) -> None:
         self._base_delay_s = base_delay_s
         self._max_delay_s = max_delay_s
         self._clock = clock
@@ -44,7 +60,7 @@ class WorkQueue:
         self._failures: dict[str, int] = {}
         self._shutting_down = False
         self._queued_at: dict[str, float] = {}
-        self._on_take = on_take
+        self._observer = observer
 
     def add(self, key: str) -> None:
         with self._cond:
@@ -66,6 +82,8 @@ class WorkQueue:
             failures = self._failures.get(key, 0)
             self._failures[key] = failures + 1
         delay = min(self._base_delay_s * 2 ** min(failures, 62), self._max_delay_s)
+        if self._observer is not None:
+            self._observer.retried()
         self.add_after(key, delay)
         return delay
 
@@ -89,8 +107,8 @@ class WorkQueue:
                     self._dirty.discard(key)
                     self._processing.add(key)
                     waited = self._clock() - self._queued_at.pop(key, self._clock())
-                    if self._on_take is not None:
-                        self._on_take(max(0.0, waited))
+                    if self._observer is not None:
+                        self._observer.queue_waited(max(0.0, waited))
                     return key
                 if self._shutting_down:
                     return None
