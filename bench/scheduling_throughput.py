@@ -62,19 +62,20 @@ import kubernetes.client
 from kubernetes.watch.watch import iter_resp_lines
 
 from bench.cpu import machine_busy_seconds, process_cpu_seconds
-from bench.null_extender import RECORD_ANNOTATION
-from fastgshare import keys
-from fastgshare.codec import encode_node_inventory
-from fastgshare.inventory import GpuDevice, NodeInventory
-from fastgshare.share import ShareSpec, share_annotations
-from scheduler_extender.config import DEFAULT_BIND_WAIT_S
-from tests.cluster import controlplane
-from tests.integration.scheduler_extender.harness import (
+from bench.extender_harness import (
     AllocationMarker,
     ExtenderProcess,
     raw_core_api,
     scheduler_config,
 )
+from bench.null_extender import RECORD_ANNOTATION
+from fastgshare import keys
+from fastgshare.codec import encode_node_inventory
+from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.share import ShareSpec, share_annotations
+from fastgshare_cluster import controlplane
+from fastgshare_cluster import processes as process_control
+from scheduler_extender.config import DEFAULT_BIND_WAIT_S
 
 PLAIN_RESOURCE = "bench.fastgshare/gpu"
 # The scheduler's API client is rate-limited to 50 requests/s (burst 100) by default, which is
@@ -186,7 +187,7 @@ class BindTimes:
         self._thread.join(timeout=15)
 
 
-def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
+def run_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], process_control.ProcessSet],
               config: dict[str, Any], *, pods: int, extender: bool, namespace: str, timeout_s: float,
               watched: dict[str, int], annotation: str = "") -> dict[str, object]:
     """Create the pods, start a scheduler, and time the binds; with the CPU seconds each process
@@ -251,8 +252,8 @@ def server_side_means(url: str) -> dict[str, float]:
 def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="fgs-bench-") as directory:
         workdir = Path(directory)
-        processes = controlplane.ProcessSet()
-        controlplane.install_emergency_cleanup()
+        processes = process_control.ProcessSet()
+        process_control.install_emergency_cleanup()
         try:
             binaries = controlplane.find_binaries()
             plane = controlplane.start_control_plane(binaries, workdir / "cluster", processes)
@@ -260,10 +261,10 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
             made = time.monotonic()
             make_nodes(api, nodes)
             nodes_s = time.monotonic() - made
-            started: list[controlplane.ProcessSet] = []
+            started: list[process_control.ProcessSet] = []
 
-            def start(config: dict[str, Any]) -> controlplane.ProcessSet:
-                started.append(controlplane.ProcessSet())
+            def start(config: dict[str, Any]) -> process_control.ProcessSet:
+                started.append(process_control.ProcessSet())
                 controlplane.start_scheduler(binaries, plane, config, workdir / f"scheduler-{len(started)}",
                                              started[-1])
                 return started[-1]
@@ -305,12 +306,12 @@ def measure(nodes: int, pods: int, policy: str, timeout_s: float) -> dict[str, o
                 unthrottled["pods_per_s"])), 3) for name, floor in floors.items()}}
 
 
-def extender_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
+def extender_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], process_control.ProcessSet],
                    kubeconfig: Path, workdir: Path, *, policy: str, pods: int, timeout_s: float,
                    watched: dict[str, int], agent_marks: bool) -> dict[str, object]:
     """Our extender's phase: with the stand-in agent marking each bound pod and the shipped window,
     or (``agent_marks`` False) with no agent writes and binds that never wait for one."""
-    (port,) = controlplane.free_ports(1)
+    (port,) = process_control.free_ports(1)
     name = "extender" if agent_marks else "extender-without-agent-marks"
     extender_process = ExtenderProcess(kubeconfig, port, workdir / f"{name}.log", policy=policy,
                                        bind_wait_s=DEFAULT_BIND_WAIT_S if agent_marks else 0.0)
@@ -339,19 +340,19 @@ NULL_MODES["binding-marking"] = NULL_MODES["binding"]  # the same null extender;
 NULL_MODES["choosing-recording-marking"] = NULL_MODES["choosing-recording"]
 
 
-def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], controlplane.ProcessSet],
+def null_phase(api: kubernetes.client.ApiClient, start: Callable[[dict[str, Any]], process_control.ProcessSet],
                kubeconfig: Path, workdir: Path, *, mode: str, pods: int, timeout_s: float,
                watched: dict[str, int], namespace: str = "") -> dict[str, object]:
     """The extender phase with :mod:`bench.null_extender` in one of :data:`NULL_MODES`."""
     flags, verbs = NULL_MODES[mode]
-    (port,) = controlplane.free_ports(1)
+    (port,) = process_control.free_ports(1)
     url = f"http://127.0.0.1:{port}"
-    processes = controlplane.ProcessSet()
+    processes = process_control.ProcessSet()
     try:
         null = processes.start("null-extender", [sys.executable, "-m", "bench.null_extender", "--listen",
                                           f"127.0.0.1:{port}", "--kubeconfig", str(kubeconfig), *flags],
                               workdir / f"null-extender-{port}.log")
-        controlplane.wait_until(lambda: controlplane.http_ok(f"{url}/healthz"), what="the null extender",
+        process_control.wait_until(lambda: process_control.http_ok(f"{url}/healthz"), what="the null extender",
                                 timeout_s=30)
         config = scheduler_config(url, **verbs)
         config["clientConnection"] = UNTHROTTLED
