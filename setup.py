@@ -48,8 +48,8 @@ ENGINE = Extension(
     "device_plugin.arbiter._engine",
     sources=[str(NATIVE_DIR / name) for name in ("engine.c", "policy.c", "meter.c")],
     include_dirs=[str(NATIVE_DIR), "vgpu_hook/include"],
-    depends=[str(NATIVE_DIR / name) for name in ("engine_abi.h", "byteorder.h", "grow.h")]
-    + ["vgpu_hook/include/fastgshare_protocol.h"],
+    depends=[str(NATIVE_DIR / name) for name in ("engine_abi.h", "grow.h")]
+    + ["vgpu_hook/include/fastgshare_protocol.h", "vgpu_hook/include/fastgshare_byteorder.h"],
     extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes",
                         "-Wmissing-prototypes"],
     libraries=["pthread"],

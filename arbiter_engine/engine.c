@@ -5,7 +5,7 @@
 #define _GNU_SOURCE
 #include "engine_abi.h"
 
-#include "byteorder.h"
+#include "fastgshare_byteorder.h"
 #include "fastgshare_protocol.h"
 #include "grow.h"
 

@@ -1,7 +1,8 @@
 /*
  * engine_abi.h: the arbiter's native engine as Python sees it, and all of it: every function and
  * struct that device_plugin/arbiter/native.py calls through ctypes, with fixed-width types. The
- * engine's other headers (byteorder.h, grow.h) are internal; the library exports nothing else.
+ * engine's other header (grow.h) is internal, and the wire's byte order comes from
+ * vgpu_hook/include/fastgshare_byteorder.h; the library exports nothing else.
  *
  * native.py mirrors this header (ABI_FUNCTIONS, ABI_STRUCTS, ABI_CONSTANTS) and
  * tests/unit/device_plugin/test_engine_abi.py holds the two together: names, argument and return

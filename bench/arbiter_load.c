@@ -22,8 +22,8 @@
  */
 #define _GNU_SOURCE
 #include "arbiter_client.h"
+#include "fastgshare_byteorder.h"
 #include "fastgshare_protocol.h"
-#include "little_endian.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -67,11 +67,11 @@ static void fail(const char *what)
 static void send_token(struct conn *c)
 {
     uint8_t frame[TOKEN_FRAME];
-    put_le(frame, TOKEN_FRAME - 4, 4);
-    put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
-    put_le(frame + 6, FGS_MSG_TOKEN, 2);
-    put_le(frame + 8, ++c->request_id, 4);
-    put_le(frame + 12, c->token_ns, 8);
+    fgs_put_le32(frame, (uint32_t)(TOKEN_FRAME - 4));
+    fgs_put_le16(frame + 4, FGS_PROTOCOL_VERSION);
+    fgs_put_le16(frame + 6, FGS_MSG_TOKEN);
+    fgs_put_le32(frame + 8, ++c->request_id);
+    fgs_put_le64(frame + 12, c->token_ns);
     c->sent_ns = now_ns();
     ssize_t k = send(c->fd, frame, sizeof frame, MSG_NOSIGNAL);
     if (k != (ssize_t)sizeof frame) /* 20 bytes into an empty unix socket buffer: all or an error */
@@ -90,12 +90,12 @@ static int read_reply(struct conn *c)
     c->have += (size_t)k;
     if (c->have < TOKEN_FRAME)
         return 0;
-    uint32_t length = (uint32_t)get_le(c->buf, 4);
-    uint16_t type = (uint16_t)get_le(c->buf + 6, 2);
-    uint32_t id = (uint32_t)get_le(c->buf + 8, 4);
+    uint32_t length = fgs_get_le32(c->buf);
+    uint16_t type = fgs_get_le16(c->buf + 6);
+    uint32_t id = fgs_get_le32(c->buf + 8);
     if (length != TOKEN_FRAME - 4 || type != (FGS_MSG_TOKEN | FGS_REPLY_BIT) || id != c->request_id || c->have != TOKEN_FRAME)
         fail("unexpected reply (not the TOKEN grant of the pending request)");
-    c->token_ns = get_le(c->buf + 12, 8);
+    c->token_ns = fgs_get_le64(c->buf + 12);
     c->have = 0;
     c->waiting = 0;
     return 1;

@@ -9,11 +9,12 @@
  * reads the whole response (headers, then Content-Length bytes of body), and writes to stdout a
  * u64 of the nanoseconds from the send to the last byte of the body, a u32 status code, and, for a
  * status other than 200, a u32 length and the body's first bytes (at most 512). Integers are
- * little-endian. Ends on EOF. Python waits for each answer before it sends the next request, so
- * nothing else of the bench's runs while a request is timed.
+ * little-endian (vgpu_hook/include/fastgshare_byteorder.h). Ends on EOF. Python waits for each
+ * answer before it sends the next request, so nothing else of the bench's runs while a request is
+ * timed.
  */
 #define _GNU_SOURCE
-#include "little_endian.h"
+#include "fastgshare_byteorder.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -144,7 +145,7 @@ int main(int argc, char **argv)
         uint8_t header[4];
         if (!read_exactly(0, header, sizeof header))
             break;
-        uint32_t length = (uint32_t)get_le(header, 4);
+        uint32_t length = fgs_get_le32(header);
         if (length > MAX_REQUEST || !read_exactly(0, request, length))
             fail("a request longer than 64 MiB, or cut short");
         uint64_t started = now_ns();
@@ -158,12 +159,12 @@ int main(int argc, char **argv)
         int status = read_response(sock, &response, &capacity, &body_offset, &body_length);
         uint64_t elapsed = now_ns() - started;
         uint8_t answer[16];
-        put_le(answer, elapsed, 8);
-        put_le(answer + 8, (uint64_t)status, 4);
+        fgs_put_le64(answer, elapsed);
+        fgs_put_le32(answer + 8, (uint32_t)status);
         write_exactly(1, answer, 12);
         if (status != 200) {
             uint32_t prefix = body_length < ERROR_PREFIX ? (uint32_t)body_length : ERROR_PREFIX;
-            put_le(answer, prefix, 4);
+            fgs_put_le32(answer, prefix);
             write_exactly(1, answer, 4);
             write_exactly(1, response + body_offset, prefix);
         }

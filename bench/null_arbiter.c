@@ -13,8 +13,8 @@
  * Prints "null arbiter ready" once it listens; runs until killed.
  */
 #define _GNU_SOURCE
+#include "fastgshare_byteorder.h"
 #include "fastgshare_protocol.h"
-#include "little_endian.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -44,21 +44,21 @@ static void fail(const char *what)
 /* Appends the reply to the frame at `frame` to `out`; returns its size. */
 static size_t answer(const uint8_t *frame, uint8_t *out)
 {
-    uint16_t type = (uint16_t)get_le(frame + 6, 2);
+    uint16_t type = fgs_get_le16(frame + 6);
     size_t payload = 0;
     uint8_t *body = out + FGS_HEADER_SIZE;
     switch (type) {
     case FGS_MSG_HELLO: /* window 100 ms, request 0, limit 1000 ‰, 100 % SM, no memory limit, 20 µs */
-        put_le(body, 100000, 4);
-        put_le(body + 4, 0, 4);
-        put_le(body + 8, 1000, 4);
-        put_le(body + 12, 100, 4);
-        put_le(body + 16, 0, 8);
-        put_le(body + 24, 20, 4);
+        fgs_put_le32(body, 100000);
+        fgs_put_le32(body + 4, 0);
+        fgs_put_le32(body + 8, 1000);
+        fgs_put_le32(body + 12, 100);
+        fgs_put_le64(body + 16, 0);
+        fgs_put_le32(body + 24, 20);
         payload = 28;
         break;
     case FGS_MSG_TOKEN:
-        put_le(body, TOKEN_NS, 8);
+        fgs_put_le64(body, TOKEN_NS);
         payload = 8;
         break;
     case FGS_MSG_PING:
@@ -66,9 +66,9 @@ static size_t answer(const uint8_t *frame, uint8_t *out)
     default:
         fail("a request this null arbiter does not answer (only HELLO, TOKEN and PING)");
     }
-    put_le(out, FGS_HEADER_SIZE - 4 + payload, 4);
-    put_le(out + 4, FGS_PROTOCOL_VERSION, 2);
-    put_le(out + 6, type | FGS_REPLY_BIT, 2);
+    fgs_put_le32(out, (uint32_t)(FGS_HEADER_SIZE - 4 + payload));
+    fgs_put_le16(out + 4, FGS_PROTOCOL_VERSION);
+    fgs_put_le16(out + 6, (uint16_t)(type | FGS_REPLY_BIT));
     memcpy(out + 8, frame + 8, 4); /* the request id */
     return FGS_HEADER_SIZE + payload;
 }
@@ -85,7 +85,7 @@ static int serve(struct conn *c)
     uint8_t out[BUFFER * 4];
     size_t used = 0, written = 0;
     while (c->have - used >= 4) {
-        size_t length = (size_t)get_le(c->in + used, 4);
+        size_t length = (size_t)fgs_get_le32(c->in + used);
         if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4)
             return 0;
         if (c->have - used < 4 + length)

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "arbiter_client.h"
 
+#include "fastgshare_byteorder.h"
 #include "fastgshare_protocol.h"
 
 #include <errno.h>
@@ -19,46 +20,7 @@
 #define U64_SIZE 8
 #define MEM_RESERVE_REPLY_SIZE 20
 
-/* --- little-endian encoding ---------------------------------------------------------------- */
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
+/* --- strings in frames ------------------------------------------------------------------- */
 
 /* A u16-length-prefixed string at *offset of buf; false if it does not fit. */
 static bool put_text(uint8_t *buf, size_t size, size_t *offset, const char *text)
@@ -66,7 +28,7 @@ static bool put_text(uint8_t *buf, size_t size, size_t *offset, const char *text
     size_t len = strlen(text);
     if (len > 0xffff || *offset + 2 + len > size)
         return false;
-    put_u16(buf + *offset, (uint16_t)len);
+    fgs_put_le16(buf + *offset, (uint16_t)len);
     memcpy(buf + *offset + 2, text, len);
     *offset += 2 + len;
     return true;
@@ -165,13 +127,13 @@ static const char *error_name(uint32_t code)
 static void describe_error(uint16_t request_type, const uint8_t *payload, size_t len, char *err,
                            size_t err_len)
 {
-    if (len < 6 || 6 + (size_t)get_u16(payload + 4) != len) {
+    if (len < 6 || 6 + (size_t)fgs_get_le16(payload + 4) != len) {
         snprintf(err, err_len, "arbiter refused %s with a malformed ERROR reply", message_name(request_type));
         return;
     }
-    uint32_t code = get_u32(payload);
+    uint32_t code = fgs_get_le32(payload);
     char text[200];
-    size_t text_len = get_u16(payload + 4) < sizeof text - 1 ? get_u16(payload + 4) : sizeof text - 1;
+    size_t text_len = fgs_get_le16(payload + 4) < sizeof text - 1 ? fgs_get_le16(payload + 4) : sizeof text - 1;
     for (size_t i = 0; i < text_len; i++) {
         uint8_t ch = payload[6 + i];
         text[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?'; /* keep the log one readable line */
@@ -192,10 +154,10 @@ static int request(struct fgs_client *c, uint16_t type, const uint8_t *payload, 
     }
     uint8_t frame[FGS_MAX_FRAME];
     uint32_t id = c->next_request_id++;
-    put_u32(frame, (uint32_t)(FGS_HEADER_SIZE - 4 + payload_len));
-    put_u16(frame + 4, FGS_PROTOCOL_VERSION);
-    put_u16(frame + 6, type);
-    put_u32(frame + 8, id);
+    fgs_put_le32(frame, (uint32_t)(FGS_HEADER_SIZE - 4 + payload_len));
+    fgs_put_le16(frame + 4, FGS_PROTOCOL_VERSION);
+    fgs_put_le16(frame + 6, type);
+    fgs_put_le32(frame + 8, id);
     memcpy(frame + FGS_HEADER_SIZE, payload, payload_len);
     if (write_all(c, frame, FGS_HEADER_SIZE + payload_len, err, err_len) != 0)
         return -1;
@@ -203,15 +165,15 @@ static int request(struct fgs_client *c, uint16_t type, const uint8_t *payload, 
     uint64_t deadline = now_ms() + (uint64_t)c->timeout_ms;
     if (read_exact(c, frame, 4, deadline, err, err_len) != 0)
         return -1;
-    uint32_t length = get_u32(frame);
+    uint32_t length = fgs_get_le32(frame);
     if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4) {
         snprintf(err, err_len, "the arbiter sent a frame of %u bytes (protocol error)", length);
         return -1;
     }
     if (read_exact(c, frame + 4, length, deadline, err, err_len) != 0)
         return -1;
-    uint16_t version = get_u16(frame + 4), reply_type = get_u16(frame + 6);
-    uint32_t reply_id = get_u32(frame + 8);
+    uint16_t version = fgs_get_le16(frame + 4), reply_type = fgs_get_le16(frame + 6);
+    uint32_t reply_id = fgs_get_le32(frame + 8);
     const uint8_t *body = frame + FGS_HEADER_SIZE;
     size_t body_len = length - (FGS_HEADER_SIZE - 4);
     if (version != FGS_PROTOCOL_VERSION) {
@@ -308,7 +270,7 @@ int fgs_client_hello(struct fgs_client *c, uint32_t pid, const char *pod, const 
 {
     uint8_t payload[FGS_MAX_FRAME - FGS_HEADER_SIZE];
     size_t len = 4;
-    put_u32(payload, pid);
+    fgs_put_le32(payload, pid);
     if (!put_text(payload, sizeof payload, &len, pod) || !put_text(payload, sizeof payload, &len, gpu_uuid)) {
         snprintf(err, err_len, "the pod name and GPU UUID do not fit in one HELLO frame");
         return -1;
@@ -316,12 +278,12 @@ int fgs_client_hello(struct fgs_client *c, uint32_t pid, const char *pod, const 
     uint8_t body[HELLO_REPLY_SIZE];
     if (request(c, FGS_MSG_HELLO, payload, len, body, sizeof body, err, err_len) != 0)
         return -1;
-    reply->window_us = get_u32(body);
-    reply->request_permille = get_u32(body + 4);
-    reply->limit_permille = get_u32(body + 8);
-    reply->sm_percent = get_u32(body + 12);
-    reply->memory_limit_bytes = get_u64(body + 16);
-    reply->min_token_us = get_u32(body + 24);
+    reply->window_us = fgs_get_le32(body);
+    reply->request_permille = fgs_get_le32(body + 4);
+    reply->limit_permille = fgs_get_le32(body + 8);
+    reply->sm_percent = fgs_get_le32(body + 12);
+    reply->memory_limit_bytes = fgs_get_le64(body + 16);
+    reply->min_token_us = fgs_get_le32(body + 24);
     return 0;
 }
 
@@ -330,10 +292,10 @@ static int request_u64(struct fgs_client *c, uint16_t type, uint64_t value, uint
                        size_t err_len)
 {
     uint8_t payload[U64_SIZE], body[U64_SIZE];
-    put_u64(payload, value);
+    fgs_put_le64(payload, value);
     if (request(c, type, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
         return -1;
-    *answer = get_u64(body);
+    *answer = fgs_get_le64(body);
     return 0;
 }
 
@@ -346,27 +308,27 @@ int fgs_client_mem_reserve(struct fgs_client *c, uint64_t bytes, int *granted, u
                            uint64_t *pod_limit, char *err, size_t err_len)
 {
     uint8_t payload[U64_SIZE], body[MEM_RESERVE_REPLY_SIZE];
-    put_u64(payload, bytes);
+    fgs_put_le64(payload, bytes);
     if (request(c, FGS_MSG_MEM_RESERVE, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
         return -1;
-    uint32_t flag = get_u32(body);
+    uint32_t flag = fgs_get_le32(body);
     if (flag > 1) {
         snprintf(err, err_len, "the arbiter sent a MEM_RESERVE reply with granted=%u (protocol error)", flag);
         return -1;
     }
     *granted = (int)flag;
-    *pod_used = get_u64(body + 4);
-    *pod_limit = get_u64(body + 12);
+    *pod_used = fgs_get_le64(body + 4);
+    *pod_limit = fgs_get_le64(body + 12);
     return 0;
 }
 
 int fgs_client_mem_restore(struct fgs_client *c, uint64_t bytes, uint64_t *pod_used, char *err, size_t err_len)
 {
     uint8_t payload[U64_SIZE], body[MEM_RESERVE_REPLY_SIZE];
-    put_u64(payload, bytes);
+    fgs_put_le64(payload, bytes);
     if (request(c, FGS_MSG_MEM_RESTORE, payload, sizeof payload, body, sizeof body, err, err_len) != 0)
         return -1;
-    *pod_used = get_u64(body + 4);
+    *pod_used = fgs_get_le64(body + 4);
     return 0;
 }
 

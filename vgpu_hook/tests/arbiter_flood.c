@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "arbiter_client.h"
+#include "fastgshare_byteorder.h"
 #include "fastgshare_protocol.h"
 
 #include <errno.h>
@@ -91,20 +92,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
 static enum what parse_what(const char *text)
 {
     char message[256];
@@ -167,12 +154,12 @@ static size_t build_burst(uint8_t *buf, int reserve)
     size_t len = frame_length(reserve);
     for (int i = 0; i < BURST_FRAMES; i++) {
         uint8_t *frame = buf + (size_t)i * len;
-        put_le(frame, len - 4, 4);
-        put_le(frame + 4, FGS_PROTOCOL_VERSION, 2);
-        put_le(frame + 6, reserve ? FGS_MSG_MEM_RESERVE : FGS_MSG_PING, 2);
-        put_le(frame + 8, (uint64_t)i + 100, 4);
+        fgs_put_le32(frame, (uint32_t)(len - 4));
+        fgs_put_le16(frame + 4, FGS_PROTOCOL_VERSION);
+        fgs_put_le16(frame + 6, (uint16_t)(reserve ? FGS_MSG_MEM_RESERVE : FGS_MSG_PING));
+        fgs_put_le32(frame + 8, (uint32_t)i + 100);
         if (reserve)
-            put_le(frame + FGS_HEADER_SIZE, 0, 8);
+            fgs_put_le64(frame + FGS_HEADER_SIZE, 0);
     }
     return len * BURST_FRAMES;
 }
@@ -238,12 +225,12 @@ static int count_replies(struct conn *c, struct stats *st)
 {
     size_t at = 0;
     while (c->have - at >= 4) {
-        uint32_t length = (uint32_t)get_le(c->in + at, 4);
+        uint32_t length = fgs_get_le32(c->in + at);
         if (length < FGS_HEADER_SIZE - 4 || length > FGS_MAX_FRAME - 4)
             return -1;
         if (c->have - at < 4 + (size_t)length)
             break;
-        if (get_le(c->in + at + 6, 2) == FGS_MSG_ERROR)
+        if (fgs_get_le16(c->in + at + 6) == FGS_MSG_ERROR)
             st->errors++;
         else
             st->replies++;

@@ -1,10 +1,14 @@
 /*
- * byteorder.h: the wire's little-endian integers (vgpu_hook/include/fastgshare_protocol.h), read
- * and written byte by byte, so the engine never depends on the host's order or on alignment.
- * Every frame the engine reads or writes goes through these; nothing else in it shifts bytes.
+ * fastgshare_byteorder.h: the wire's little-endian integers (fastgshare_protocol.h), read and
+ * written byte by byte, so no reader or writer depends on the host's order or on alignment.
+ *
+ * The one helper for every C file that speaks the protocol: the arbiter engine
+ * (arbiter_engine/engine.c), the hook's client (src/arbiter_client.c), its flood tool
+ * (tests/arbiter_flood.c) and the bench's C programs (null_arbiter.c, arbiter_load.c and the
+ * http_timer.c pipe). None of them shifts bytes itself (tests/unit/test_wire_byteorder.py).
  */
-#ifndef FGS_ARBITER_BYTEORDER_H
-#define FGS_ARBITER_BYTEORDER_H
+#ifndef FASTGSHARE_BYTEORDER_H
+#define FASTGSHARE_BYTEORDER_H
 
 #include <stdint.h>
 
