@@ -14,12 +14,10 @@ import argparse
 import logging
 import os
 import resource
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import attrs
@@ -66,12 +64,14 @@ from fastgshare.context_reserve import (
 from fastgshare.context_reserve import describe as describe_reserves
 from fastgshare.errors import InvalidInventory
 from fastgshare.inventory import GPU_SPEC_HELP, GpuDevice, gpu_spec_from_label, parse_gpu_spec
+from fastgshare_kube.process import ListenAddressError, parse_listen, stop_on_signals
 
 if TYPE_CHECKING:  # imported where used: they load kubernetes, grpc and prometheus (seconds)
     from device_plugin.agent import NodeAgent
     from device_plugin.gpu_usage import UsageAudit
     from device_plugin.kube import NodePods
-    from device_plugin.metrics import MetricsAccess, MetricsServer
+    from device_plugin.metrics import MetricsAccess
+    from fastgshare_kube.health import HealthServer
 
 log = logging.getLogger("device_plugin")
 
@@ -226,25 +226,25 @@ class Components:
     arbiter: ArbiterThread
     agent: NodeAgent
     stopping: threading.Event
-    metrics: MetricsServer
+    metrics: HealthServer
     mps: MpsFollower
     audit: UsageAudit | None = None
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); raises StartupError naming the flag."""
-    host, _, port = text.rpartition(":")
-    if not host or not port.isdigit() or int(port) > 65535:
-        raise StartupError(f"--metrics-listen {text!r}: expected HOST:PORT, e.g. 0.0.0.0:9401", 2)
-    return host.strip("[]"), int(port)
+def metrics_address(args: argparse.Namespace) -> tuple[str, int]:
+    """``--metrics-listen`` as (host, port); :class:`StartupError` naming the flag otherwise."""
+    try:
+        return parse_listen(args.metrics_listen, "--metrics-listen", example="0.0.0.0:9401")
+    except ListenAddressError as error:
+        raise StartupError(str(error), 2) from None
 
 
 def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThread,
                   devices: DeviceState, audit: UsageAudit | None = None, *,
-                  access: MetricsAccess | None = None) -> MetricsServer:
-    from device_plugin.metrics import MetricsServer, NodeMetrics  # noqa: PLC0415 - after the arbiter starts
+                  access: MetricsAccess | None = None) -> HealthServer:
+    from device_plugin.metrics import NodeMetrics, metrics_server  # noqa: PLC0415 - after the arbiter starts
 
-    host, port = parse_listen(args.metrics_listen)
+    host, port = metrics_address(args)
 
     def arbiter_answers() -> bool:
         """The arbiter answers through its socket's path, as the hooks reach it, and its loop answers."""
@@ -259,9 +259,9 @@ def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThre
         return problem is None
 
     try:
-        return MetricsServer(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory,
-                                                     audit.latest if audit is not None else None), arbiter_answers,
-                             access=access)
+        return metrics_server(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory,
+                                                      audit.latest if audit is not None else None), arbiter_answers,
+                              access=access)
     except OSError as error:
         raise StartupError(f"cannot serve metrics on --metrics-listen {args.metrics_listen}: "
                            f"{error.strerror or error}") from None
@@ -381,7 +381,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
     log.info("node agent starting node=%s gpus=%s slots_per_gpu=%d context_reserve=%s hook=%s metrics=%s:%d",
              args.node_name, ",".join(f"{g.index}:{g.uuid}:{'mps' if g.mps_enabled else 'nomps'}"
                                       for g in inventory.gpus), args.slots_per_gpu,
-             describe_reserves(inventory.gpus), hook, parse_listen(args.metrics_listen)[0], metrics.port)
+             describe_reserves(inventory.gpus), hook, metrics_address(args)[0], metrics.port)
     return Components(pods, arbiter, agent, stopping, metrics, mps, audit)
 
 
@@ -409,12 +409,7 @@ def usage_audit(args: argparse.Namespace, backend: GpuBackend, driver: Simulated
 
 def run(parts: Components) -> None:
     """Serve until SIGTERM or SIGINT, then stop every part in order."""
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        parts.stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop_on_signals(parts.stopping.set, logger=log)
     parts.pods.start()
     parts.arbiter.follow(parts.pods)
     parts.metrics.start()

@@ -15,8 +15,8 @@ The only module of the agent that imports ``prometheus_client``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -27,16 +27,13 @@ from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.arbiter.shares import share_of
 from fastgshare.inventory import NodeInventory
 from fastgshare.usage import WAIT_BUCKETS_S
-from fastgshare_kube.guarded_http import GuardedHttpServer, Limits
-from fastgshare_kube.metrics_access import MetricsAccess, guard_metrics
+from fastgshare_kube.health import HealthServer
+from fastgshare_kube.metrics_access import MetricsAccess
 
 log = logging.getLogger(__name__)
 
 POD_LABELS = ("namespace", "pod", "gpu")
 _FINISHED = ("Succeeded", "Failed")
-# Prometheus and the kubelet's probe: a few threads; no client holds one (see MetricsServer).
-LIMITS = Limits(max_connections=256, workers=4, idle_timeout_s=30.0, header_timeout_s=5.0, body_timeout_s=5.0,
-                max_body_bytes=64 * 1024)
 
 
 class PodSource(Protocol):
@@ -159,45 +156,16 @@ class NodeMetrics:
         yield from (healthy, busy, allocated, reserve, mps)
 
 
-class MetricsServer:
-    """``GET /metrics`` and ``GET /healthz`` (200 while ``healthy()`` says so), served by
-    :class:`~fastgshare_kube.guarded_http.GuardedHttpServer`: any pod on the node's network can
+def metrics_server(host: str, port: int, collector: NodeMetrics, healthy: Callable[[], bool], *,
+                   access: MetricsAccess | None = None) -> HealthServer:
+    """The node agent's ``/metrics`` (``collector``), ``/healthz`` and ``/readyz`` (200 while
+    ``healthy()`` says so) on the services' one health server (:class:`~fastgshare_kube.health.HealthServer`,
+    a :class:`~fastgshare_kube.guarded_http.GuardedHttpServer`: any pod on the node's network can
     connect, so idle and slow clients are closed on deadlines, connections are capped and a few
-    threads serve every request (issue 37: 400 idle connections were 400 threads). With ``access``,
-    ``/metrics`` is served only to whom the API server allows it (:mod:`fastgshare_kube.metrics_access`:
-    the per-pod names and shares are what RBAC hides from tenants); ``/healthz`` stays open."""
-
-    def __init__(self, host: str, port: int, collector: NodeMetrics, healthy: Callable[[], bool],
-                 *, limits: Limits = LIMITS, access: MetricsAccess | None = None) -> None:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(collector)
-
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            path = environ["PATH_INFO"]
-            if path == "/metrics":
-                body, status, kind = generate_latest(registry), "200 OK", CONTENT_TYPE_LATEST
-            elif path == "/healthz":
-                ok = healthy()
-                body, status, kind = ((b"ok\n", "200 OK", "text/plain") if ok
-                                      else (b"unhealthy\n", "503 Service Unavailable", "text/plain"))
-            else:
-                body, status, kind = b"only /metrics and /healthz\n", "404 Not Found", "text/plain"
-            start_response(status, [("Content-Type", kind)])
-            return [body]
-
-        self._server = GuardedHttpServer(app if access is None else guard_metrics(app, access), host, port,
-                                         name="metrics", limits=limits)
-
-    @property
-    def port(self) -> int:
-        return self._server.port
-
-    @property
-    def connections(self) -> int:
-        return self._server.connections
-
-    def start(self) -> None:
-        self._server.start()
-
-    def stop(self) -> None:
-        self._server.stop()
+    threads serve every request). With ``access``, ``/metrics`` is served only to whom the API server
+    allows it (:mod:`fastgshare_kube.metrics_access`: the per-pod names and shares are what RBAC
+    hides from tenants); the probes stay open. Not started."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return HealthServer(host, port, healthy, lambda: (generate_latest(registry), CONTENT_TYPE_LATEST),
+                        access=access, name="metrics")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from device_plugin.metrics import MetricsServer, NodeMetrics
+from device_plugin.metrics import NodeMetrics, metrics_server
 from fastgshare.inventory import NodeInventory
 from fastgshare_kube.health import HealthServer
 from fastpod_crd_controller.metrics import ControllerMetrics
@@ -59,7 +59,7 @@ def _controller_health() -> Any:
 
 def _agent_metrics() -> Any:
     collector = NodeMetrics(_NoPods(), _no_arbiter, lambda: NodeInventory(node_name="gpu-1", gpus=()))
-    return MetricsServer("127.0.0.1", 0, collector, lambda: True)
+    return metrics_server("127.0.0.1", 0, collector, lambda: True)
 
 
 SERVERS: dict[str, Callable[[], Any]] = {
