@@ -58,6 +58,10 @@ class HealthServer:
                                          host, port, name=name, limits=limits)
 
     @property
+    def host(self) -> str:
+        return self._server.host
+
+    @property
     def port(self) -> int:
         return self._server.port
 

@@ -72,13 +72,3 @@ def parse_system_writers(text: str) -> tuple[str, ...]:
     if not names or any(char.isspace() for name in names for char in name):
         raise ConfigError(f"--system-writers {text[:200]!r} is malformed; allowed: {allowed}")
     return names
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8888`` for IPv6; an empty host means all addresses) as a pair."""
-    host, separator, port_text = text.strip().rpartition(":")
-    allowed = 'HOST:PORT with PORT in 0..65535, e.g. "127.0.0.1:8888", ":8888" or "[::1]:8888"'
-    if not separator or not port_text.isdigit() or int(port_text) > 65535:
-        raise ConfigError(f'--listen "{text}" is malformed; allowed: {allowed}')
-    host = host.removeprefix("[").removesuffix("]")
-    return host or "0.0.0.0", int(port_text)

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 
 from fastgshare import __version__, keys
 from fastgshare.assignment_signature import (
@@ -25,6 +23,8 @@ from fastgshare.assignment_signature import (
 )
 from fastgshare.placement import DEFAULT_POLICY, Policy
 from fastgshare_kube.events import EventRecorder
+from fastgshare_kube.health import HealthServer
+from fastgshare_kube.process import ListenAddressError, parse_listen, stop_on_signals
 from scheduler_extender.config import (
     DEFAULT_BIND_WAIT_S,
     DEFAULT_BIND_WINDOW,
@@ -35,10 +35,9 @@ from scheduler_extender.config import (
     FILTER_PASSES,
     ConfigError,
     ExtenderConfig,
-    parse_listen,
     parse_system_writers,
 )
-from scheduler_extender.http.apps import create_app, create_status_app
+from scheduler_extender.http.apps import create_app, status_server
 from scheduler_extender.http.guarded import HttpServer
 from scheduler_extender.http.threaded import ThreadedHttpServer
 from scheduler_extender.http.tls import ReloadingContext, TlsConfigError
@@ -124,8 +123,8 @@ def _settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tupl
                                 bind_window=args.bind_window, filter_passes=args.filter_passes,
                                 max_body_bytes=args.max_body_bytes,
                                 system_writers=parse_system_writers(args.system_writers))
-        host, port = parse_listen(args.listen)
-    except ConfigError as error:
+        host, port = parse_listen(args.listen, "--listen", example="127.0.0.1:8888")
+    except (ConfigError, ListenAddressError) as error:
         parser.error(str(error))
     return config, host, port
 
@@ -145,10 +144,10 @@ def _webhook(parser: argparse.ArgumentParser, args: argparse.Namespace,
     if not (args.webhook_cert and args.webhook_key):
         parser.error("--webhook-listen needs --webhook-cert FILE and --webhook-key FILE (PEM)")
     try:
-        host, port = parse_listen(args.webhook_listen)
+        host, port = parse_listen(args.webhook_listen, "--webhook-listen", example="0.0.0.0:8443")
         tls = ReloadingContext(args.webhook_cert, args.webhook_key)
-    except (ConfigError, TlsConfigError) as error:
-        parser.error(str(error).replace("--listen", "--webhook-listen"))
+    except (ListenAddressError, TlsConfigError) as error:
+        parser.error(str(error))
 
     def make(kube: KubeApi) -> HttpServer:
         app = create_webhook_app(config.system_writers, stored_node=kube.read_node)
@@ -168,13 +167,13 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
     changes = ShareChanges(state, kube, EventRecorder(kube, component=EVENT_COMPONENT, instance=socket.gethostname(),
                                                       api_version="v1", kind="Pod"))
     server = ThreadedHttpServer(create_app(services), host, port)
-    extra = []
+    extra: list[HttpServer | HealthServer] = []
     try:
         if webhook is not None:
             extra.append(webhook(kube))
         if metrics_at is not None:
             access = kubernetes_metrics_access(api) if metrics_auth != keys.METRICS_AUTH_NONE else None
-            extra.append(HttpServer(create_status_app(services, access=access), *metrics_at, name="extender-status"))
+            extra.append(status_server(services, *metrics_at, access=access))
     except OSError:
         server.stop()
         for started in extra:
@@ -183,11 +182,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
     watch = ClusterWatch(api, state, follower=changes)
     stopping = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("received %s, stopping", signal.Signals(signum).name)
-        stopping.set()
-
-    previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    restore_signals = stop_on_signals(stopping.set, logger=log)
     switch_interval = sys.getswitchinterval()
     # Filter and prioritize are latency-bound and the scheduler calls them one pod at a time,
     # while binds and the watches keep other threads busy: with Python's default 5 ms switch
@@ -211,8 +206,7 @@ def run(config: ExtenderConfig, host: str, port: int, kubeconfig: str | None, *,
         server.stop()
         watch.stop()
         changes.stop()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        restore_signals()
         sys.setswitchinterval(switch_interval)
 
 
@@ -233,9 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics_at = None
     if args.metrics_listen:
         try:
-            metrics_at = parse_listen(args.metrics_listen)
-        except ConfigError as error:
-            parser.error(str(error).replace("--listen", "--metrics-listen"))
+            metrics_at = parse_listen(args.metrics_listen, "--metrics-listen", example="0.0.0.0:8889")
+        except ListenAddressError as error:
+            parser.error(str(error))
     webhook = _webhook(parser, args, config)
     try:
         run(config, host, port, args.kubeconfig, trust=trust, webhook=webhook, metrics_at=metrics_at,

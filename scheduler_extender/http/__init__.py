@@ -6,8 +6,8 @@ What answers what:
   served by :class:`.threaded.ThreadedHttpServer`. The scheduler's verbs are answered by the bare
   WSGI :class:`.lane.VerbLane` in front of Flask; :mod:`.routes` answers the rest (``/inspect``,
   the status endpoints, every malformed request).
-- ``--metrics-listen`` (the pod network): :func:`.apps.create_status_app` (``/healthz``,
-  ``/readyz``, ``/metrics``) served by :class:`.guarded.HttpServer`.
+- ``--metrics-listen`` (the pod network): :func:`.apps.status_server` (``/healthz``,
+  ``/readyz``, ``/metrics``), the services' one health server, :class:`fastgshare_kube.health.HealthServer`.
 - ``--webhook-listen`` (the pod network, TLS from :mod:`.tls`): :func:`.webhook.create_webhook_app`
   served by :class:`.guarded.HttpServer`.
 

@@ -1,8 +1,8 @@
-"""The extender's two Flask apps around a :class:`~scheduler_extender.services.Services`.
+"""What the extender serves around a :class:`~scheduler_extender.services.Services`.
 
-:func:`create_app` is what ``--listen`` serves (the scheduler's verbs through the
-:class:`~.lane.VerbLane`, the routes of :mod:`.routes` behind it); :func:`create_status_app` is
-what ``--metrics-listen`` serves. Each call makes a fresh app: there is no module-level app.
+:func:`create_app` is the Flask app ``--listen`` serves (the scheduler's verbs through the
+:class:`~.lane.VerbLane`, the routes of :mod:`.routes` behind it; each call makes a fresh app, there
+is no module-level app); :func:`status_server` is what ``--metrics-listen`` serves.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from collections.abc import Mapping
 
 from flask import Flask
 
-from fastgshare_kube.metrics_access import MetricsAccess, guard_metrics
+from fastgshare_kube.health import HealthServer
+from fastgshare_kube.metrics_access import MetricsAccess
 from scheduler_extender.http import routes
 from scheduler_extender.http.lane import VerbLane
 from scheduler_extender.services import Services
@@ -31,13 +32,11 @@ def create_app(services: Services, settings: Mapping[str, object] | None = None)
     return app
 
 
-def create_status_app(services: Services, *, access: MetricsAccess | None = None) -> Flask:
-    """Only /healthz, /readyz and /metrics: what may be served beyond the pod's loopback; with
-    ``access``, /metrics only to whom it allows (:mod:`fastgshare_kube.metrics_access`)."""
-    app = Flask(__name__)
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions[routes.EXTENSION] = services
-    app.register_blueprint(routes.status)
-    if access is not None:
-        app.wsgi_app = guard_metrics(app.wsgi_app, access)  # type: ignore[method-assign,assignment]
-    return app
+def status_server(services: Services, host: str, port: int, *, access: MetricsAccess | None = None) -> HealthServer:
+    """What ``--metrics-listen`` serves on the pod network, not started: ``/healthz``, ``/readyz``
+    (200 once the cache has synced with the API server) and ``/metrics``, on the services' one health
+    server (:class:`~fastgshare_kube.health.HealthServer`); with ``access``, ``/metrics`` only to
+    whom it allows (:mod:`fastgshare_kube.metrics_access`). The verbs and ``/inspect`` stay on the
+    loopback listener."""
+    return HealthServer(host, port, lambda: True, services.metrics.exposition, ready=lambda: services.state.synced,
+                        access=access, name="extender-status")

@@ -39,8 +39,7 @@ def _no_arbiter() -> Any:
 
 def _extender_status() -> Any:
     from scheduler_extender.config import ExtenderConfig  # noqa: PLC0415
-    from scheduler_extender.http.apps import create_status_app  # noqa: PLC0415
-    from scheduler_extender.http.guarded import HttpServer  # noqa: PLC0415
+    from scheduler_extender.http.apps import status_server  # noqa: PLC0415
     from scheduler_extender.services import build_services  # noqa: PLC0415
     from scheduler_extender.state import ClusterState  # noqa: PLC0415
 
@@ -50,7 +49,7 @@ def _extender_status() -> Any:
     except ImportError:  # before assignments were signed
         state = ClusterState(bind_wait_s=0.0)  # type: ignore[call-arg]
     services = build_services(ExtenderConfig(), state, kube=None)  # type: ignore[arg-type]  # status binds nothing
-    return HttpServer(create_status_app(services), "127.0.0.1", 0, name="test-extender-status")
+    return status_server(services, "127.0.0.1", 0)
 
 
 def _controller_health() -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.error
+import urllib.request
 
 import flask
 import flask.testing
@@ -12,7 +14,7 @@ from werkzeug.test import TestResponse
 
 from fastgshare import keys
 from scheduler_extender.config import ExtenderConfig
-from scheduler_extender.http.apps import create_app, create_status_app
+from scheduler_extender.http.apps import create_app, status_server
 from scheduler_extender.records import NodeRecord, PodRecord
 from scheduler_extender.services import Services, build_services
 from scheduler_extender.state import ClusterState
@@ -245,12 +247,26 @@ def test_hostile_share_values_get_an_answer_not_a_500(verb: str, annotations: di
         assert answer.json == [{"Host": "node-a", "Score": 0}]
 
 
-def test_the_status_app_serves_probes_and_metrics_but_no_verb_and_no_inspection(services: Services) -> None:
+def test_the_status_server_serves_probes_and_metrics_but_no_verb_and_no_inspection(services: Services) -> None:
     """What --metrics-listen puts on the pod network while the verbs stay on loopback (issue 15, defect 10)."""
-    client = create_status_app(services).test_client()
-    assert client.get("/healthz").status_code == 200
-    assert client.get("/readyz").status_code == 200
-    assert "fastgshare_extender_cache_nodes" in client.get("/metrics").get_data(as_text=True)
-    for verb in ("filter", "prioritize", "bind"):
-        assert client.post(f"/{verb}", json={}).status_code == 404
-    assert client.get("/inspect").status_code == 404
+    server = status_server(services, "127.0.0.1", 0)
+    server.start()
+    try:
+        base = f"http://127.0.0.1:{server.port}"
+        assert _status(f"{base}/healthz") == 200
+        assert _status(f"{base}/readyz") == 200
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as answer:
+            assert "fastgshare_extender_cache_nodes" in answer.read().decode()
+        for verb in ("filter", "prioritize", "bind"):
+            assert _status(f"{base}/{verb}", body=b"{}") in (404, 405)
+        assert _status(f"{base}/inspect") == 404
+    finally:
+        server.stop()
+
+
+def _status(url: str, body: bytes | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
