@@ -96,7 +96,7 @@ class ExtenderProcess:
         self.key_file = log_path.parent / "assignment-key"
         key_args: list[str] = []
         if not any(arg.startswith(("--assignment-key-file", "--allow-unsigned-assignments")) for arg in extra_args):
-            self.key_file.write_bytes(assignment_key if assignment_key is not None else secrets.token_bytes(32))
+            self.key_file.write_bytes(assignment_key if assignment_key is not None else secrets.token_hex(32).encode())
             key_args = ["--assignment-key-file", str(self.key_file)]
         self._args = [sys.executable, "-m", "scheduler_extender", "--kubeconfig", str(kubeconfig),
                       "--listen", f"127.0.0.1:{port}", "--bind-wait-seconds", str(bind_wait_s),
