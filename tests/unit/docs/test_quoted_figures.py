@@ -49,7 +49,8 @@ def resolve(document: Any, path: str) -> Any:
 def quoted(text: str, value: Any) -> bool:
     """Whether the figure ``text`` quotes ``value`` (rounded to the figure's decimals)."""
     figure = Decimal(text.replace(",", ""))
-    decimals = -figure.as_tuple().exponent if isinstance(figure.as_tuple().exponent, int) else 0
+    exponent = figure.as_tuple().exponent
+    decimals = -exponent if isinstance(exponent, int) else 0
     return bool(Decimal(str(value)).quantize(Decimal(1).scaleb(-decimals)) == figure)
 
 
