@@ -9,7 +9,7 @@
  *                                      0: return it at once (queued kernels may outlive the token)
  *   FASTGSHARE_HOOK_REPLY_TIMEOUT_MS   how long to wait for any arbiter reply (default 30000)
  *   FASTGSHARE_HOOK_RECONNECT_S        after losing a registered connection (the node agent restarts),
- *                                      how long to reconnect before failing closed (default 30; 0: never)
+ *                                      how long to reconnect before failing closed (default 120; 0: never)
  *   FASTGSHARE_HOOK_LOG                error | info | debug (default error)
  */
 #ifndef FASTGSHARE_HOOK_CONFIG_H
