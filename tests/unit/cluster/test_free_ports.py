@@ -42,5 +42,6 @@ def test_the_memory_of_handed_out_ports_is_bounded(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(processes, "REMEMBERED_PORTS", 8)
     picks = itertools.count(22_000)
     monkeypatch.setattr(processes.random, "randrange", lambda *_: next(picks))
-    processes.free_ports(20)
-    assert list(processes._handed_out) == list(range(22_012, 22_020))
+    chosen = processes.free_ports(20)  # a port in use on this machine is skipped: compare with what was chosen
+    assert len(chosen) == 20
+    assert list(processes._handed_out) == chosen[-8:]
