@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -45,19 +46,37 @@ def agent_command(node: str, plane: ControlPlane, plugin_dir: Path, state_dir: P
             "--metrics-listen", "127.0.0.1:0", "--assignment-key-file", str(key_file), *extra]
 
 
+@contextlib.contextmanager
+def running_agent(core: kubernetes.client.CoreV1Api, node: str, plugin_dir: Path,
+                  command: list[str]) -> Iterator[tuple[subprocess.Popen[bytes], FakeKubelet]]:
+    """A fake kubelet on ``plugin_dir`` and the agent ``command`` (its output in ``agent.log`` next to
+    ``plugin_dir``); afterwards, also when the test failed: the agent killed if it still runs, the
+    kubelet stopped and ``node`` deleted if it exists."""
+    plugin_dir.mkdir()
+    kubelet = FakeKubelet(plugin_dir)
+    kubelet.start()
+    try:
+        with (plugin_dir.parent / "agent.log").open("w") as log:
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            try:
+                yield process, kubelet
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+    finally:
+        kubelet.stop()
+        with contextlib.suppress(kubernetes.client.ApiException):  # a test may fail before it makes the node
+            core.delete_node(node)
+
+
 def test_agent_process_registers_publishes_serves_and_stops_cleanly(
         control_plane: ControlPlane, core: kubernetes.client.CoreV1Api, workdir: Path) -> None:
     node = unique_name("process-node")
     core.create_node(kubernetes.client.V1Node(metadata=kubernetes.client.V1ObjectMeta(name=node)))
     plugin_dir, state_dir = workdir / "dp", workdir / "state"
-    plugin_dir.mkdir()
-    kubelet = FakeKubelet(plugin_dir)
-    kubelet.start()
-    log = (workdir / "agent.log").open("w")
-    process = subprocess.Popen(
-        agent_command(node, control_plane, plugin_dir, state_dir, "2x40GiB:108sm", "--slots-per-gpu", "4"),
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
+    command = agent_command(node, control_plane, plugin_dir, state_dir, "2x40GiB:108sm", "--slots-per-gpu", "4")
+    with running_agent(core, node, plugin_dir, command) as (process, kubelet):
         assert kubelet.wait_for_registrations(1, timeout_s=30), (workdir / "agent.log").read_text()
         wait_until(lambda: keys.NODE_GPU_INFO_ANNOTATION in (core.read_node(node).metadata.annotations or {}),
                    what="the inventory annotation", timeout_s=30)
@@ -80,13 +99,6 @@ def test_agent_process_registers_publishes_serves_and_stops_cleanly(
         assert not (plugin_dir / keys.DEVICE_PLUGIN_SOCKET).exists()
         assert not (state_dir / "run" / keys.ARBITER_SOCKET_NAME).exists()
         assert "node agent stopped" in (workdir / "agent.log").read_text()
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
-        kubelet.stop()
-        core.delete_node(node)
 
 
 def test_a_node_name_that_is_not_in_the_cluster_stops_the_agent_saying_so(
@@ -113,26 +125,14 @@ def test_the_agent_waits_for_a_node_the_kubelet_registers_late(
     """The agent may start before the kubelet has registered its node (fastgshare cluster up does)."""
     node = unique_name("late-node")
     plugin_dir = workdir / "dp"
-    plugin_dir.mkdir()
-    kubelet = FakeKubelet(plugin_dir)
-    kubelet.start()
-    log = (workdir / "agent.log").open("w")
-    process = subprocess.Popen(agent_command(node, control_plane, plugin_dir, workdir / "state", "1x40GiB:108sm"),
-                               stdout=log, stderr=subprocess.STDOUT)
-    try:
+    command = agent_command(node, control_plane, plugin_dir, workdir / "state", "1x40GiB:108sm")
+    with running_agent(core, node, plugin_dir, command) as (process, kubelet):
         wait_until(lambda: "waiting for the kubelet to register it" in (workdir / "agent.log").read_text(),
                    what="the agent to say it waits for its node", timeout_s=30)
         core.create_node(kubernetes.client.V1Node(metadata=kubernetes.client.V1ObjectMeta(name=node)))
         assert kubelet.wait_for_registrations(1, timeout_s=60), (workdir / "agent.log").read_text()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
-        kubelet.stop()
-        core.delete_node(node)
 
 
 def _mps_view(core: kubernetes.client.CoreV1Api, node: str) -> tuple[list[bool], list[float], list[str]]:
@@ -161,15 +161,11 @@ def test_mps_turned_on_and_off_under_a_running_agent_reaches_inventory_metric_an
     node = unique_name("mps-node")
     core.create_node(kubernetes.client.V1Node(metadata=kubernetes.client.V1ObjectMeta(name=node)))
     plugin_dir, state_dir, pipe_dir = workdir / "dp", workdir / "state", workdir / "nvidia-mps"
-    plugin_dir.mkdir()
-    kubelet = FakeKubelet(plugin_dir)
-    kubelet.start()
-    log = (workdir / "agent.log").open("w")
-    process = subprocess.Popen(
-        agent_command(node, control_plane, plugin_dir, state_dir, "2x40GiB:108sm", "--mps-pipe-dir", str(pipe_dir),
-                      "--metrics-auth", "none"),
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
+    command = agent_command(node, control_plane, plugin_dir, state_dir, "2x40GiB:108sm", "--mps-pipe-dir",
+                            str(pipe_dir), "--metrics-auth", "none")
+    with running_agent(core, node, plugin_dir, command) as (process, _kubelet), \
+            contextlib.ExitStack() as cleanup:
+        cleanup.callback(simulated_mps.stop, pipe_dir)
         def seen(expected: tuple[list[bool], list[float], list[str]]) -> bool:
             return _mps_view(core, node) == expected
 
@@ -183,11 +179,3 @@ def test_mps_turned_on_and_off_under_a_running_agent_reaches_inventory_metric_an
                    what="MPS stopped, seen by the cluster", timeout_s=30)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
-        simulated_mps.stop(pipe_dir)
-        kubelet.stop()
-        core.delete_node(node)
