@@ -1,4 +1,4 @@
-"""``fastgshare fn deploy | list | invoke | delete``: thin conveniences over the gateway's OpenFaaS API.
+"""``fastgshare fn deploy | list | invoke | logs | delete``: thin conveniences over the gateway's OpenFaaS API.
 
 - ``deploy NAME --image IMG [--quota-request R --quota-limit L --sm S --memory M] [--replicas N]
   [--env K=V ...]`` sends an OpenFaaS ``FunctionDeployment`` (``service, image, namespace, envVars,
@@ -8,6 +8,11 @@
 - ``list``: ``GET /system/functions`` as a table (or the JSON with ``-o json``);
 - ``invoke NAME``: ``POST /function/<name>[.<namespace>]`` with ``--data`` or stdin, the answer's
   body on stdout;
+- ``logs NAME [-f] [--tail N] [--since DURATION|TIME] [--instance POD]``: ``GET /system/logs``, each
+  message's text on a line, prefixed by ``[pod]`` when more than one pod speaks (with ``-f``: when
+  ``GET /system/function/NAME`` reports more than one ready pod, else from a second pod's first line
+  on); ``-f`` prints lines as they come until the gateway ends the stream (its cap) or Ctrl-C.
+  ``--since 10m`` is sent as the RFC 3339 time 10 minutes ago;
 - ``delete NAME``: ``DELETE /system/functions`` with ``{functionName, namespace}``.
 
 The gateway is ``--gateway URL`` (default ``$FASTGSHARE_GATEWAY``, else http://127.0.0.1:8080).
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import datetime
 import http.client
 import json
 import os
@@ -54,6 +61,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 MESSAGE_CHARS = 300  # of a gateway's error answer, in the one line we print
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+DURATION = re.compile(r"(?:\d+(?:\.\d+)?[hms])+")  # Go's form, as faas-cli's --since takes it: 1h30m, 10m, 45s
+DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 # --flag -> the annotation it sets, and the value parse_share is given for a flag left out (so
 # only the flags given are checked, and request <= limit only when both are given).
@@ -113,8 +123,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                             help=f"the function's namespace (default: {keys.DEFAULT_FUNCTION_NAMESPACE})")
 
     fn = commands.add_parser(
-        "fn", help="deploy, list, invoke and delete functions through the gateway's OpenFaaS API",
-        description="Thin conveniences over the gateway's OpenFaaS API (/system/functions, /function/NAME); "
+        "fn", help="deploy, list, invoke, read the logs of and delete functions through the gateway's OpenFaaS API",
+        description="Thin conveniences over the gateway's OpenFaaS API (/system/functions, /system/logs, "
+                    "/function/NAME); "
                     "faas-cli works against the same gateway.")
     actions = fn.add_subparsers(dest="fn_command", required=True, metavar="ACTION")
 
@@ -148,6 +159,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     invoke.add_argument("--method", default="POST", help="HTTP method (default: %(default)s)")
     invoke.add_argument("--content-type", default="text/plain", help="Content-Type (default: %(default)s)")
 
+    logs = actions.add_parser(
+        "logs", parents=[common, namespaced], help="print a function's logs",
+        description="GET /system/logs: the log lines of the function's pods, prefixed by [pod] when more than one "
+                    "pod speaks. With -f, lines are printed as they come until the gateway ends the stream or "
+                    "Ctrl-C; --timeout then bounds only the wait for the gateway's first answer.")
+    logs.add_argument("name")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument("--tail", type=str, metavar="N", help="the last N lines of each pod (default: all)")
+    logs.add_argument("--since", metavar="DURATION|TIME",
+                      help="lines from this long ago (10m, 1h30m, 45s) or since this RFC 3339 time")
+    logs.add_argument("--instance", metavar="POD", help="one pod of the function only")
+
     delete = actions.add_parser("delete", aliases=["rm"], parents=[common, namespaced], help="remove a function",
                                 description="DELETE /system/functions {functionName, namespace}.")
     delete.add_argument("name")
@@ -165,13 +188,9 @@ def fn_main(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | N
             raise UsageError("--password-stdin with invoke: give the request body with --data (stdin holds the "
                              "password)")
         gateway = Gateway(url, args.timeout, given_credentials(args, stdin), args.gateway_user, args.kubeconfig)
-        if action == "deploy":
-            return _deploy(gateway, args, out)
-        if action == "list":
-            return _list(gateway, args, out)
         if action == "invoke":
             return _invoke(gateway, args, out, err, stdin)
-        return _delete(gateway, args, out)
+        return {"deploy": _deploy, "list": _list, "logs": _logs, "delete": _delete}[action](gateway, args, out)
     except UsageError as error:
         err.write(f"fastgshare fn {action}: {error}\n")
         return EXIT_USAGE
@@ -315,12 +334,29 @@ class Gateway:
                 content_type: str | None = None) -> Answer:
         answer = call(self.url, method, path, body, content_type=content_type, timeout=self.timeout,
                       auth=self.credentials.header() if self.credentials else None)
-        if answer.status != 401 or self.credentials is not None or self._looked_up is not None:
-            return answer if answer.status != 401 else self._unauthorized(answer)
+        if self._secret_found_after(answer.status):
+            return self.request(method, path, body, content_type=content_type)
+        return answer if answer.status != 401 else self._unauthorized(answer)
+
+    def stream(self, path: str, *, follow: bool) -> http.client.HTTPResponse:
+        """``GET path``, its 2xx answer open for reading (with ``follow``, no read timeout once it began);
+        any other answer a :class:`GatewayError`."""
+        response = open_stream(self.url, path, timeout=self.timeout, follow=follow,
+                               auth=self.credentials.header() if self.credentials else None)
+        if 200 <= response.status < 300:
+            return response
+        with response:
+            answer = Answer(response.status, response.read())
+        if self._secret_found_after(answer.status):
+            return self.stream(path, follow=follow)
+        raise GatewayError(message(answer if answer.status != 401 else self._unauthorized(answer)))
+
+    def _secret_found_after(self, status: int) -> bool:
+        """After a first 401 without credentials, the Secret's (read once); True: send the request again."""
+        if status != 401 or self.credentials is not None or self._looked_up is not None:
+            return False
         self.credentials, self._looked_up = secret_credentials(self.kubeconfig)
-        if self.credentials is None:
-            return self._unauthorized(answer)
-        return self.request(method, path, body, content_type=content_type)
+        return self.credentials is not None
 
     def _unauthorized(self, answer: Answer) -> Answer:
         hint = (f"the gateway needs its credentials: pipe the password to --password-stdin or set ${ENV_PASSWORD} "
@@ -352,6 +388,27 @@ def call(gateway: str, method: str, path: str, body: bytes | None = None, *, con
     except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
         reason = getattr(error, "reason", error)
         raise GatewayError(f"cannot reach the gateway at {gateway}: {reason} (is it running? pass --gateway URL "
+                           f"or set ${ENV_GATEWAY})") from None
+
+
+def open_stream(gateway: str, path: str, *, timeout: float, follow: bool,
+                auth: str | None = None) -> http.client.HTTPResponse:
+    """``GET gateway+path`` with http.client (urllib cannot lift the read timeout once the answer began)."""
+    parts = urllib.parse.urlsplit(gateway)
+    connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_class(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        connection.request("GET", parts.path + path, headers={"Authorization": auth} if auth else {})
+        response = connection.getresponse()
+        if follow and connection.sock is not None:
+            connection.sock.settimeout(None)
+        return response
+    except TimeoutError:
+        connection.close()
+        raise GatewayError(f"no answer from the gateway at {gateway} within {timeout:g} s") from None
+    except (OSError, http.client.HTTPException) as error:
+        connection.close()
+        raise GatewayError(f"cannot reach the gateway at {gateway}: {error} (is it running? pass --gateway URL "
                            f"or set ${ENV_GATEWAY})") from None
 
 
@@ -469,6 +526,84 @@ def _write_bytes(out: TextIO, data: bytes) -> None:
     else:
         out.write(data.decode("utf-8", errors="replace"))
         out.flush()
+
+
+def since_time(value: str, now: datetime.datetime) -> str:
+    """``--since``: a duration back from ``now`` (``10m``, ``1h30m``, ``45s``) or an RFC 3339 time, as the
+    RFC 3339 time the gateway takes."""
+    if DURATION.fullmatch(value):
+        seconds = sum(float(number) * {"h": 3600, "m": 60, "s": 1}[unit]
+                      for number, unit in DURATION_PART.findall(value))
+        return (now - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if RFC3339.fullmatch(value):
+        with contextlib.suppress(ValueError):
+            datetime.datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", value))
+            return value
+    raise UsageError(f"--since {value!r}: expected a duration such as 10m, 1h30m or 45s, or an RFC 3339 time such "
+                     "as 2026-01-02T03:04:05Z")
+
+
+def logs_query(args: argparse.Namespace, now: datetime.datetime) -> dict[str, str]:
+    """The query string of ``GET /system/logs`` for ``fn logs``' arguments."""
+    query = {"name": _dns_label("NAME", args.name),
+             "namespace": _dns_label("--namespace", args.namespace or keys.DEFAULT_FUNCTION_NAMESPACE),
+             "follow": "true" if args.follow else "false"}
+    if args.tail is not None:
+        if not args.tail.isdigit() or int(args.tail) < 1:
+            raise UsageError(f"--tail {args.tail!r}: expected a whole number of lines >= 1 (leave it out for all)")
+        query["tail"] = str(int(args.tail))
+    if args.since is not None:
+        query["since"] = since_time(args.since, now)
+    if args.instance is not None:
+        query["instance"] = args.instance
+    return query
+
+
+def _log_message(line: bytes) -> tuple[str, str]:
+    """A /system/logs line as (instance, text)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+        raise GatewayError(f"the gateway's /system/logs sent a line that is not a log message: {line[:100]!r}")
+    return str(data.get("instance", "")), data["text"]
+
+
+def _ready_pods(gateway: Gateway, name: str, namespace: str) -> int:
+    """The function's ready pods as the gateway reports them (0 when it does not say)."""
+    answer = gateway.request("GET", f"/system/function/{name}?{urllib.parse.urlencode({'namespace': namespace})}")
+    try:
+        status = json.loads(answer.body) if _ok(answer) else {}
+        return int(status.get("availableReplicas") or 0) if isinstance(status, dict) else 0
+    except (ValueError, TypeError):
+        return 0
+
+
+def _logs(gateway: Gateway, args: argparse.Namespace, out: TextIO) -> int:
+    query = logs_query(args, datetime.datetime.now(datetime.UTC))
+    response = gateway.stream(f"/system/logs?{urllib.parse.urlencode(query)}", follow=args.follow)
+    try:
+        with response:
+            lines = (line for line in iter(response.readline, b"") if line.strip())
+            if not args.follow:
+                messages = [_log_message(line) for line in lines]
+                several = len({instance for instance, _ in messages}) > 1
+                out.write("".join(f"[{i}] {text}\n" if several else f"{text}\n" for i, text in messages))
+                return EXIT_OK
+            seen: set[str] = set()
+            several = args.instance is None and _ready_pods(gateway, query["name"], query["namespace"]) > 1
+            for line in lines:
+                instance, text = _log_message(line)
+                seen.add(instance)
+                several = several or len(seen) > 1
+                out.write(f"[{instance}] {text}\n" if several else f"{text}\n")
+                out.flush()
+    except KeyboardInterrupt:
+        return EXIT_OK  # how one stops following
+    except (OSError, http.client.HTTPException) as error:
+        raise GatewayError(f"the log stream from the gateway broke: {error}") from None
+    return EXIT_OK
 
 
 def _delete(gateway: Gateway, args: argparse.Namespace, out: TextIO) -> int:

@@ -8,8 +8,9 @@
   safe) or broke the exchange, 504 no answer within the upstream timeout. ``X-Forwarded-For``,
   ``X-Forwarded-Host`` and ``X-Call-Id`` (kept if the client sent one, returned on the answer).
 - ``/system/...``: the OpenFaaS provider API over FaSTFunc objects (:mod:`fastgshare_gateway.openfaas`,
-  through the :class:`~fastgshare_gateway.store.FunctionStore` port, in a thread); routes OpenFaaS has and
-  we do not (logs, secrets, namespace mutation, async functions) answer 501 with a message.
+  through the :class:`~fastgshare_gateway.store.FunctionStore` port, in a thread); ``/system/logs`` through
+  :mod:`fastgshare_gateway.logs`; routes OpenFaaS has and we do not (secrets, namespace mutation, async
+  functions) answer 501 with a message.
 - ``/healthz`` (200 once the pods are listed), ``/metrics``.
 
 Access and limits (:class:`Options`): basic auth on ``/system/*`` (and ``/function/*`` with
@@ -40,7 +41,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from fastgshare import keys
-from fastgshare_gateway import auth, openfaas
+from fastgshare_gateway import auth, logs, openfaas
 from fastgshare_gateway.endpoints import Endpoint, FunctionKey
 from fastgshare_gateway.fastfunc import scale_problem
 from fastgshare_gateway.metrics import CONTENT_TYPE, function_label
@@ -59,7 +60,6 @@ CHUNK = 64 * 1024
 CONFLICT_RETRIES = 3
 AUTOSCALED_HEADER = "X-Fastgshare-Autoscaled"
 NOT_IMPLEMENTED = {
-    "logs": "function logs are not served by fastgshare; use kubectl logs -l fastgshare.caps.in.tum/function=<fn>",
     "secrets": "secrets are not managed by fastgshare; create Kubernetes Secrets and mount them in the "
                "FaSTFunc's podSpec",
     "namespace": "namespaces are not managed by fastgshare; the gateway serves the namespaces given with "
@@ -80,6 +80,7 @@ class Options:
     auth: auth.BasicAuth | None = None
     auth_functions: bool = False
     policy: DeployPolicy = attrs.field(factory=DeployPolicy)
+    log_limits: logs.LogLimits = attrs.field(factory=logs.LogLimits)
 
 
 @attrs.frozen
@@ -119,11 +120,12 @@ class Gateway:
     """The handlers; ``store`` None: no provider API (503 on ``/system/function*``)."""
 
     def __init__(self, functions: Functions, store: FunctionStore | None = None,
-                 options: Options | None = None) -> None:
+                 options: Options | None = None, pod_logs: logs.PodLogs | None = None) -> None:
         self.functions = functions
         self.metrics = functions.metrics
         self.store = store
         self.options = options or Options()
+        self.logs = logs.LogServer(pod_logs, self.options.log_limits)
         self._session: aiohttp.ClientSession | None = None
         self._wakeups: set[asyncio.Task[None]] = set()
         if store is not None:
@@ -147,7 +149,7 @@ class Gateway:
             web.get("/system/namespaces", self.namespaces),
             web.get("/healthz", self.healthz, allow_head=True),
             web.get("/metrics", self.metrics_page),
-            web.route("*", "/system/logs", self.not_implemented),
+            web.get("/system/logs", self.function_logs),
             web.route("*", "/system/secrets", self.not_implemented),
             web.route("*", "/system/namespace/{name}", self.not_implemented),
             web.route("*", "/async-function/{tail:.*}", self.not_implemented),
@@ -481,6 +483,24 @@ class Gateway:
     async def metrics_page(self, request: web.Request) -> web.StreamResponse:
         return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
+    async def function_logs(self, request: web.Request) -> web.StreamResponse:
+        answer = await self.logs.open(dict(request.query.items()), lambda ns: self._namespace(request, ns),
+                                      lambda ns, name: self.functions.exists((ns, name)))
+        if isinstance(answer, logs.Refusal):
+            return _text(answer.status, answer.message)
+        response = web.StreamResponse(headers={"Content-Type": logs.CONTENT_TYPE})
+        response.enable_chunked_encoding()
+        try:
+            await response.prepare(request)
+            async for chunk in answer.chunks(lambda: _connected(request)):
+                await response.write(chunk)
+            await response.write_eof()
+        except ConnectionError:
+            log.info("the log reader of function=%s.%s went away", answer.query.name, answer.namespace)
+        finally:
+            answer.close()
+        return response
+
     async def not_implemented(self, request: web.Request) -> web.StreamResponse:
         parts = request.path.strip("/").split("/")
         what = parts[1] if len(parts) > 1 else parts[0]
@@ -489,6 +509,11 @@ class Gateway:
             if parts[0] == "async-function" else f"{request.method} {request.path} is not part of fastgshare's "
                                                  "OpenFaaS provider API")
         return _text(501, f"not implemented: {message}")
+
+
+def _connected(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
 
 
 def _updated(existing: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,17 +7,24 @@
   handed to the event loop with ``loop.call_soon_threadsafe`` (the sinks run in the watch threads);
 - :class:`KubeStore`: the :class:`~fastgshare_gateway.store.FunctionStore` over the API (custom objects as
   JSON), every failure the layer's :class:`~fastgshare_kube.errors.ApiError`;
+- :class:`KubePodLogs`: the :class:`~fastgshare_gateway.logs.PodLogs` port: a function's pods (the same
+  labels the watches select, the same membership rule as routing), and one pod's log (``timestamps=true``)
+  as a line stream that another thread can close;
 - :func:`missing_crd`: one line when the FaSTFunc CRD is not installed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Callable, Mapping
+import socket
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fastgshare import keys
+from fastgshare_gateway.endpoints import pod_entry
+from fastgshare_gateway.logs import Instance, PodLogsError
 from fastgshare_gateway.routing import Functions
 from fastgshare_kube import rest
 from fastgshare_kube.client import ApiClient, KubeConfigError, load_api_client  # noqa: F401 - this adapter's API
@@ -191,3 +198,79 @@ class KubeStore:
             if error.not_found:
                 return None
             raise
+
+
+MAX_LINE_BYTES = 64 * 1024  # a longer log line is cut into lines of this size
+
+
+class KubePodLogs:
+    """A function's pods and their logs through the API server (``pods`` list, ``pods/log`` get)."""
+
+    def __init__(self, api: ApiClient, default_namespace: str = keys.DEFAULT_FUNCTION_NAMESPACE) -> None:
+        self._core = rest.core_v1(api)
+        self._default_namespace = default_namespace
+
+    def function_pods(self, namespace: str, name: str) -> list[Instance]:
+        """The pods of function ``name`` (``name`` a DNS label: safe in a selector), by name."""
+        labels = [keys.FUNCTION_LABEL] + ([keys.FASTPOD_NAME_LABEL] if namespace == self._default_namespace else [])
+        found: dict[str, Instance] = {}
+        for label in labels:
+            with _port_errors():
+                listed = rest.call(self._core.list_namespaced_pod, namespace, label_selector=f"{label}={name}",
+                                   timeout_s=REQUEST_TIMEOUT)
+            for pod in listed.get("items") or []:
+                if (namespace, name) in pod_entry(pod, self._default_namespace).functions:
+                    containers = (pod.get("spec") or {}).get("containers") or [{}]
+                    pod_name = str(pod["metadata"]["name"])
+                    found[pod_name] = Instance(pod_name, containers[0].get("name"))
+        return [found[pod] for pod in sorted(found)]
+
+    def open(self, namespace: str, instance: Instance, *, follow: bool, tail: int | None,
+             since_seconds: int | None, timeout_s: float) -> _PodLogStream:
+        options: dict[str, Any] = {"follow": follow, "timestamps": True}
+        if instance.container:
+            options["container"] = instance.container
+        if tail is not None:
+            options["tail_lines"] = tail
+        if since_seconds is not None:
+            options["since_seconds"] = since_seconds
+        with _port_errors(), rest.translated():
+            response = self._core.read_namespaced_pod_log(instance.pod, namespace, **options, _preload_content=False,
+                                                          _request_timeout=(REQUEST_TIMEOUT[0], timeout_s))
+        return _PodLogStream(response)
+
+
+class _PodLogStream:
+    """An open log answer read as lines; :meth:`close` from another thread shuts its socket down."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+
+    def __iter__(self) -> Iterator[str]:
+        buffer = bytearray()
+        with _port_errors(), rest.translated():
+            for chunk in self._response.stream(None, decode_content=False):
+                buffer.extend(chunk)
+                while (end := buffer.find(b"\n")) != -1 or len(buffer) >= MAX_LINE_BYTES:
+                    cut = end if end != -1 and end < MAX_LINE_BYTES else MAX_LINE_BYTES
+                    yield buffer[:cut].decode("utf-8", errors="replace")
+                    del buffer[:cut + 1 if cut == end else cut]
+        if buffer:
+            yield buffer.decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            self._response.release_conn()
+
+
+@contextlib.contextmanager
+def _port_errors() -> Iterator[None]:
+    """The layer's :class:`ApiError` as the logs port's :class:`PodLogsError`."""
+    try:
+        yield
+    except ApiError as error:
+        raise PodLogsError(error.status, error.message or str(error)) from None

@@ -18,7 +18,7 @@ from pathlib import Path
 from fastgshare import keys
 from fastgshare_gateway import http
 from fastgshare_gateway.auth import AuthConfigError, BasicAuth
-from fastgshare_gateway.kube import KubeConfigError, KubeStore, Watches, load_api_client, missing_crd
+from fastgshare_gateway.kube import KubeConfigError, KubePodLogs, KubeStore, Watches, load_api_client, missing_crd
 from fastgshare_gateway.metrics import GatewayMetrics
 from fastgshare_gateway.policy import DEFAULT_MAX_REPLICAS, DeployPolicy
 from fastgshare_gateway.pool import Limits
@@ -125,7 +125,7 @@ async def run(args: argparse.Namespace, host: str, port: int) -> int:
     if options.auth is None:
         log.warning("--no-auth: /system/* accepts any caller; anyone who reaches the gateway may deploy, scale "
                     "and delete functions")
-    gateway = http.Gateway(functions, KubeStore(api), options)
+    gateway = http.Gateway(functions, KubeStore(api), options, pod_logs=KubePodLogs(api, namespaces[0]))
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     stop_on_signals(stop.set, loop=loop, logger=log)

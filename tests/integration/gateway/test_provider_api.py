@@ -117,7 +117,7 @@ def test_info_namespaces_health_and_501_for_what_is_not_provided() -> None:
             assert set(info["version"]) >= {"sha", "release"}
             assert await call(client, "GET", f"{url}/system/namespaces") == (200, [NS, "team-a"])
             assert (await call(client, "GET", f"{url}/healthz"))[0] == 200
-            for method, path in (("GET", "/system/logs"), ("POST", "/system/secrets"),
+            for method, path in (("POST", "/system/logs"), ("POST", "/system/secrets"),
                                  ("POST", "/system/namespace/x"), ("POST", "/async-function/hello"),
                                  ("GET", "/system/alert")):
                 status, text = await call(client, method, url + path)
