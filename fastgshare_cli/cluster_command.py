@@ -19,7 +19,7 @@ from fastgshare.inventory import GPU_SPEC_HELP, parse_gpu_spec
 from fastgshare.quantity import format_bytes
 from fastgshare.share import format_fraction
 from fastgshare_cli.pod_shares import measure_shares, use_by_pod
-from fastgshare_cluster import cluster, image_build, images
+from fastgshare_cluster import cluster, image_build, images, machines
 from fastgshare_cluster.cluster import ClusterError, Options
 from fastgshare_cluster.image_build import ImageBuildError
 from fastgshare_cluster.images import ImageError
@@ -35,7 +35,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start the cluster and print its kubeconfig")
     up.add_argument("--gpus", default=cluster.DEFAULT_GPUS,
-                    help=f"the node's simulated GPUs, {GPU_SPEC_HELP} (default: %(default)s)")
+                    help=f"each node's simulated GPUs, {GPU_SPEC_HELP} (default: %(default)s)")
+    up.add_argument("--nodes", type=int, default=1, metavar="N",
+                    help=f"nodes, 1 to {machines.MAX_NODES}: the first is this host, the others machines of their "
+                         "own in Linux namespaces, each with its kubelet, containerd, pod subnet and node agent "
+                         "(default: %(default)s)")
     up.add_argument("--slots-per-gpu", type=int, default=16, help="pods one GPU may hold (default: %(default)s)")
     up.add_argument("--hook-build", type=Path, default=cluster.Options.hook_build,
                     help="where make -C vgpu_hook put the hook and memcheck (default: %(default)s; built if missing)")
@@ -60,6 +64,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     restart.add_argument("component", choices=list(cluster.RESTARTABLE), metavar="COMPONENT",
                          help=f"one of: {', '.join(cluster.RESTARTABLE)}")
     restart.add_argument("--kill", action="store_true", help="SIGKILL instead of SIGTERM")
+    restart.add_argument("--node", metavar="NAME", help="the node of a containerd, kubelet or node-agent "
+                         "(default: the first)")
+    power_off = actions.add_parser(
+        "power-off", help="kill one node at once as a machine dies (kubelet, containerd, node agent, pods)",
+        description="Kill everything that runs on one node of a cluster of several (not the first: it is this "
+                    "host) at once, as a machine that loses power: Kubernetes marks it NotReady, then evicts its "
+                    "pods. power-on starts it again.")
+    power_on = actions.add_parser("power-on", help="start a node's containerd, kubelet and node agent again")
+    for sub in (power_off, power_on):
+        sub.add_argument("node", metavar="NODE", help="the node's name (fastgshare cluster status lists them)")
     shares = actions.add_parser(
         "shares", help="each GPU pod's configured share next to the GPU time it gets, measured by the simulated GPU")
     shares.add_argument("--seconds", type=float, default=5.0, help="how long to measure (default: %(default)s)")
@@ -74,7 +88,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        "(default: the current directory)")
     build.add_argument("--tag", default=image_build.IMAGE, help="the image's name (default: %(default)s)")
     build.add_argument("--output", type=Path, help="where to write the OCI archive (default: in the state dir)")
-    for sub in (up, down, actions.choices["status"], shares, build, restart):
+    for sub in (up, down, actions.choices["status"], shares, build, restart, power_off, power_on):
         sub.add_argument("--state-dir", type=Path, default=cluster.DEFAULT_STATE_DIR,
                          help="where the cluster keeps its state and logs (default: %(default)s)")
 
@@ -87,6 +101,8 @@ def cluster_main(args: argparse.Namespace, console: Console, errors: Console) ->
         "build-image": lambda: _build_image(args, console),
         "status": lambda: _status(args.state_dir, console),
         "restart": lambda: _restart(args, console),
+        "power-off": lambda: _power(cluster.power_off, args, console),
+        "power-on": lambda: _power(cluster.power_on, args, console),
     }
     try:
         return actions[args.action]()
@@ -107,6 +123,9 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
     if args.slots_per_gpu < 1:
         errors.print(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}")
         return 2
+    if not 1 <= args.nodes <= machines.MAX_NODES:
+        errors.print(f"--nodes must be 1 to {machines.MAX_NODES}, got {args.nodes}")
+        return 2
     if args.from_manifests and (args.slots_per_gpu != 16 or "=" in args.gpus):
         errors.print(f"--from-manifests: the node agent runs as deploy/ ships it (--slots-per-gpu 16, got "
                      f"{args.slots_per_gpu}) and the node label holds no model name (--gpus {args.gpus!r})",
@@ -116,9 +135,11 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
                                  hook_build=args.hook_build, simgpu_build=args.simgpu_build,
                                  install_packages=not args.no_install,
                                  gateway_listen=args.gateway_listen, from_manifests=args.from_manifests,
+                                 nodes=args.nodes,
                                  say=lambda text: console.print(text, markup=False, highlight=False)))
-    console.print(f"cluster up: node {running.node_name} with {spec.count} simulated GPU(s) ({args.gpus}), "
-                  f"{args.slots_per_gpu} pods per GPU", markup=False)
+    names = running.node_names
+    console.print(f"cluster up: node{'s' if len(names) > 1 else ''} {', '.join(names)}, each with {spec.count} "
+                  f"simulated GPU(s) ({args.gpus}), {args.slots_per_gpu} pods per GPU", markup=False)
     console.print(f"kubeconfig: {running.kubeconfig}", markup=False, highlight=False)
     if running.gateway_url:
         console.print(f"function gateway: {running.gateway_url} (fastgshare fn --gateway {running.gateway_url} ...)",
@@ -150,8 +171,13 @@ def _build_image(args: argparse.Namespace, console: Console) -> int:
 
 
 def _restart(args: argparse.Namespace, console: Console) -> int:
-    cluster.restart(args.state_dir, args.component, kill=args.kill,
+    cluster.restart(args.state_dir, args.component, kill=args.kill, node_name=args.node,
                     say=lambda text: console.print(text, markup=False, highlight=False))
+    return 0
+
+
+def _power(action: Callable[..., None], args: argparse.Namespace, console: Console) -> int:
+    action(args.state_dir, args.node, say=lambda text: console.print(text, markup=False, highlight=False))
     return 0
 
 
@@ -183,11 +209,12 @@ def _assigned_pods(pods: list[dict[str, Any]]) -> list[tuple[str, str, PodAssign
 def _shares(state_dir: Path, seconds: float, console: Console) -> int:
     running = cluster.load(state_dir)
     with running.api_client() as api:
-        pods = rest.call(rest.core_v1(api).list_pod_for_all_namespaces,
-                         field_selector=f"spec.nodeName={running.node_name}")["items"]
-    gpu_dirs = sorted((running.node_agent_state_dir / "fake-gpus").glob("*"))
-    achieved = measure_shares(gpu_dirs, seconds)
-    memory = {uid: use.memory_bytes for gpu in gpu_dirs for uid, use in use_by_pod(gpu).items()}
+        pods = rest.call(rest.core_v1(api).list_pod_for_all_namespaces)["items"]
+    gpus = [(gpu_dir, "/" if name == running.node_name else f"/{name}")
+            for name in running.node_names
+            for gpu_dir in sorted(running.fake_gpu_dir("", name).glob("*"))]
+    achieved = measure_shares([gpu for gpu, _ in gpus], seconds, [root for _, root in gpus])
+    memory = {uid: use.memory_bytes for gpu, root in gpus for uid, use in use_by_pod(gpu, root).items()}
     table = Table(title=f"GPU time over {seconds:g} s, measured by the simulated GPUs")
     for column in ("pod", "gpu", "request", "limit", "SM %", "memory used / limit", "achieved"):
         table.add_column(column, overflow="fold")

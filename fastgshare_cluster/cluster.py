@@ -21,6 +21,7 @@ processes: the cluster's default kube-scheduler and the workload controllers run
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -38,7 +39,7 @@ import yaml
 
 from fastgshare import keys
 from fastgshare.inventory import parse_gpu_spec
-from fastgshare_cluster import admission, identities, images, manifests, node
+from fastgshare_cluster import admission, identities, images, machines, manifests, node
 from fastgshare_cluster.controlplane import (
     HOST_PROCESS_CONTROLLERS,
     WORKLOAD_CONTROLLERS,
@@ -82,8 +83,19 @@ PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "gc
 CNI_PACKAGE = "containernetworking-plugins"
 # The order ``down`` stops components in: clients of the API first, the node, then the control plane.
 STOP_ORDER = ("fastgshare-gateway", "fastgshare-function-controller", "node-agent", "fastgshare-controller",
-              "kube-scheduler", "fastgshare-extender", "kubelet", "containerd", "kube-controller-manager",
-              "kube-apiserver", "etcd")
+              "kube-scheduler", "fastgshare-extender", "kubelet", "containerd", "node-namespaces",
+              "kube-controller-manager", "kube-apiserver", "etcd")
+# A component of the second and later nodes is named ``<component>@<node>``.
+NODE_SEPARATOR = "@"
+# With more than one node, Kubernetes notices a lost node (the node lifecycle controller) and moves
+# its pods, faster than a production cluster's defaults (40 s grace, 300 s tolerations), so that
+# the tests and a demo see it within a minute: the kubelets renew their lease every 2 s.
+NODE_LEASE_SECONDS = 8
+NODE_MONITOR_GRACE = "12s"
+NODE_LOSS_TOLERATION_SECONDS = 10
+NODE_LIFECYCLE_FLAGS = ("--node-monitor-period=2s", f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+                        "--pod-eviction-timeout=10s")
+NODE_LIFECYCLE_CONTROLLERS = ("nodelifecycle", "podgc")
 DEFAULT_GATEWAY_LISTEN = f"127.0.0.1:{keys.DEFAULT_GATEWAY_PORT}"
 INSTALL_READY_S = 120  # --from-manifests: how long install.sh waits for each component to be Ready
 
@@ -107,6 +119,7 @@ class Options:
     install_packages: bool = True
     gateway_listen: str = DEFAULT_GATEWAY_LISTEN  # the function gateway (OpenFaaS API and /function/...)
     die_with_parent: bool = False  # the test tier: components die with the test process
+    nodes: int = 1  # the first on the host, the others in namespaces of their own (machines.py)
     # Our components as pods, installed from deploy/ with deploy/install.sh (manifests.py), instead
     # of host processes.
     from_manifests: bool = False
@@ -125,14 +138,21 @@ class Cluster:
     extender_url: str
     controller_url: str  # /healthz and /metrics
     gateway_url: str = ""  # the function gateway: /function/<name>, /system/*, /metrics
+    # Every node, the first (``node_name``) first, with its node agent's state directory.
+    node_agent_state_dirs: tuple[tuple[str, Path], ...] = ()
+
+    @property
+    def node_names(self) -> list[str]:
+        return [name for name, _ in self.node_agent_state_dirs] or [self.node_name]
 
     def api_client(self) -> ApiClient:
         return load_api_client(str(self.kubeconfig))
 
-    def fake_gpu_dir(self, gpu_uuid: str) -> Path:
+    def fake_gpu_dir(self, gpu_uuid: str, node_name: str | None = None) -> Path:
         """Where the simulated GPU keeps its state: ``fake_gpu.state`` and ``fake_gpu.lock``, the two
         files the node agent mounts into pods one by one (the directory itself is never mounted)."""
-        return self.node_agent_state_dir / "fake-gpus" / gpu_uuid
+        state_dir = dict(self.node_agent_state_dirs).get(node_name or self.node_name, self.node_agent_state_dir)
+        return state_dir / "fake-gpus" / gpu_uuid
 
 
 def _state_path(state_dir: Path) -> Path:
@@ -161,10 +181,13 @@ def _running(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _cluster_of(state_dir: Path, state: dict[str, Any]) -> Cluster:
+    agents = tuple((entry["name"], Path(entry["node_agent_state_dir"])) for entry in state.get("nodes", [])
+                   if "node_agent_state_dir" in entry)
     return Cluster(state_dir=state_dir, kubeconfig=Path(state["kubeconfig"]), node_name=state["node_name"],
                    containerd_socket=Path(state["containerd_socket"]),
                    node_agent_state_dir=Path(state["node_agent_state_dir"]), extender_url=state["extender_url"],
-                   controller_url=state.get("controller_url", ""), gateway_url=state.get("gateway_url", ""))
+                   controller_url=state.get("controller_url", ""), gateway_url=state.get("gateway_url", ""),
+                   node_agent_state_dirs=agents)
 
 
 def load(state_dir: Path = DEFAULT_STATE_DIR) -> Cluster:
@@ -307,6 +330,7 @@ class _Startup:
         self.processes = ProcessSet(die_with_parent=options.die_with_parent)
         self.state: dict[str, Any] = {}
         self.started = time.monotonic()
+        self.plans = machines.plan_nodes(options.nodes, options.subnet, node.NODE_NAME)
 
     def step(self, text: str) -> None:
         self.options.say(f"==> {text} [{time.monotonic() - self.started:5.1f}s]")
@@ -316,16 +340,87 @@ class _Startup:
         self.record(process)
         return process
 
-    def record(self, process: ManagedProcess) -> None:
-        self.state.setdefault("components", []).append(
-            {"name": process.name, "pid": process.pid, "start_time": process.start_time, "log": str(process.log_path)})
+    def record(self, process: ManagedProcess, args: Sequence[str] | None = None) -> None:
+        """Record a started process; ``args`` (a node's component): its whole command line, kept
+        to start it again after :func:`power_off`."""
+        entry = {"name": process.name, "pid": process.pid, "start_time": process.start_time,
+                 "log": str(process.log_path)}
+        if args is not None:
+            entry["args"] = list(args)
+        self.state.setdefault("components", []).append(entry)
         _write_state(self.dir, self.state)
+
+    # --- the second and later nodes (machines.py) ---
+
+    def node_entry(self, plan: machines.NodePlan) -> dict[str, Any]:
+        entry: dict[str, Any] = self.state["nodes"][plan.index - 1]
+        return entry
+
+    def start_on_node(self, plan: machines.NodePlan, component: str, args: list[str]) -> ManagedProcess:
+        """Start ``args`` on a namespaced node as ``<component>@<node>``."""
+        name = f"{component}{NODE_SEPARATOR}{plan.name}"
+        process = self.processes.start(name, [*self.node_entry(plan)["enter"], *args], self.logs / f"{name}.log")
+        self.record(process, process.args)
+        return process
+
+    def start_other_machines(self) -> list[Path]:
+        """Nodes 2..N up to their containerd, and forwarding between the nodes; returns the
+        containerd sockets."""
+        if not self.several:
+            return []
+        self.state["forwarding"] = True
+        _write_state(self.dir, self.state)
+        machines.allow_forwarding(self.plans)
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1")
+        subnets = [plan.subnet for plan in self.plans]
+        sockets = [self.start_machine(plan, node.NodeNetwork(bridge=self.options.bridge, subnet=plan.subnet),
+                                      [subnet for subnet in subnets if subnet != plan.subnet])
+                   for plan in self.plans[1:]]
+        self.step(f"nodes {', '.join(plan.name for plan in self.plans[1:])}: namespaces, links and routes, "
+                  "containerd")
+        return sockets
+
+    def start_machine(self, plan: machines.NodePlan, network: node.NodeNetwork, other_subnets: list[str]
+                      ) -> Path:
+        """A namespaced node up to its containerd (machines.py); returns containerd's socket."""
+        entry = self.node_entry(plan)
+        node_dir = self.dir / "nodes" / plan.name
+        entry["node_dir"] = str(node_dir)
+        hierarchies = node.cgroup_hierarchies()
+        entry["cgroup"] = True
+        _write_state(self.dir, self.state)
+        machines.create_cgroups(plan, hierarchies)
+        machines.prepare_host_paths(node_dir)
+        holder = self.start(f"node-namespaces{NODE_SEPARATOR}{plan.name}",
+                            machines.holder_command(plan, node_dir, hierarchies))
+        wait_until((node_dir / "ready").exists, what=f"node {plan.name}'s namespaces", timeout_s=30,
+                   watched=holder)
+        machines.release_holder(holder.pid, hierarchies)
+        machines.connect(plan, holder.pid)
+        entry["enter"] = machines.enter_command(plan, holder.pid, hierarchies)
+        _write_state(self.dir, self.state)
+        node.create_bridge(network, enter=machines.network_command(holder.pid))
+        name = f"containerd{NODE_SEPARATOR}{plan.name}"
+        containerd, socket_path = node.start_containerd(
+            shutil.which("containerd") or "containerd", node_dir / "containerd", self.processes,
+            pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / f"{name}.log",
+            other_subnets=other_subnets, enter=entry["enter"], name=name)
+        self.record(containerd, containerd.args)
+        entry["containerd_socket"] = str(socket_path)
+        _write_state(self.dir, self.state)
+        return socket_path
+
+    @property
+    def several(self) -> bool:
+        return len(self.plans) > 1
 
     def run(self, binaries: Binaries) -> Cluster:
         options = self.options
         network = node.NodeNetwork(bridge=options.bridge, subnet=options.subnet)
         self.state.update({"version": 1, "host": node.record_host_state(),
-                           "network": {"bridge": network.bridge, "subnet": network.subnet}})
+                           "network": {"bridge": network.bridge, "subnet": network.subnet},
+                           "nodes": [{"name": plan.name, "index": plan.index, "subnet": plan.subnet}
+                                     for plan in self.plans]})
         _write_state(self.dir, self.state)
 
         built: dict[str, list[Path] | BaseException] = {}
@@ -348,11 +443,17 @@ class _Startup:
         builder = threading.Thread(target=build_images, name="images")
         builder.start()
         pki = make_kubelet_pki(self.dir / "pki")
-        if options.from_manifests:  # the API server listens on the node's address, for pods
+        # The API server listens on the first node's address where pods or other nodes reach it.
+        on_node_address = options.from_manifests or self.several
+        if on_node_address:
             node.create_bridge(network)
+        tolerations = [f"--default-not-ready-toleration-seconds={NODE_LOSS_TOLERATION_SECONDS}",
+                       f"--default-unreachable-toleration-seconds={NODE_LOSS_TOLERATION_SECONDS}"]
         plane = start_control_plane(binaries, self.dir / "control-plane", self.processes,
-                                    extra_apiserver_flags=apiserver_kubelet_flags(pki), wait=False,
-                                    log_dir=self.logs, address=network.node_ip if options.from_manifests else LOOPBACK,
+                                    extra_apiserver_flags=[*apiserver_kubelet_flags(pki),
+                                                           *(tolerations if self.several else [])],
+                                    wait=False, log_dir=self.logs,
+                                    address=network.node_ip if on_node_address else LOOPBACK,
                                     serve_pods=options.from_manifests)
         for name in ("etcd", "kube-apiserver"):
             process = self.processes.get(name)
@@ -362,18 +463,22 @@ class _Startup:
         kubeconfig = self.dir / "kubeconfig"
         self.step("etcd healthy, kube-apiserver starting")
 
-        if not options.from_manifests:
+        if not on_node_address:
             node.create_bridge(network)
+        subnets = [plan.subnet for plan in self.plans]
         containerd, containerd_socket = node.start_containerd(
             shutil.which("containerd") or "containerd", self.dir / "containerd", self.processes,
-            pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / "containerd.log")
+            pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / "containerd.log",
+            other_subnets=subnets[1:])
         self.record(containerd)
+        sockets = [containerd_socket, *self.start_other_machines()]
         builder.join()
         archives = built["archives"]
         if isinstance(archives, BaseException):
             raise archives
-        images.import_images(shutil.which("ctr") or "ctr", containerd_socket, archives)
-        self.step("containerd up, images imported")
+        for socket_path in sockets:
+            images.import_images(shutil.which("ctr") or "ctr", socket_path, archives)
+        self.step("containerd up, images imported" + (f" on {len(sockets)} nodes" if self.several else ""))
 
         wait_for_apiserver(plane, self.processes.get("kube-apiserver"))
         self.step("kube-apiserver ready")
@@ -389,15 +494,46 @@ class _Startup:
         """The kubelet and kube-controller-manager (with the workload controllers for
         --from-manifests, where the kubelet keeps its state where deploy/ expects it)."""
         from_manifests = self.options.from_manifests
+        lease = {"nodeLeaseDurationSeconds": NODE_LEASE_SECONDS} if self.several else None
         kubelet = node.start_kubelet(binaries, plane, pki, containerd_socket=containerd_socket, network=network,
                                      workdir=self.dir / "kubelet", processes=self.processes,
                                      log_path=self.logs / "kubelet.log", wait=False,
-                                     root_dir=node.KUBELET_ROOT_DIR if from_manifests else None)
+                                     root_dir=node.KUBELET_ROOT_DIR if from_manifests else None, config=lease)
         self.record(kubelet.process)
+        for plan in self.plans[1:]:
+            entry = self.node_entry(plan)
+            name = f"kubelet{NODE_SEPARATOR}{plan.name}"
+            other = node.start_kubelet(
+                binaries, plane, pki, containerd_socket=Path(entry["containerd_socket"]),
+                network=node.NodeNetwork(bridge=self.options.bridge, subnet=plan.subnet),
+                workdir=Path(entry["node_dir"]) / "kubelet", processes=self.processes,
+                log_path=self.logs / f"{name}.log", wait=False, root_dir=node.KUBELET_ROOT_DIR, node_name=plan.name,
+                enter=entry["enter"], name=name, healthz_address=plan.node_ip, config=lease)
+            self.record(other.process, other.process.args)
+        controllers = WORKLOAD_CONTROLLERS if from_manifests else HOST_PROCESS_CONTROLLERS
         self.record(start_controller_manager(
             binaries, plane, self.dir / "controller-manager", self.processes, wait=False, log_dir=self.logs,
-            controllers=WORKLOAD_CONTROLLERS if from_manifests else HOST_PROCESS_CONTROLLERS))
+            controllers=[*controllers, *(NODE_LIFECYCLE_CONTROLLERS if self.several else ())],
+            extra_flags=NODE_LIFECYCLE_FLAGS if self.several else ()))
         return kubelet
+
+    def wait_for_nodes(self, core: Any, kubelet: node.Kubelet) -> None:
+        """Every node Ready, without the not-ready taint the API server gave it."""
+        for plan in self.plans:
+            watched = kubelet.process if plan.index == 1 else self.processes.get(
+                f"kubelet{NODE_SEPARATOR}{plan.name}")
+            wait_until(lambda name=plan.name: _node_ready(core, name), what=f"node {plan.name} Ready",  # type: ignore[misc]
+                       timeout_s=90, watched=watched)
+            _untaint(core, plan.name)
+        self.step(f"node{'s' if self.several else ''} {', '.join(plan.name for plan in self.plans)} Ready")
+
+    def wait_for_vgpus(self, core: Any, watched: ManagedProcess | None = None, via: str = "") -> None:
+        gpu_count = parse_gpu_spec(self.options.gpus).count
+        for plan in self.plans:
+            wait_until(lambda name=plan.name: _vgpus(core, name) >= gpu_count * self.options.slots_per_gpu,  # type: ignore[misc]
+                       what=f"{VGPU_RESOURCE} on node {plan.name}{via}", timeout_s=60,
+                       watched=watched if plan.index == 1 else self.processes.get(
+                           f"node-agent{NODE_SEPARATOR}{plan.name}"))
 
     def _start_default_scheduler(self, binaries: Binaries, kubeconfig: Path) -> None:
         """The cluster's own kube-scheduler (the default profile only), which places our components'
@@ -442,21 +578,19 @@ class _Startup:
         self._start_default_scheduler(binaries, kubeconfig)
         with plane.api_client() as api:
             core = rest.core_v1(api)
-            wait_until(lambda: _node_ready(core, node.NODE_NAME), what=f"node {node.NODE_NAME} Ready",
-                       timeout_s=90, watched=kubelet.process)
-            _untaint(core, node.NODE_NAME)
-            self.step(f"node {node.NODE_NAME} Ready")
-            manifests.label_node(kubeconfig, node.NODE_NAME, options.gpus)
+            self.wait_for_nodes(core, kubelet)
+            for plan in self.plans:
+                manifests.label_node(kubeconfig, plan.name, options.gpus)
             # The MPS DaemonSet skips simulated nodes: stand in for its daemon where deploy/ mounts it.
             _start_simulated_mps(Path(keys.DEFAULT_MPS_PIPE_DIRECTORY))
+            for plan in self.plans[1:]:
+                _start_simulated_mps(machines.node_path(Path(self.node_entry(plan)["node_dir"]),
+                                                        keys.DEFAULT_MPS_PIPE_DIRECTORY))
             install_seconds = manifests.run_script("install.sh", kubeconfig, say=options.say,
                                                    log_path=self.logs / "install.log",
                                                    env={"FASTGSHARE_WAIT_TIMEOUT": f"{INSTALL_READY_S}s"})
             self.step("deploy/install.sh: every component Ready")
-            gpu_count = parse_gpu_spec(options.gpus).count
-            wait_until(lambda: _vgpus(core, node.NODE_NAME) >= gpu_count * options.slots_per_gpu,
-                       what=f"{VGPU_RESOURCE} on node {node.NODE_NAME} (from the node agent's DaemonSet)",
-                       timeout_s=60)
+            self.wait_for_vgpus(core, via=" (from the node agent's DaemonSet)")
         self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME, "from_manifests": True,
                            "containerd_socket": str(containerd_socket),
                            "node_agent_state_dir": manifests.NODE_AGENT_STATE_DIR, "extender_url": "",
@@ -504,6 +638,9 @@ class _Startup:
             "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
             "--fake-driver-dir", str(options.simgpu_build),
             "--metrics-listen", f"{network.node_ip}:{agent_metrics}"])
+        self.state["nodes"][0]["node_agent_state_dir"] = str(agent_state)
+        for plan in self.plans[1:]:
+            self.start_node_agent(plan, identities)
         with plane.api_client() as api:
             core = rest.core_v1(api)
             gateway_url = f"http://{options.gateway_listen}"
@@ -527,13 +664,8 @@ class _Startup:
                        what="fastgshare-function-controller /healthz", timeout_s=60, watched=functions)
             wait_until(lambda: http_ok(f"{gateway_url}/healthz"), what=f"fastgshare-gateway /healthz on {gateway_url}",
                        timeout_s=60, watched=gateway)
-            wait_until(lambda: _node_ready(core, node.NODE_NAME), what=f"node {node.NODE_NAME} Ready",
-                       timeout_s=90, watched=kubelet.process)
-            _untaint(core, node.NODE_NAME)
-            self.step(f"node {node.NODE_NAME} Ready")
-            gpu_count = parse_gpu_spec(options.gpus).count
-            wait_until(lambda: _vgpus(core, node.NODE_NAME) >= gpu_count * options.slots_per_gpu,
-                       what=f"{VGPU_RESOURCE} on node {node.NODE_NAME}", timeout_s=60, watched=agent)
+            self.wait_for_nodes(core, kubelet)
+            self.wait_for_vgpus(core, agent)
         self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME,
                            "containerd_socket": str(containerd_socket), "node_agent_state_dir": str(agent_state),
                            "extender_url": extender_url, "gpus": options.gpus,
@@ -542,6 +674,28 @@ class _Startup:
         _write_state(self.dir, self.state)
         self.processes.release()
         return _cluster_of(self.dir, self.state)
+
+
+    def start_node_agent(self, plan: machines.NodePlan, identities: dict[str, Path]) -> None:
+        """The node agent of a namespaced node, as the first node's but with the node's own paths:
+        the kubelet's at /var/lib/kubelet and the MPS pipe at /tmp/nvidia-mps in its namespace."""
+        options, entry = self.options, self.node_entry(plan)
+        node_dir = Path(entry["node_dir"])
+        agent_state = node_dir / "node-agent"
+        _start_simulated_mps(machines.node_path(node_dir, keys.DEFAULT_MPS_PIPE_DIRECTORY))
+        (metrics_port,) = free_ports(1)
+        self.start_on_node(plan, "node-agent", [
+            _command("fastgshare-node-agent"), "--node-name", plan.name,
+            "--kubeconfig", str(identities["fastgshare-node-agent"]),
+            "--assignment-key-file", str(identities["assignment-key"]),
+            "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
+            "--pod-resources-socket", str(node.KUBELET_ROOT_DIR / "pod-resources" / "kubelet.sock"),
+            "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", keys.DEFAULT_MPS_PIPE_DIRECTORY,
+            "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
+            "--fake-driver-dir", str(options.simgpu_build),
+            "--metrics-listen", f"{plan.node_ip}:{metrics_port}"])
+        entry["node_agent_state_dir"] = str(agent_state)
+        _write_state(self.dir, self.state)
 
 
 def _start_simulated_mps(pipe_dir: Path) -> None:
@@ -589,7 +743,14 @@ def up(options: Options) -> Cluster:
 # --- down and status ----------------------------------------------------------------------------
 
 def _stop_rank(name: str) -> int:
-    return STOP_ORDER.index(name) if name in STOP_ORDER else -1
+    base = name.partition(NODE_SEPARATOR)[0]
+    return STOP_ORDER.index(base) if base in STOP_ORDER else -1
+
+
+def _other_nodes(state: dict[str, Any]) -> list[machines.NodePlan]:
+    """The namespaced nodes ``up`` started (or began to)."""
+    return [machines.NodePlan(entry["index"], entry["name"], entry["subnet"])
+            for entry in state.get("nodes", [])[1:] if entry.get("cgroup")]
 
 
 def down(state_dir: Path = DEFAULT_STATE_DIR, say: Say = print, keep_logs: bool = False) -> list[str]:
@@ -602,16 +763,23 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, say: Say = print, keep_logs: bool 
     started = time.monotonic()
     components = sorted(state.get("components", []), key=lambda c: _stop_rank(c["name"]))
     for component in components:
-        if component["name"] == "containerd":
-            node.kill_pods()
+        base, _, node_name = component["name"].partition(NODE_SEPARATOR)
+        if base == "containerd":
+            if node_name:
+                node.kill_cgroup(node_name)
+            else:
+                node.kill_pods()
         stop_recorded(component["pid"], component.get("start_time"))
     node.kill_pods()
+    for plan in _other_nodes(state):
+        node.kill_cgroup(plan.name)
     node.kill_leftovers(state_dir)
     node.unmount_below(state_dir)
     if state.get("service_route"):
         node.remove_service_route()
+    problems = _take_down_other_nodes(state)
     network = state.get("network")
-    problems = node.restore_host_state(state.get("host", {}), node.NodeNetwork(**network) if network else None)
+    problems += node.restore_host_state(state.get("host", {}), node.NodeNetwork(**network) if network else None)
     if keep_logs:
         for entry in state_dir.iterdir():
             if entry.name != "logs":
@@ -622,6 +790,18 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, say: Say = print, keep_logs: bool 
         _remove(state_dir)
     say(f"cluster down in {time.monotonic() - started:.1f}s" + (f"; left behind: {'; '.join(problems)}"
                                                                  if problems else ""))
+    return problems
+
+
+def _take_down_other_nodes(state: dict[str, Any]) -> list[str]:
+    """The forwarding rules, links and cgroups of the namespaced nodes (their processes are dead);
+    returns what could not be undone."""
+    if state.get("forwarding"):
+        machines.remove_forwarding()
+    problems = []
+    for plan in _other_nodes(state):
+        machines.disconnect(plan)
+        problems += [f"cgroup {cgroup} still has processes" for cgroup in node.remove_cgroup(plan.name)]
     return problems
 
 
@@ -651,24 +831,52 @@ def _process_image(pid: int) -> tuple[list[str], dict[str, str]]:
     return [arg.decode() for arg in argv if arg], env
 
 
+NODE_COMPONENTS = ("containerd", "kubelet", "node-agent")  # in the order a node starts them
+
+
+def _read_running_state(state_dir: Path) -> dict[str, Any]:
+    state = _read_state(state_dir)
+    if state is None or "kubeconfig" not in state:
+        raise ClusterError(f"no cluster in {state_dir}; start one with: fastgshare cluster up")
+    return state
+
+
+def _component_name(state: dict[str, Any], name: str, node_name: str | None) -> str:
+    """``name`` as the state records it on ``node_name`` (``<name>@<node>`` from the second node on)."""
+    if node_name is None or node_name == state["node_name"]:
+        return name
+    names = [entry["name"] for entry in state.get("nodes", [])]
+    if node_name not in names:
+        raise ClusterError(f"--node {node_name}: no such node; the cluster's nodes: {', '.join(names)}")
+    if name not in NODE_COMPONENTS:
+        raise ClusterError(f"{name} runs once for the cluster, not on each node; leave out --node")
+    return f"{name}{NODE_SEPARATOR}{node_name}"
+
+
+def _latest(state: dict[str, Any], name: str) -> dict[str, Any] | None:
+    entries = [c for c in state.get("components", []) if c["name"] == name]
+    return entries[-1] if entries else None
+
+
 def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = print,
-            die_with_parent: bool = False, extra_args: Sequence[str] = ()) -> ComponentStatus:
+            die_with_parent: bool = False, extra_args: Sequence[str] = (), node_name: str | None = None
+            ) -> ComponentStatus:
     """Restart one component of the running cluster as a rollout (SIGTERM, wait, start again) or,
     with ``kill``, as a crash (SIGKILL) would; the same command line, environment and log file.
     Returns the new process's status. ``die_with_parent`` (tests): the new process gets SIGTERM
     when the calling process dies. ``extra_args`` are appended to the command line (for flags
-    that take one value, the last one counts: a later restart can set it back)."""
+    that take one value, the last one counts: a later restart can set it back). ``node_name``: the
+    node whose containerd, kubelet or node agent it is (default: the first)."""
     name = RESTARTABLE.get(component)
     if name is None:
         raise ClusterError(f"cannot restart {component!r}; one of: {', '.join(RESTARTABLE)}")
-    state = _read_state(state_dir)
-    if state is None or "kubeconfig" not in state:
-        raise ClusterError(f"no cluster in {state_dir}; start one with: fastgshare cluster up")
-    entries = [c for c in state.get("components", []) if c["name"] == name]
-    if not entries or not is_running(entries[-1]["pid"], entries[-1].get("start_time")):
+    state = _read_running_state(state_dir)
+    name = _component_name(state, name, node_name)
+    entry = _latest(state, name)
+    if entry is None or not is_running(entry["pid"], entry.get("start_time")):
         raise ClusterError(f"{name} is not running (see fastgshare cluster status)")
-    entry = entries[-1]
     args, env = _process_image(entry["pid"])
+    args = entry.get("args", args)  # a node's component: with the prefix that enters the node
     started = time.monotonic()
     if kill:
         with contextlib.suppress(ProcessLookupError):
@@ -687,6 +895,50 @@ def restart(state_dir: Path, component: str, *, kill: bool = False, say: Say = p
         raise ClusterError(f"{name} exited right after the restart; see {entry['log']}")
     say(f"{name} {'killed' if kill else 'stopped'} in {stopped - started:.1f}s and started again (pid {process.pid})")
     return ComponentStatus(name, True, process.pid, entry["log"])
+
+
+def power_off(state_dir: Path, node_name: str, *, say: Say = print) -> None:
+    """Kill one node at once, as a machine dies: its kubelet, containerd, node agent and pods
+    (everything in the node's cgroup). Its network stays; :func:`power_on` starts it again.
+    Only the second and later nodes: the first is the host."""
+    state = _read_running_state(state_dir)
+    plan = next((p for p in _other_nodes(state) if p.name == node_name), None)
+    if plan is None:
+        raise ClusterError(f"cannot power off {node_name!r}: only the nodes in namespaces of their own can be, "
+                           f"of {', '.join(entry['name'] for entry in state.get('nodes', []))}")
+    started = time.monotonic()
+    node.kill_cgroup(plan.name)
+    for component in NODE_COMPONENTS:
+        entry = _latest(state, f"{component}{NODE_SEPARATOR}{plan.name}")
+        if entry is not None:
+            wait_until(lambda e=entry: not is_running(e["pid"], e.get("start_time")),  # type: ignore[misc]
+                       what=f"{component} on {plan.name} to die", timeout_s=30)
+    say(f"node {plan.name} powered off in {time.monotonic() - started:.1f}s (kubelet, containerd, node agent and "
+        "pods killed)")
+
+
+def power_on(state_dir: Path, node_name: str, *, say: Say = print, die_with_parent: bool = False) -> None:
+    """Start a node's containerd, kubelet and node agent again after :func:`power_off`, with the
+    command lines ``up`` gave them; the kubelet registers the node again as after a reboot."""
+    state = _read_running_state(state_dir)
+    entries = {entry["name"]: entry for entry in state.get("nodes", [])}
+    if node_name not in entries or "containerd_socket" not in entries[node_name]:
+        raise ClusterError(f"cannot power on {node_name!r}: not a node in a namespace of its own")
+    for component in NODE_COMPONENTS:
+        name = f"{component}{NODE_SEPARATOR}{node_name}"
+        entry = _latest(state, name)
+        if entry is None:
+            continue
+        if is_running(entry["pid"], entry.get("start_time")):
+            raise ClusterError(f"{name} is running: node {node_name} is on")
+        process = ManagedProcess(name, entry["args"], Path(entry["log"]), die_with_parent=die_with_parent)
+        entry.update({"pid": process.pid, "start_time": process.start_time})
+        _write_state(state_dir, state)
+        if component == "containerd":
+            socket_path = Path(entries[node_name]["containerd_socket"])
+            wait_until(functools.partial(node.socket_answers, socket_path), what=f"containerd on {node_name}",
+                       timeout_s=60, watched=process)
+    say(f"node {node_name} powered on (containerd, kubelet, node agent started)")
 
 
 @dataclass(frozen=True)

@@ -203,11 +203,12 @@ def _authenticated_https_flags(plane: ControlPlane, workdir: Path, secure_port: 
 
 def start_controller_manager(binaries: Binaries, plane: ControlPlane, workdir: Path,
                              processes: ProcessSet, *, wait: bool = True, log_dir: Path | None = None,
-                             controllers: Sequence[str] = ("garbagecollector", "namespace")) -> ManagedProcess:
+                             controllers: Sequence[str] = ("garbagecollector", "namespace"),
+                             extra_flags: Sequence[str] = ()) -> ManagedProcess:
     """kube-controller-manager with only ``controllers`` (by default the garbage collector and
-    the namespace controller; never the node lifecycle controller: it would mark kubelet-less test
-    nodes Unknown and evict their pods). Service account token secrets carry the API server's CA.
-    With ``wait``, returns once ``/healthz`` answers."""
+    the namespace controller; the node lifecycle controller only where every node has a kubelet:
+    it marks kubelet-less test nodes Unknown and evicts their pods). Service account token
+    secrets carry the API server's CA. With ``wait``, returns once ``/healthz`` answers."""
     workdir.mkdir(parents=True, exist_ok=True)
     (port,) = free_ports(1)
     process = processes.start("kube-controller-manager", [
@@ -219,6 +220,7 @@ def start_controller_manager(binaries: Binaries, plane: ControlPlane, workdir: P
         "--use-service-account-credentials=false",
         f"--service-account-private-key-file={plane.service_account_key}",
         f"--root-ca-file={plane.ca_cert}",
+        *extra_flags,
     ], (log_dir or workdir) / "kube-controller-manager.log")
     if not wait:
         return process

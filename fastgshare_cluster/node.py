@@ -22,7 +22,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,8 @@ CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
-           "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
+           "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes",
+           "net.ipv4.ip_forward")  # a cluster of several nodes forwards between them
 HOST_PATHS = ("/var/lib/kubelet", "/var/log/pods", "/var/log/containers", "/run/containerd", "/opt/containerd",
               # what deploy/ mounts from the node (hostPath DirectoryOrCreate): the node agent's state,
               # the MPS pipe and log directories
@@ -62,15 +63,17 @@ class NodeNetwork:
         return ipaddress.ip_network(self.subnet).prefixlen
 
 
-def create_bridge(network: NodeNetwork) -> None:
+def create_bridge(network: NodeNetwork, enter: Sequence[str] = ()) -> None:
     """The pods' bridge with the node's address on it, before the kubelet needs that address: the
     API server reaches the kubelet and the node agent there (it refuses to proxy to loopback), and
-    the host and its pods reach each other on it. No gateway, forwarding or NAT: nothing leaves."""
-    if Path(f"/sys/class/net/{network.bridge}").exists():
+    the host and its pods reach each other on it. No gateway or NAT; only the nodes of a cluster
+    of several forward to each other (:mod:`fastgshare_cluster.machines`). ``enter``: the prefix
+    that runs a command in the node's network namespace (none: the host's)."""
+    if not enter and Path(f"/sys/class/net/{network.bridge}").exists():
         raise RuntimeError(f"a network interface named {network.bridge} already exists")
-    for command in (["ip", "link", "add", "name", network.bridge, "type", "bridge"],
-                    ["ip", "addr", "add", f"{network.node_ip}/{network.prefix_length}", "dev", network.bridge],
-                    ["ip", "link", "set", network.bridge, "up"]):
+    for command in ([*enter, "ip", "link", "add", "name", network.bridge, "type", "bridge"],
+                    [*enter, "ip", "addr", "add", f"{network.node_ip}/{network.prefix_length}", "dev", network.bridge],
+                    [*enter, "ip", "link", "set", network.bridge, "up"]):
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()}")
@@ -159,10 +162,32 @@ def _remove_cgroups(top: Path, keep: set[str]) -> list[str]:
         time.sleep(0.1)
 
 
-def kill_pods() -> None:
-    """SIGKILL every process in the kubelet's pod cgroups (containers and pause processes)."""
+def cgroup_hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy: where a node of its own gets its cgroup."""
+    return _cgroup_hierarchies()
+
+
+def kill_pods(cgroup_root: str = "/") -> None:
+    """SIGKILL every process in the pod cgroups of the kubelet with ``--cgroup-root`` (containers
+    and pause processes)."""
     for hierarchy in _cgroup_hierarchies():
-        _kill_cgroup_tree(hierarchy / KUBEPODS)
+        _kill_cgroup_tree(hierarchy / cgroup_root.lstrip("/") / KUBEPODS)
+
+
+def kill_cgroup(name: str) -> None:
+    """SIGKILL every process in the cgroup ``/<name>`` and below, in every hierarchy (a node of
+    its own: its pods and its node agent), as a machine's death would."""
+    for hierarchy in _cgroup_hierarchies():
+        _kill_cgroup_tree(hierarchy / name)
+
+
+def remove_cgroup(name: str) -> list[str]:
+    """rmdir ``/<name>`` and everything below it in every hierarchy; returns what stayed."""
+    left = []
+    for hierarchy in _cgroup_hierarchies():
+        if (hierarchy / name).exists():
+            left += _remove_cgroups(hierarchy / name, keep=set())
+    return left
 
 
 # What `up` starts (a Python entry point runs as `python .../bin/NAME`), and containerd's shims.
@@ -237,10 +262,12 @@ def restore_host_state(saved: dict[str, object], network: NodeNetwork | None) ->
 
 # --- containerd -------------------------------------------------------------------------------
 
-def write_cni_config(conf_dir: Path, ipam_dir: Path, network: NodeNetwork) -> None:
+def write_cni_config(conf_dir: Path, ipam_dir: Path, network: NodeNetwork, other_subnets: Sequence[str] = ()
+                     ) -> None:
     """A bridge without gateway, masquerade or iptables rule: pods reach each other, the node's
-    address, and the Service range through the node (where :func:`route_kubernetes_service`
-    may answer for the API server's Service), and nothing else."""
+    address, the Service range through the node (where :func:`route_kubernetes_service`
+    may answer for the API server's Service), the pods of ``other_subnets`` (the other nodes')
+    through the node, and nothing else."""
     conf_dir.mkdir(parents=True, exist_ok=True)
     (conf_dir / "10-fastgshare.conflist").write_text(json.dumps({
         "cniVersion": "0.4.0", "name": "fastgshare-local",
@@ -248,7 +275,7 @@ def write_cni_config(conf_dir: Path, ipam_dir: Path, network: NodeNetwork) -> No
             {"type": "bridge", "bridge": network.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": False,
              "ipam": {"type": "host-local", "dataDir": str(ipam_dir),
                       "ranges": [[{"subnet": network.subnet, "gateway": network.node_ip}]],
-                      "routes": [{"dst": SERVICE_RANGE}]}},
+                      "routes": [{"dst": SERVICE_RANGE}, *({"dst": subnet} for subnet in other_subnets)]}},
             {"type": "loopback"},
         ],
     }, indent=2))
@@ -295,14 +322,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
 
 def start_containerd(containerd: str, workdir: Path, processes: ProcessSet, *, pause_image: str,
-                     network: NodeNetwork, log_path: Path) -> tuple[ManagedProcess, Path]:
-    """containerd with the CRI plugin set up for the kubelet; returns it and its socket."""
+                     network: NodeNetwork, log_path: Path, other_subnets: Sequence[str] = (),
+                     enter: Sequence[str] = (), name: str = "containerd") -> tuple[ManagedProcess, Path]:
+    """containerd with the CRI plugin set up for the kubelet; returns it and its socket. ``enter``:
+    the prefix that runs it in its node's namespaces."""
     workdir.mkdir(parents=True, exist_ok=True)
-    write_cni_config(workdir / "net.d", workdir / "cni-ipam", network)
+    write_cni_config(workdir / "net.d", workdir / "cni-ipam", network, other_subnets)
     config = workdir / "config.toml"
     config.write_text(containerd_config(workdir, pause_image))
     sock = workdir / "containerd.sock"
-    process = processes.start("containerd", [containerd, f"--config={config}"], log_path)
+    process = processes.start(name, [*enter, containerd, f"--config={config}"], log_path)
     wait_until(lambda: socket_answers(sock), what="containerd socket", timeout_s=60, watched=process)
     return process, sock
 
@@ -352,30 +381,43 @@ class Kubelet:
 
 def start_kubelet(binaries: Binaries, plane: ControlPlane, pki: KubeletPki, *, containerd_socket: Path,
                   network: NodeNetwork, workdir: Path, processes: ProcessSet, log_path: Path,
-                  wait: bool = True, root_dir: Path | None = None) -> Kubelet:
-    """The kubelet registering :data:`NODE_NAME`, its state in ``root_dir`` (default: private, in
-    ``workdir``); with ``wait``, returns once ``/healthz`` answers."""
+                  wait: bool = True, root_dir: Path | None = None, node_name: str = NODE_NAME,
+                  cgroup_root: str = "/", enter: Sequence[str] = (), name: str = "kubelet",
+                  healthz_address: str = LOOPBACK, config: Mapping[str, object] | None = None) -> Kubelet:
+    """The kubelet registering ``node_name``, its state in ``root_dir`` (default: private, in
+    ``workdir``), its pods' cgroups below ``cgroup_root``; ``enter``: the prefix that runs it in its
+    node's namespaces, where it serves ``/healthz`` on ``healthz_address``; ``config``: fields of a
+    ``KubeletConfiguration`` that have no flag (the flags set everything else). With ``wait``,
+    returns once ``/healthz`` answers."""
     root_dir = root_dir or workdir / "root"
     root_dir.mkdir(parents=True, exist_ok=True)
+    config_flags = []
+    if config:
+        workdir.mkdir(parents=True, exist_ok=True)
+        config_file = workdir / "kubelet-config.json"
+        config_file.write_text(json.dumps({"apiVersion": "kubelet.config.k8s.io/v1beta1",
+                                           "kind": "KubeletConfiguration", **config}))
+        config_flags.append(f"--config={config_file}")
     port, healthz_port = free_ports(2)
-    process = processes.start("kubelet", [
-        str(binaries.kubelet), f"--kubeconfig={plane.kubeconfig}", f"--root-dir={root_dir}",
+    process = processes.start(name, [
+        *enter, str(binaries.kubelet), f"--cgroup-root={cgroup_root}", f"--kubeconfig={plane.kubeconfig}",
+        f"--root-dir={root_dir}",
         "--container-runtime=remote", f"--container-runtime-endpoint=unix://{containerd_socket}",
         f"--volume-plugin-dir={workdir / 'volume-plugins'}", f"--cert-dir={workdir / 'pki'}",
         "--fail-swap-on=false", "--cgroup-driver=cgroupfs", "--eviction-hard=",
         "--image-gc-high-threshold=100", "--image-gc-low-threshold=99",  # local images cannot be pulled again
         "--make-iptables-util-chains=false", "--resolv-conf=",
         "--node-status-update-frequency=2s", "--sync-frequency=5s",
-        f"--hostname-override={NODE_NAME}", f"--node-ip={network.node_ip}",
+        f"--hostname-override={node_name}", f"--node-ip={network.node_ip}",
         f"--address={network.node_ip}", f"--port={port}", "--read-only-port=0",
-        f"--healthz-bind-address={LOOPBACK}", f"--healthz-port={healthz_port}",
+        f"--healthz-bind-address={healthz_address}", f"--healthz-port={healthz_port}",
         # As kubeadm sets a kubelet up: client certificates of the cluster's CA and bearer tokens (checked
         # with the API server's TokenReview) authenticate; the API server authorises each request
         # (SubjectAccessReview on nodes/proxy, nodes/log, ...): who may read logs or exec is RBAC's say.
         f"--client-ca-file={pki.ca_cert}", "--anonymous-auth=false", "--authentication-token-webhook=true",
-        "--authorization-mode=Webhook",
+        "--authorization-mode=Webhook", *config_flags,
     ], log_path)
-    healthz = f"http://{LOOPBACK}:{healthz_port}/healthz"
+    healthz = f"http://{healthz_address}:{healthz_port}/healthz"
     if wait:
         wait_until(lambda: http_ok(healthz), what="kubelet /healthz", timeout_s=120, watched=process)
     return Kubelet(process=process, root_dir=root_dir, healthz=healthz)

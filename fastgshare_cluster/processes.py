@@ -84,6 +84,7 @@ class ManagedProcess:
     def __init__(self, name: str, args: list[str], log_path: Path, *, die_with_parent: bool = True,
                  env: Mapping[str, str] | None = None):
         self.name = name
+        self.args = list(args)  # as given (without the parent-death prefix)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("ab") as log:
