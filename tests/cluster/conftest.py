@@ -23,6 +23,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -237,15 +238,15 @@ def real_node_turn() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="module")
-def real_cluster(cluster_binaries: Binaries, real_node_turn: None,
-                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A whole cluster on this machine, started by the code ``fastgshare cluster up`` runs, for one
-    test module; its components die with the test process. Stopped (``down``) afterwards."""
+@contextmanager
+def local_cluster_for_tests(tmp_path_factory: pytest.TempPathFactory, nodes: int = 1) -> Iterator[Cluster]:
+    """A whole cluster on this machine, started by the code ``fastgshare cluster up`` runs; its
+    components die with the test process. Stopped (``down``) afterwards, which must leave
+    nothing behind."""
     controlplane.install_emergency_cleanup()
     state_dir = tmp_path_factory.mktemp("real-cluster")
     lines: list[str] = []
-    options = Options(state_dir=state_dir, die_with_parent=True, say=lines.append,
+    options = Options(state_dir=state_dir, die_with_parent=True, say=lines.append, nodes=nodes,
                       gateway_listen=f"127.0.0.1:{free_ports(1)[0]}")
     try:
         running = local_cluster.up(options)
@@ -256,3 +257,11 @@ def real_cluster(cluster_binaries: Binaries, real_node_turn: None,
     finally:
         problems = local_cluster.down(state_dir, say=lines.append)
         assert not problems, f"cluster down left: {problems}"
+
+
+@pytest.fixture(scope="module")
+def real_cluster(cluster_binaries: Binaries, real_node_turn: None,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A one-node cluster on this machine for one test module (:func:`local_cluster_for_tests`)."""
+    with local_cluster_for_tests(tmp_path_factory) as running:
+        yield running
