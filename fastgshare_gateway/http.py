@@ -5,12 +5,20 @@
   streamed back. 404 unknown function, 429 queue full, 503 no pod within the queue timeout (the cold-start
   timeout for a function that scales from zero: the wake-up patch is sent from here), 502 the pod
   could not be reached (after one retry on another pod: a connect failure sends no body, so the retry is
-  safe) or broke the exchange, 504 no answer within the upstream timeout. ``X-Forwarded-For``,
+  safe; the pod is then left out for a while, :mod:`fastgshare_gateway.pool`) or broke the exchange, 504
+  no answer within the upstream timeout. ``X-Forwarded-For``,
   ``X-Forwarded-Host`` and ``X-Call-Id`` (kept if the client sent one, returned on the answer).
+- ``POST /async-function/<name>[.<namespace>][/rest]``: the request stored through the
+  :class:`~fastgshare_gateway.queue.Publisher` port (JetStream, :mod:`fastgshare_gateway.jetstream`) in the
+  :mod:`fastgshare_gateway.queue` format, then 202 with ``X-Call-Id``; the queue worker
+  (``fastgshare-queue-worker``) calls ``/function/...`` and posts the answer to ``X-Callback-Url``. 404 unknown
+  function, 400 a callback URL that is not absolute http(s), 413 a body over :data:`MAX_BODY_BYTES` (or the
+  NATS server's ``max_payload``), 408 the body not received within ``body_timeout_s``, 503 not stored (NATS
+  unreachable, no acknowledgement in time, the stream full), 501 without ``--nats-url``.
 - ``/system/...``: the OpenFaaS provider API over FaSTFunc objects (:mod:`fastgshare_gateway.openfaas`,
   through the :class:`~fastgshare_gateway.store.FunctionStore` port, in a thread); ``/system/logs`` through
-  :mod:`fastgshare_gateway.logs`; routes OpenFaaS has and we do not (secrets, namespace mutation, async
-  functions) answer 501 with a message.
+  :mod:`fastgshare_gateway.logs`; routes OpenFaaS has and we do not (secrets, namespace mutation) answer 501
+  with a message.
 - ``/healthz`` (200 once the pods are listed), ``/metrics``.
 
 Access and limits (:class:`Options`): basic auth on ``/system/*`` (and ``/function/*`` with
@@ -31,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -41,7 +50,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from fastgshare import keys
-from fastgshare_gateway import auth, logs, openfaas
+from fastgshare_gateway import auth, logs, openfaas, queue
 from fastgshare_gateway.endpoints import Endpoint, FunctionKey
 from fastgshare_gateway.fastfunc import scale_problem
 from fastgshare_gateway.metrics import CONTENT_TYPE, function_label
@@ -67,7 +76,7 @@ NOT_IMPLEMENTED = {
 }
 
 
-MAX_BODY_BYTES = 1 << 20  # a provider API body (a FunctionDeployment); invocations stream, uncapped
+MAX_BODY_BYTES = 1 << 20  # a provider API body, an async invocation's body; invocations stream, uncapped
 
 
 @attrs.frozen
@@ -120,8 +129,10 @@ class Gateway:
     """The handlers; ``store`` None: no provider API (503 on ``/system/function*``)."""
 
     def __init__(self, functions: Functions, store: FunctionStore | None = None,
-                 options: Options | None = None, pod_logs: logs.PodLogs | None = None) -> None:
+                 options: Options | None = None, pod_logs: logs.PodLogs | None = None,
+                 async_queue: queue.Publisher | None = None) -> None:
         self.functions = functions
+        self.async_queue = async_queue
         self.metrics = functions.metrics
         self.store = store
         self.options = options or Options()
@@ -152,7 +163,8 @@ class Gateway:
             web.get("/system/logs", self.function_logs),
             web.route("*", "/system/secrets", self.not_implemented),
             web.route("*", "/system/namespace/{name}", self.not_implemented),
-            web.route("*", "/async-function/{tail:.*}", self.not_implemented),
+            web.post("/async-function/{name}", self.invoke_async),
+            web.post("/async-function/{name}/{tail:.*}", self.invoke_async),
             web.route("*", "/system/{tail:.*}", self.not_implemented),
         ]
         app.add_routes(routes)
@@ -231,6 +243,7 @@ class Gateway:
                 try:
                     return await self._forward(request, endpoint, tail)
                 except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as error:
+                    pool.unreachable(endpoint.pod)
                     retry = pool.retry_endpoint(tried) if len(tried) == 1 else None
                     log.warning("function=%s.%s pod=%s unreachable (%s)%s", key[1], key[0], endpoint.pod, error,
                                 f"; retrying on pod={retry.pod}" if retry else "")
@@ -284,6 +297,57 @@ class Gateway:
             if response is not None and response.prepared:
                 raise
             return _text(502, f"pod {endpoint.pod} ({endpoint.address}) broke the exchange: {error}")
+
+    # --- asynchronous invocations ------------------------------------------------------------
+    def _async_refusal(self, request: web.Request, name: str, namespace: str) -> web.Response | None:
+        """What refuses an async invocation before its body is read: 501, 404, 400, 413 (declared length)."""
+        if self.async_queue is None:
+            return _text(501, "not implemented: asynchronous invocations need a NATS JetStream server; start the "
+                              "gateway with --nats-url nats://HOST:4222")
+        if not self.functions.exists((namespace, name)):
+            return _text(404, f"no function {name!r} in namespace {namespace!r} (served namespaces: "
+                              f"{', '.join(self.functions.namespaces)})")
+        callback = request.headers.get(queue.CALLBACK_HEADER)
+        if callback is not None and (problem := queue.callback_problem(callback)):
+            return _text(400, problem)
+        if (request.content_length or 0) > MAX_BODY_BYTES:
+            return _async_too_large()
+        return None
+
+    async def _async_body(self, request: web.Request) -> bytes | web.Response:
+        try:
+            async with asyncio.timeout(self.options.body_timeout_s):
+                return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _async_too_large()
+        except TimeoutError:
+            return _text(408, f"body: not received within {self.options.body_timeout_s:g}s")
+
+    async def invoke_async(self, request: web.Request) -> web.StreamResponse:
+        name, namespace = openfaas.split_function_name(request.match_info["name"], self.functions.default_namespace)
+        if refusal := self._async_refusal(request, name, namespace):
+            return refusal
+        assert self.async_queue is not None
+        body = await self._async_body(request)
+        if isinstance(body, web.Response):
+            return body
+        callback = request.headers.get(queue.CALLBACK_HEADER)
+        call_id = queue.call_id(request.headers.get(queue.CALL_ID_HEADER))
+        forwarded = self._upstream_headers(request, call_id)
+        stored = queue.AsyncRequest(
+            call_id=call_id, function=name, namespace=namespace, method=request.method,
+            path=request.match_info.get("tail", ""), query=request.rel_url.raw_query_string,
+            headers=queue.kept_headers(forwarded.items()), body=body, callback_url=callback, queued_at=time.time())
+        try:
+            duplicate = await self.async_queue.publish(stored)
+        except queue.TooLarge as error:
+            return _text(413, f"body: too large to queue ({error})")
+        except queue.QueueUnavailable as error:
+            log.warning("async call=%s function=%s.%s not queued: %s", call_id, name, namespace, error)
+            return _text(503, f"not queued, retry later: {error}", headers={queue.CALL_ID_HEADER: call_id})
+        log.info("async call=%s function=%s.%s queued (%d bytes%s%s)", call_id, name, namespace, len(body),
+                 ", callback" if callback else "", ", a duplicate of a call already stored" if duplicate else "")
+        return web.Response(status=202, headers={queue.CALL_ID_HEADER: call_id})
 
     # --- the provider API --------------------------------------------------------------------
     async def _call(self, method: Callable[..., T], *args: Any) -> T:
@@ -504,11 +568,14 @@ class Gateway:
     async def not_implemented(self, request: web.Request) -> web.StreamResponse:
         parts = request.path.strip("/").split("/")
         what = parts[1] if len(parts) > 1 else parts[0]
-        message = NOT_IMPLEMENTED.get(what) or (
-            "asynchronous invocations are not supported by fastgshare; call /function/<name>"
-            if parts[0] == "async-function" else f"{request.method} {request.path} is not part of fastgshare's "
-                                                 "OpenFaaS provider API")
+        message = NOT_IMPLEMENTED.get(what) or (f"{request.method} {request.path} is not part of fastgshare's "
+                                                "OpenFaaS provider API")
         return _text(501, f"not implemented: {message}")
+
+
+def _async_too_large() -> web.Response:
+    return _text(413, f"body: more than {MAX_BODY_BYTES} bytes, the most an asynchronous invocation may queue; "
+                      "call /function/ for larger bodies")
 
 
 def _connected(request: web.Request) -> bool:

@@ -4,6 +4,9 @@ Misconfiguration (a bad ``--listen``, an unusable kubeconfig, the FaSTFunc CRD m
 unreadable credentials) is one line on stderr and exit status 1 (2 for a bad flag), never a traceback.
 Neither ``--basic-auth-dir`` nor ``--no-auth``: the gateway refuses to start (exit 2, one line). SIGTERM and SIGINT stop
 accepting, finish the requests in progress (up to ``--shutdown-timeout``), then stop the watches.
+With ``--nats-url``, ``POST /async-function/...`` stores requests in the JetStream stream ``--async-stream``
+(:mod:`fastgshare_gateway.jetstream`); NATS unreachable does not stop the gateway: it connects in the
+background and async invocations answer 503 until then.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fastgshare import keys
-from fastgshare_gateway import http
+from fastgshare_gateway import http, queue
 from fastgshare_gateway.auth import AuthConfigError, BasicAuth
+from fastgshare_gateway.jetstream import AsyncQueue
 from fastgshare_gateway.kube import KubeConfigError, KubePodLogs, KubeStore, Watches, load_api_client, missing_crd
 from fastgshare_gateway.metrics import GatewayMetrics
 from fastgshare_gateway.policy import DEFAULT_MAX_REPLICAS, DeployPolicy
@@ -50,6 +54,19 @@ def _image_prefixes(text: str) -> tuple[str, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: must be image prefixes separated by commas, none empty, "
                                          "e.g. ghcr.io/my-org/,registry.example:5000/functions/")
     return prefixes
+
+
+def _stream_name(text: str) -> str:
+    if problem := queue.stream_problem(text):
+        raise argparse.ArgumentTypeError(problem.removeprefix("--async-stream "))
+    return text
+
+
+def _nats_url(text: str) -> str:
+    if not text.startswith(("nats://", "tls://")) or len(text) <= len("nats://"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a NATS URL; allowed: nats://HOST:PORT or tls://HOST:PORT "
+                                         "(e.g. nats://nats.fastgshare-system:4222)")
+    return text
 
 
 # The flags' defaults are the server's own, read from instances (on slotted attrs classes a class
@@ -102,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default %(default)s)")
     access.add_argument("--body-timeout", type=_positive_float, default=_BODY_TIMEOUT_DEFAULT_S,
                         help="seconds a /system request may take to send its body before 408 (default %(default)s)")
+    asynchronous = parser.add_argument_group("asynchronous invocations (POST /async-function/...)")
+    asynchronous.add_argument("--nats-url", type=_nats_url, default=None, metavar="URL",
+                              help="the NATS server with JetStream that stores them, e.g. nats://127.0.0.1:4222 "
+                                   "(default: none; /async-function/ answers 501)")
+    asynchronous.add_argument("--async-stream", type=_stream_name, default=queue.DEFAULT_STREAM, metavar="NAME",
+                              help="the JetStream stream, made when missing; the queue worker reads the same one "
+                                   "(default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
 
@@ -125,17 +149,23 @@ async def run(args: argparse.Namespace, host: str, port: int) -> int:
     if options.auth is None:
         log.warning("--no-auth: /system/* accepts any caller; anyone who reaches the gateway may deploy, scale "
                     "and delete functions")
-    gateway = http.Gateway(functions, KubeStore(api), options, pod_logs=KubePodLogs(api, namespaces[0]))
+    async_queue = AsyncQueue(args.nats_url, args.async_stream) if args.nats_url else None
+    gateway = http.Gateway(functions, KubeStore(api), options, pod_logs=KubePodLogs(api, namespaces[0]),
+                           async_queue=async_queue)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     stop_on_signals(stop.set, loop=loop, logger=log)
     watches = Watches(api, functions, loop)
     watches.start()
+    if async_queue is not None:
+        await async_queue.start()
     try:
         await http.serve(gateway.app(), host, port, stop, shutdown_timeout_s=args.shutdown_timeout,
                          limits=http.ServerLimits(max_connections=args.max_connections,
                                                   idle_timeout_s=args.idle_timeout))
     finally:
+        if async_queue is not None:
+            await async_queue.close()
         await asyncio.to_thread(watches.stop)
     return 0
 

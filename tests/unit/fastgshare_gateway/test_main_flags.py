@@ -58,3 +58,24 @@ def test_a_bad_listen_address_is_one_line_naming_the_flag_the_value_and_what_is_
     assert exited.value.code == 2
     [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert "--listen must be HOST:PORT, got '8080' (PORT 0..65535, e.g. 0.0.0.0:8080" in line
+
+
+@pytest.mark.parametrize(("flags", "says"), [(["--nats-url", "http://x:4222"], "not a NATS URL"),
+                                             (["--nats-url", "nats://"], "not a NATS URL"),
+                                             (["--async-stream", "a.b"], "allowed 1 to 64")])
+def test_bad_async_flags_are_one_line_naming_the_value(flags: list[str], says: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--no-auth", *flags])
+    assert exited.value.code == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert flags[0] in line
+    assert repr(flags[1]) in line
+    assert says in line
+
+
+def test_async_invocations_are_off_unless_a_nats_url_is_given() -> None:
+    args = build_parser().parse_args(["--no-auth"])
+    assert (args.nats_url, args.async_stream) == (None, "fastgshare-async")
+    args = build_parser().parse_args(["--no-auth", "--nats-url", "nats://nats:4222", "--async-stream", "q"])
+    assert (args.nats_url, args.async_stream) == ("nats://nats:4222", "q")
