@@ -396,7 +396,7 @@ class _Startup:
         wait_until((node_dir / "ready").exists, what=f"node {plan.name}'s namespaces", timeout_s=30,
                    watched=holder)
         machines.release_holder(holder.pid, hierarchies)
-        machines.connect(plan, holder.pid)
+        machines.connect(plan, holder.pid, self.plans[0].node_ip)
         entry["enter"] = machines.enter_command(plan, holder.pid, hierarchies)
         _write_state(self.dir, self.state)
         node.create_bridge(network, enter=machines.network_command(holder.pid))

@@ -207,9 +207,10 @@ def create_cgroups(plan: NodePlan, hierarchies: Sequence[Path]) -> None:
                 (cgroup / name).write_text((top / name).read_text())
 
 
-def connect(plan: NodePlan, holder_pid: int) -> None:
+def connect(plan: NodePlan, holder_pid: int, host_address: str) -> None:
     """The veth pair between the host and the node, the node's default route to the host, and the
-    host's route to the node's pods."""
+    host's route to the node's pods, from ``host_address`` (the first node's: the pods route it
+    through their node, as they route the other nodes' pods; they have no default route)."""
     if Path(f"/sys/class/net/{plan.host_link}").exists():
         raise RuntimeError(f"a network interface named {plan.host_link} already exists")
     inside = network_command(holder_pid)
@@ -219,7 +220,7 @@ def connect(plan: NodePlan, holder_pid: int) -> None:
     _run([*inside, "ip", "addr", "add", f"{plan.link_node_ip}/30", "dev", "eth0"])
     _run([*inside, "ip", "link", "set", "eth0", "up"])
     _run([*inside, "ip", "route", "add", "default", "via", plan.link_host_ip])
-    _run(["ip", "route", "add", plan.subnet, "via", plan.link_node_ip, "dev", plan.host_link])
+    _run(["ip", "route", "add", plan.subnet, "via", plan.link_node_ip, "dev", plan.host_link, "src", host_address])
 
 
 def _iptables(*args: str) -> subprocess.CompletedProcess[str]:

@@ -7,6 +7,11 @@ function's FIFO queue: :class:`QueueFull` when ``max_queue`` wait already (429),
 after ``queue_timeout_s`` (503). A finished request or a changed set of endpoints hands pods to the
 waiting requests in order. Runs on the event loop only (asyncio, no locks).
 
+A pod that could not be reached (a connect failure: nothing was sent) is left out for ``eject_s``
+(:meth:`FunctionPool.unreachable`), as a proxy's outlier detection does: a node that died keeps its
+pods in the watch until Kubernetes marks them not ready (seconds), and requests should not keep
+finding them meanwhile. If every pod is left out, they are all tried again.
+
 Scale from zero is a hook: ``on_idle_wait`` is called (once per wait) when a request starts waiting while
 the function has no endpoint at all; it may wake the function and returns how long to hold the request
 instead of ``queue_timeout_s`` (None: the queue timeout), and a request held that long without a pod gets
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Callable, Collection
 
 import attrs
@@ -46,14 +52,18 @@ class Limits:
     max_queue: int = 1000  # requests waiting per function
     queue_timeout_s: float = 30.0
     max_inflight: int = 8  # per pod
+    eject_s: float = 10.0  # how long a pod that could not be reached is left out
 
 
 class FunctionPool:
     """One function's endpoints, in-flight counts and queue."""
 
     def __init__(self, key: FunctionKey, limits: Limits,
-                 on_idle_wait: Callable[[FunctionKey], float | None] | None = None) -> None:
+                 on_idle_wait: Callable[[FunctionKey], float | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.key = key
+        self._clock = clock
+        self._ejected: dict[str, float] = {}  # pod -> until when it is left out
         self.limits = limits
         self._on_idle_wait = on_idle_wait
         self._endpoints: dict[str, Endpoint] = {}
@@ -79,10 +89,22 @@ class FunctionPool:
         self._inflight = {pod: n for pod, n in self._inflight.items() if n > 0 or pod in self._endpoints}
         self._pump()
 
+    def unreachable(self, pod: str) -> None:
+        """``pod`` could not be reached: leave it out for ``eject_s``."""
+        self._ejected[pod] = self._clock() + self.limits.eject_s
+
+    def _left_out(self) -> set[str]:
+        now = self._clock()
+        self._ejected = {pod: until for pod, until in self._ejected.items() if until > now and pod in self._endpoints}
+        return set(self._ejected)
+
     def _choose(self, exclude: Collection[str] = ()) -> Endpoint | None:
+        candidates = [e for e in self._endpoints.values() if e.pod not in exclude]
+        left_out = self._left_out()
+        if any(e.pod not in left_out for e in candidates):
+            candidates = [e for e in candidates if e.pod not in left_out]
         loads = [PodLoad(name=e.pod, capacity_rps=e.capacity, queued=self._inflight.get(e.pod, 0),
-                         max_queued=self.limits.max_inflight)
-                 for e in self._endpoints.values() if e.pod not in exclude]
+                         max_queued=self.limits.max_inflight) for e in candidates]
         chosen = self._dispatcher.choose(loads)
         if chosen is None:
             return None

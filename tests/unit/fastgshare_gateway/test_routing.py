@@ -198,3 +198,22 @@ def test_a_function_at_zero_gets_one_wake_up_until_a_pod_is_ready_or_the_cold_st
     functions.wake_failed(key)
     functions.on_idle_wait(key)
     assert len(sent) == 4
+
+
+def test_a_pod_that_could_not_be_reached_is_left_out_for_a_while_unless_all_are() -> None:
+    async def scenario() -> None:
+        now = [100.0]
+        pool = FunctionPool((NS, "fn"), Limits(max_inflight=100, eject_s=10), clock=lambda: now[0])
+        pool.set_endpoints([Endpoint("dead", "dead:8080", capacity=1000), Endpoint("live", "live:8080")])
+        first = await pool.acquire()
+        assert first.pod == "dead"  # the dispatcher prefers the big pod
+        pool.unreachable("dead")
+        pool.release(first)
+        chosen = [(await pool.acquire()).pod for _ in range(20)]
+        assert set(chosen) == {"live"}
+        now[0] += 10.5  # the time is up: the pod is tried again
+        assert (await pool.acquire()).pod == "dead"
+        pool.unreachable("dead")
+        pool.unreachable("live")  # every pod left out: better a chance than no pod
+        assert (await pool.acquire()).pod in {"dead", "live"}
+    run(scenario())
