@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -34,6 +35,7 @@ from fastgshare_cli.pod_shares import measure_shares, use_by_pod
 from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster import machines
 from fastgshare_cluster.cluster import Cluster
+from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import http_ok, wait_until
 from tests.cluster.conftest import local_cluster_for_tests
 from tests.cluster.controlplane import Binaries
@@ -43,6 +45,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     describe_pod,
     fastpod,
     gpu_pod,
+    http,
     kubectl,
     real_node_core,
     real_node_test_namespace,
@@ -232,7 +235,7 @@ def test_a_node_lost_at_once_has_its_pods_replaced_on_the_others_and_comes_back_
         def check() -> bool:
             for pod in core.list_namespaced_pod(namespace).items:
                 if pod.metadata.uid not in doomed and pod.metadata.annotations.get(keys.POD_ASSIGNMENT_ANNOTATION):
-                    assert assignment_of(pod).node_name != victim, f"{pod.metadata.name} placed on the dead node {victim}"
+                    assert assignment_of(pod).node_name != victim, f"{pod.metadata.name} put on the dead {victim}"
             return replaced()
 
         steps = watch_agreement(real_cluster, check, what=f"the pods of {victim} replaced elsewhere", timeout_s=150)
@@ -306,3 +309,96 @@ def test_a_drained_node_has_its_pods_moved_with_their_shares_and_uncordon_return
     wait_until(lambda: core.read_namespaced_pod("back", namespace).status.phase == "Running",
                what=f"a pod on {target} after uncordon", timeout_s=90)
     assert assignment_of(core.read_namespaced_pod("back", namespace)).node_name == target
+
+
+# --- a function across nodes -------------------------------------------------------------------------
+
+FUNCTION = "across"
+FUNCTION_NAMESPACE = keys.DEFAULT_FUNCTION_NAMESPACE
+LOAD_SECONDS = 60
+LOAD_WORKERS = 4
+
+
+def function_fastpod(nodes: list[str], replicas: int) -> dict[str, Any]:
+    """A function as the original's user flow writes it: a FaSTPod of the fake model server in the
+    function namespace with OpenFaaS scale labels, its pods kept on ``nodes``."""
+    return {
+        "apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
+        "metadata": {"name": FUNCTION, "labels": {keys.OPENFAAS_SCALE_MIN_LABEL: str(replicas),
+                                                  keys.OPENFAAS_SCALE_MAX_LABEL: str(replicas)},
+                     "annotations": {**share_annotations(0.3, 0.5, 50, "256Mi"),
+                                     keys.SCHEDULING_POLICY_ANNOTATION: "spread"}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": FUNCTION}},
+                 "podSpec": {"terminationGracePeriodSeconds": 1,
+                             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                                 "nodeSelectorTerms": [{"matchExpressions": [{
+                                     "key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}},
+                             "containers": [{
+                                 "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+                                 "ports": [{"containerPort": keys.FUNCTION_PORT}],
+                                 "env": [{"name": "FAKE_FN_GPU_MS", "value": "2"}]}]}},
+    }
+
+
+@pytest.fixture
+def function_namespace(core: kubernetes.client.CoreV1Api) -> Iterator[str]:
+    """The function namespace ``up`` made; emptied afterwards, the FaSTPod first."""
+    yield FUNCTION_NAMESPACE
+    custom = kubernetes.client.CustomObjectsApi(core.api_client)
+    custom.delete_collection_namespaced_custom_object(keys.API_GROUP, "v1", FUNCTION_NAMESPACE, keys.FASTPOD_PLURAL)
+    core.delete_collection_namespaced_pod(FUNCTION_NAMESPACE)
+    wait_until(lambda: not core.list_namespaced_pod(FUNCTION_NAMESPACE).items,
+               what=f"no pods left in {FUNCTION_NAMESPACE}", timeout_s=120)
+
+
+def ready_pods(core: kubernetes.client.CoreV1Api) -> list[kubernetes.client.V1Pod]:
+    return [p for p in core.list_namespaced_pod(FUNCTION_NAMESPACE).items if not p.metadata.deletion_timestamp
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+
+
+def load(cluster: Cluster, seconds: float, outcomes: list[tuple[float, int, str]]) -> None:
+    """POST to the function in a loop for ``seconds``: (time, status, answering pod) per request."""
+    url = f"{cluster.gateway_url}/function/{FUNCTION}/infer"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status, body = http(url, method="POST", body=b"x", timeout_s=30)
+        pod = json.loads(body).get("pod", "") if status == 200 else body.decode(errors="replace")[:200]
+        outcomes.append((time.monotonic(), status, pod))
+        time.sleep(0.02)
+
+
+def test_a_function_on_two_nodes_keeps_answering_when_one_dies(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, function_namespace: str) -> None:
+    serving = real_cluster.node_names[1:]
+    apply(real_cluster, function_namespace, function_fastpod(serving, 4))
+    wait_until(lambda: len(ready_pods(core)) == 4, what="4 ready pods of the function", timeout_s=120)
+    node_of = {f"{FUNCTION_NAMESPACE}/{p.metadata.name}": p.spec.node_name for p in ready_pods(core)}
+    assert set(node_of.values()) == set(serving), node_of
+    victim, survivor = serving[1], serving[0]
+
+    outcomes: list[tuple[float, int, str]] = []
+    workers = [threading.Thread(target=load, args=(real_cluster, LOAD_SECONDS, outcomes)) for _ in range(LOAD_WORKERS)]
+    started = time.monotonic()
+    for worker in workers:
+        worker.start()
+    try:
+        time.sleep(10)
+        local_cluster.power_off(real_cluster.state_dir, victim, say=print)
+        killed_at = time.monotonic()
+        wait_until(lambda: len(ready_pods(core)) == 4 and all(p.spec.node_name == survivor for p in ready_pods(core)),
+                   what=f"4 ready pods again, on {survivor}", timeout_s=LOAD_SECONDS)
+        restored_s = time.monotonic() - killed_at
+    finally:
+        for worker in workers:
+            worker.join()
+        local_cluster.power_on(real_cluster.state_dir, victim, say=print, die_with_parent=True)
+    failed = [o for o in outcomes if o[1] != 200]
+    fraction = len(failed) / max(len(outcomes), 1)
+    print(f"function across nodes: {len(outcomes)} requests in {time.monotonic() - started:.0f} s, "
+          f"{len(failed)} failed ({fraction:.2%}): {Counter(status for _, status, _ in failed)}; "
+          f"capacity restored {restored_s:.1f} s after the node died")
+    answered_by = {node_of.get(pod) for at, status, pod in outcomes if status == 200 and at < killed_at}
+    assert answered_by == set(serving), f"the gateway routed to {answered_by} before the loss, not to both nodes"
+    assert fraction <= 0.01, failed[:10]
+    wait_until(lambda: next(c for c in core.read_node(victim).status.conditions if c.type == "Ready").status == "True",
+               what=f"{victim} Ready again", timeout_s=90)
