@@ -34,8 +34,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "the way kind does for Kubernetes.")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     up = actions.add_parser("up", help="start the cluster and print its kubeconfig")
-    up.add_argument("--gpus", default=cluster.DEFAULT_GPUS,
-                    help=f"each node's simulated GPUs, {GPU_SPEC_HELP} (default: %(default)s)")
+    up.add_argument("--gpus", action="append", metavar="SPEC",
+                    help=f"the simulated GPUs, {GPU_SPEC_HELP}: once for every node, or once per node in order "
+                         f"(the last for the nodes after it) (default: {cluster.DEFAULT_GPUS})")
     up.add_argument("--nodes", type=int, default=1, metavar="N",
                     help=f"nodes, 1 to {machines.MAX_NODES}: the first is this host, the others machines of their "
                          "own in Linux namespaces, each with its kubelet, containerd, pod subnet and node agent "
@@ -115,10 +116,16 @@ def cluster_main(args: argparse.Namespace, console: Console, errors: Console) ->
 
 
 def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
-    try:
-        spec = parse_gpu_spec(args.gpus)
-    except InvalidInventory as error:
-        errors.print(f"--gpus {args.gpus!r}: {error}", markup=False, highlight=False)
+    specs = args.gpus or [cluster.DEFAULT_GPUS]
+    for text in specs:
+        try:
+            parse_gpu_spec(text)
+        except InvalidInventory as error:
+            errors.print(f"--gpus {text!r}: {error}", markup=False, highlight=False)
+            return 2
+    if len(specs) > max(args.nodes, 1):
+        errors.print(f"--gpus given {len(specs)} times for {args.nodes} node(s): once for every node, or once per node",
+                     markup=False, highlight=False)
         return 2
     if args.slots_per_gpu < 1:
         errors.print(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}")
@@ -126,20 +133,24 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
     if not 1 <= args.nodes <= machines.MAX_NODES:
         errors.print(f"--nodes must be 1 to {machines.MAX_NODES}, got {args.nodes}")
         return 2
-    if args.from_manifests and (args.slots_per_gpu != 16 or "=" in args.gpus):
+    if args.from_manifests and (args.slots_per_gpu != 16 or any("=" in text for text in specs)):
         errors.print(f"--from-manifests: the node agent runs as deploy/ ships it (--slots-per-gpu 16, got "
-                     f"{args.slots_per_gpu}) and the node label holds no model name (--gpus {args.gpus!r})",
+                     f"{args.slots_per_gpu}) and the node label holds no model name (--gpus {', '.join(specs)})",
                      markup=False, highlight=False)
         return 2
-    running = cluster.up(Options(state_dir=args.state_dir, gpus=args.gpus, slots_per_gpu=args.slots_per_gpu,
+    per_node = tuple(specs) if len(specs) > 1 else ()
+    running = cluster.up(Options(state_dir=args.state_dir, gpus=specs[0], node_gpus=per_node,
+                                 slots_per_gpu=args.slots_per_gpu,
                                  hook_build=args.hook_build, simgpu_build=args.simgpu_build,
                                  install_packages=not args.no_install,
                                  gateway_listen=args.gateway_listen, from_manifests=args.from_manifests,
                                  nodes=args.nodes,
                                  say=lambda text: console.print(text, markup=False, highlight=False)))
-    names = running.node_names
-    console.print(f"cluster up: node{'s' if len(names) > 1 else ''} {', '.join(names)}, each with {spec.count} "
-                  f"simulated GPU(s) ({args.gpus}), {args.slots_per_gpu} pods per GPU", markup=False)
+    options = Options(gpus=specs[0], node_gpus=per_node)
+    for index, name in enumerate(running.node_names, start=1):
+        spec = options.gpus_of(index)
+        console.print(f"cluster up: node {name} with {parse_gpu_spec(spec).count} simulated GPU(s) ({spec}), "
+                      f"{args.slots_per_gpu} pods per GPU", markup=False)
     console.print(f"kubeconfig: {running.kubeconfig}", markup=False, highlight=False)
     if running.gateway_url:
         console.print(f"function gateway: {running.gateway_url} (fastgshare fn --gateway {running.gateway_url} ...)",

@@ -120,10 +120,19 @@ class Options:
     gateway_listen: str = DEFAULT_GATEWAY_LISTEN  # the function gateway (OpenFaaS API and /function/...)
     die_with_parent: bool = False  # the test tier: components die with the test process
     nodes: int = 1  # the first on the host, the others in namespaces of their own (machines.py)
+    # The simulated GPUs of nodes 1, 2, ... in order (the last one for the nodes after it); empty:
+    # ``gpus`` for every node.
+    node_gpus: tuple[str, ...] = ()
     # Our components as pods, installed from deploy/ with deploy/install.sh (manifests.py), instead
     # of host processes.
     from_manifests: bool = False
     say: Say = field(default=print)
+
+    def gpus_of(self, index: int) -> str:
+        """The simulated GPUs of node ``index`` (1-based)."""
+        if not self.node_gpus:
+            return self.gpus
+        return self.node_gpus[min(index, len(self.node_gpus)) - 1]
 
 
 @dataclass(frozen=True)
@@ -384,7 +393,7 @@ class _Startup:
                       ) -> Path:
         """A namespaced node up to its containerd (machines.py); returns containerd's socket."""
         entry = self.node_entry(plan)
-        node_dir = self.dir / "nodes" / plan.name
+        node_dir = self.dir / f"n{plan.index}"  # short: containerd's sockets live below it (104 bytes at most)
         entry["node_dir"] = str(node_dir)
         hierarchies = node.cgroup_hierarchies()
         entry["cgroup"] = True
@@ -402,7 +411,7 @@ class _Startup:
         node.create_bridge(network, enter=machines.network_command(holder.pid))
         name = f"containerd{NODE_SEPARATOR}{plan.name}"
         containerd, socket_path = node.start_containerd(
-            shutil.which("containerd") or "containerd", node_dir / "containerd", self.processes,
+            shutil.which("containerd") or "containerd", node_dir / "ctrd", self.processes,
             pause_image=images.PAUSE_IMAGE, network=network, log_path=self.logs / f"{name}.log",
             other_subnets=other_subnets, enter=entry["enter"], name=name)
         self.record(containerd, containerd.args)
@@ -419,8 +428,8 @@ class _Startup:
         network = node.NodeNetwork(bridge=options.bridge, subnet=options.subnet)
         self.state.update({"version": 1, "host": node.record_host_state(),
                            "network": {"bridge": network.bridge, "subnet": network.subnet},
-                           "nodes": [{"name": plan.name, "index": plan.index, "subnet": plan.subnet}
-                                     for plan in self.plans]})
+                           "nodes": [{"name": plan.name, "index": plan.index, "subnet": plan.subnet,
+                                      "gpus": options.gpus_of(plan.index)} for plan in self.plans]})
         _write_state(self.dir, self.state)
 
         built: dict[str, list[Path] | BaseException] = {}
@@ -528,9 +537,9 @@ class _Startup:
         self.step(f"node{'s' if self.several else ''} {', '.join(plan.name for plan in self.plans)} Ready")
 
     def wait_for_vgpus(self, core: Any, watched: ManagedProcess | None = None, via: str = "") -> None:
-        gpu_count = parse_gpu_spec(self.options.gpus).count
         for plan in self.plans:
-            wait_until(lambda name=plan.name: _vgpus(core, name) >= gpu_count * self.options.slots_per_gpu,  # type: ignore[misc]
+            wanted = parse_gpu_spec(self.options.gpus_of(plan.index)).count * self.options.slots_per_gpu
+            wait_until(lambda name=plan.name, wanted=wanted: _vgpus(core, name) >= wanted,  # type: ignore[misc]
                        what=f"{VGPU_RESOURCE} on node {plan.name}{via}", timeout_s=60,
                        watched=watched if plan.index == 1 else self.processes.get(
                            f"node-agent{NODE_SEPARATOR}{plan.name}"))
@@ -580,7 +589,7 @@ class _Startup:
             core = rest.core_v1(api)
             self.wait_for_nodes(core, kubelet)
             for plan in self.plans:
-                manifests.label_node(kubeconfig, plan.name, options.gpus)
+                manifests.label_node(kubeconfig, plan.name, options.gpus_of(plan.index))
             # The MPS DaemonSet skips simulated nodes: stand in for its daemon where deploy/ mounts it.
             _start_simulated_mps(Path(keys.DEFAULT_MPS_PIPE_DIRECTORY))
             for plan in self.plans[1:]:
@@ -632,7 +641,7 @@ class _Startup:
             _command("fastgshare-node-agent"), "--node-name", node.NODE_NAME,
             "--kubeconfig", str(identities["fastgshare-node-agent"]),
             "--assignment-key-file", str(identities["assignment-key"]),
-            "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
+            "--state-dir", str(agent_state), "--fake-gpus", options.gpus_of(1),
             "--pod-resources-socket", str(kubelet.root_dir / "pod-resources" / "kubelet.sock"),
             "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", str(self.dir / "nvidia-mps"),
             "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),
@@ -688,7 +697,7 @@ class _Startup:
             _command("fastgshare-node-agent"), "--node-name", plan.name,
             "--kubeconfig", str(identities["fastgshare-node-agent"]),
             "--assignment-key-file", str(identities["assignment-key"]),
-            "--state-dir", str(agent_state), "--fake-gpus", options.gpus,
+            "--state-dir", str(agent_state), "--fake-gpus", options.gpus_of(plan.index),
             "--pod-resources-socket", str(node.KUBELET_ROOT_DIR / "pod-resources" / "kubelet.sock"),
             "--slots-per-gpu", str(options.slots_per_gpu), "--mps-pipe-dir", keys.DEFAULT_MPS_PIPE_DIRECTORY,
             "--hook-library", str(options.hook_build / "libfastgshare-hook.so"),

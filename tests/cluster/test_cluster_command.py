@@ -69,6 +69,8 @@ def host_snapshot(state_dir: Path) -> dict[str, object]:
         "paths": {path: os.path.lexists(path) for path in node.HOST_PATHS},
         "cgroups": sorted(directory for top in Path("/sys/fs/cgroup").glob("*/kubepods")
                           for directory, _subdirs, _files in os.walk(top)),
+        "top_cgroups": sorted(str(path) for path in Path("/sys/fs/cgroup").glob("*/*") if path.is_dir()),
+        "routes": run("ip", "route").stdout,
         "iptables": iptables,
     }
 
@@ -126,3 +128,48 @@ def test_status_and_down_without_a_cluster_say_so(state_dir: Path) -> None:
     assert "fastgshare cluster up" in status.stderr
     down = run(FASTGSHARE, "cluster", "down", "--state-dir", str(state_dir))
     assert f"no cluster in {state_dir}" in down.stdout
+
+
+def test_three_nodes_with_gpus_per_node_power_off_and_on_and_down_leaves_no_residue(state_dir: Path) -> None:
+    before = host_snapshot(state_dir)
+    up = run(FASTGSHARE, "cluster", "up", "--nodes", "3", "--gpus", "2x16GiB:80sm", "--gpus", "1x24GiB:84sm",
+             "--state-dir", str(state_dir))
+    assert "node fastgshare-node-2 with 1 simulated GPU(s) (1x24GiB:84sm)" in up.stdout, up.stdout
+    assert "node fastgshare-node-3 with 1 simulated GPU(s) (1x24GiB:84sm)" in up.stdout, up.stdout
+    kubectl = [shutil.which("kubectl") or "kubectl", f"--kubeconfig={state_dir / 'kubeconfig'}"]
+    capacity = run(*kubectl, "get", "nodes", "-o",
+                   "jsonpath={range .items[*]}{.metadata.name}={.status.allocatable.fastgshare\\.caps\\.in\\.tum/vgpu} "
+                   "{end}").stdout.split()
+    assert sorted(capacity) == ["fastgshare-node-2=16", "fastgshare-node-3=16", "fastgshare-node=32"], capacity
+
+    status = run(FASTGSHARE, "cluster", "status", "--state-dir", str(state_dir)).stdout
+    for component in ("containerd", "kubelet", "node-agent", "node-namespaces"):
+        assert re.search(rf"{component}@fastgshare-node-3\s.*running", status), status
+    refused = run(FASTGSHARE, "cluster", "power-off", "fastgshare-node", "--state-dir", str(state_dir), check=False)
+    assert refused.returncode == 1
+    assert "only the nodes in namespaces of their own" in refused.stderr, refused.stderr
+    run(FASTGSHARE, "cluster", "power-off", "fastgshare-node-3", "--state-dir", str(state_dir))
+    status = run(FASTGSHARE, "cluster", "status", "--state-dir", str(state_dir), check=False)
+    assert status.returncode == 1
+    assert re.search(r"kubelet@fastgshare-node-3\s.*exited", status.stdout), status.stdout
+    run(FASTGSHARE, "cluster", "power-on", "fastgshare-node-3", "--state-dir", str(state_dir))
+    run(*kubectl, "wait", "--for=condition=Ready", "node/fastgshare-node-3", "--timeout=90s")
+
+    run(FASTGSHARE, "cluster", "down", "--state-dir", str(state_dir))
+    after = host_snapshot(state_dir)
+    deadline = time.monotonic() + 10
+    while after["processes"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = host_snapshot(state_dir)
+    for key, value in before.items():
+        assert after[key] == value, f"{key} changed: before {value}, after {after[key]}"
+
+
+def test_bad_node_counts_and_gpu_lists_are_one_line(state_dir: Path) -> None:
+    for args, message in ((["--nodes", "0"], "--nodes must be 1 to 6, got 0"),
+                          (["--nodes", "2", "--gpus", "1x8GiB:10sm", "--gpus", "1x8GiB:10sm", "--gpus", "1x8GiB:10sm"],
+                           "--gpus given 3 times for 2 node(s)")):
+        answer = run(FASTGSHARE, "cluster", "up", *args, "--state-dir", str(state_dir), check=False)
+        assert answer.returncode == 2
+        assert message in answer.stderr, answer.stderr
+        assert len(answer.stderr.strip().splitlines()) == 1, answer.stderr
