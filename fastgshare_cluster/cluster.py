@@ -599,6 +599,11 @@ class _Startup:
                                                    log_path=self.logs / "install.log",
                                                    env={"FASTGSHARE_WAIT_TIMEOUT": f"{INSTALL_READY_S}s"})
             self.step("deploy/install.sh: every component Ready")
+            self.state["nodes"][0]["node_agent_state_dir"] = manifests.NODE_AGENT_STATE_DIR
+            for plan in self.plans[1:]:  # the DaemonSet's hostPath, the node's own in its mount namespace
+                entry = self.node_entry(plan)
+                entry["node_agent_state_dir"] = str(machines.node_path(Path(entry["node_dir"]),
+                                                                       manifests.NODE_AGENT_STATE_DIR))
             self.wait_for_vgpus(core, via=" (from the node agent's DaemonSet)")
         self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME, "from_manifests": True,
                            "containerd_socket": str(containerd_socket),

@@ -239,7 +239,8 @@ def real_node_turn() -> Iterator[None]:
 
 
 @contextmanager
-def local_cluster_for_tests(tmp_path_factory: pytest.TempPathFactory, nodes: int = 1) -> Iterator[Cluster]:
+def local_cluster_for_tests(tmp_path_factory: pytest.TempPathFactory, nodes: int = 1,
+                            from_manifests: bool = False) -> Iterator[Cluster]:
     """A whole cluster on this machine, started by the code ``fastgshare cluster up`` runs; its
     components die with the test process. Stopped (``down``) afterwards, which must leave
     nothing behind."""
@@ -247,7 +248,7 @@ def local_cluster_for_tests(tmp_path_factory: pytest.TempPathFactory, nodes: int
     state_dir = tmp_path_factory.mktemp("real-cluster")
     lines: list[str] = []
     options = Options(state_dir=state_dir, die_with_parent=True, say=lines.append, nodes=nodes,
-                      gateway_listen=f"127.0.0.1:{free_ports(1)[0]}")
+                      from_manifests=from_manifests, gateway_listen=f"127.0.0.1:{free_ports(1)[0]}")
     try:
         running = local_cluster.up(options)
     except ClusterError as error:
