@@ -56,17 +56,8 @@ def _image_prefixes(text: str) -> tuple[str, ...]:
     return prefixes
 
 
-def _stream_name(text: str) -> str:
-    if problem := queue.stream_problem(text):
-        raise argparse.ArgumentTypeError(problem.removeprefix("--async-stream "))
-    return text
 
 
-def _nats_url(text: str) -> str:
-    if not text.startswith(("nats://", "tls://")) or len(text) <= len("nats://"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a NATS URL; allowed: nats://HOST:PORT or tls://HOST:PORT "
-                                         "(e.g. nats://nats.fastgshare-system:4222)")
-    return text
 
 
 # The flags' defaults are the server's own, read from instances (on slotted attrs classes a class
@@ -120,10 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     access.add_argument("--body-timeout", type=_positive_float, default=_BODY_TIMEOUT_DEFAULT_S,
                         help="seconds a /system request may take to send its body before 408 (default %(default)s)")
     asynchronous = parser.add_argument_group("asynchronous invocations (POST /async-function/...)")
-    asynchronous.add_argument("--nats-url", type=_nats_url, default=None, metavar="URL",
+    asynchronous.add_argument("--nats-url", type=queue.nats_url_argument, default=None, metavar="URL",
                               help="the NATS server with JetStream that stores them, e.g. nats://127.0.0.1:4222 "
                                    "(default: none; /async-function/ answers 501)")
-    asynchronous.add_argument("--async-stream", type=_stream_name, default=queue.DEFAULT_STREAM, metavar="NAME",
+    asynchronous.add_argument("--async-stream", type=queue.stream_argument, default=queue.DEFAULT_STREAM,
+                              metavar="NAME",
                               help="the JetStream stream, made when missing; the queue worker reads the same one "
                                    "(default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -24,6 +24,7 @@ and ``Content-Length``), ``X-Call-Id``, ``X-Function-Name`` (``<name>.<namespace
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import urllib.parse
@@ -99,6 +100,23 @@ def stream_problem(name: str) -> str | None:
     if _STREAM_NAME.match(name):
         return None
     return f"--async-stream {name!r}: allowed 1 to 64 of A-Z a-z 0-9 _ - (e.g. {DEFAULT_STREAM})"
+
+
+def stream_argument(text: str) -> str:
+    """``text`` as the value of ``--async-stream`` (an argparse type, shared by the gateway and
+    the queue worker)."""
+    if problem := stream_problem(text):
+        raise argparse.ArgumentTypeError(problem.removeprefix("--async-stream "))
+    return text
+
+
+def nats_url_argument(text: str) -> str:
+    """``text`` as the value of ``--nats-url`` (an argparse type, shared by the gateway and the
+    queue worker)."""
+    if not text.startswith(("nats://", "tls://")) or len(text) <= len("nats://"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a NATS URL; allowed: nats://HOST:PORT or tls://HOST:PORT "
+                                         "(e.g. nats://nats.fastgshare-system:4222)")
+    return text
 
 
 def subject(stream: str, namespace: str, name: str) -> str:

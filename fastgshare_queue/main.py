@@ -57,16 +57,8 @@ def _gateway_url(text: str) -> str:
     return text
 
 
-def _stream(text: str) -> str:
-    if problem := queue.stream_problem(text):
-        raise argparse.ArgumentTypeError(problem.removeprefix("--async-stream "))
-    return text
 
 
-def _nats_url(text: str) -> str:
-    if not text.startswith(("nats://", "tls://")) or len(text) <= len("nats://"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a NATS URL; allowed: nats://HOST:PORT or tls://HOST:PORT")
-    return text
 
 
 _DEFAULTS = Settings()
@@ -76,11 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastgshare-queue-worker", description=(
         "Run the asynchronous invocations stored by the gateway (POST /async-function/...) in NATS JetStream: "
         "call each function through the gateway, retry on 429 and 5xx, post the answer to X-Callback-Url."))
-    parser.add_argument("--nats-url", type=_nats_url, default="nats://127.0.0.1:4222", metavar="URL",
+    parser.add_argument("--nats-url", type=queue.nats_url_argument, default="nats://127.0.0.1:4222", metavar="URL",
                         help="the NATS server with JetStream (default %(default)s)")
-    parser.add_argument("--async-stream", type=_stream, default=queue.DEFAULT_STREAM, metavar="NAME",
+    parser.add_argument("--async-stream", type=queue.stream_argument, default=queue.DEFAULT_STREAM, metavar="NAME",
                         help="the stream the gateway writes (its --async-stream; default %(default)s)")
-    parser.add_argument("--durable", type=_stream, default="fastgshare-queue-worker", metavar="NAME",
+    parser.add_argument("--durable", type=queue.stream_argument, default="fastgshare-queue-worker", metavar="NAME",
                         help="the durable consumer's name, shared by all replicas (default %(default)s)")
     parser.add_argument("--gateway-url", type=_gateway_url, required=True, metavar="URL",
                         help="the gateway that runs the functions (/function/<name>), e.g. http://127.0.0.1:8080")

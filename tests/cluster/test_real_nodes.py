@@ -46,6 +46,7 @@ from tests.cluster.real_node import (  # noqa: F401 - fixtures
     fastpod,
     gpu_pod,
     http,
+    inspect,
     kubectl,
     real_node_core,
     real_node_test_namespace,
@@ -191,6 +192,15 @@ def test_six_replicas_land_as_the_placement_policy_says_and_the_ledger_agrees_wi
             for gpu, (node, _) in placed.items()]
     shares = measure_shares([path for path, _ in gpus], 3.0, [root for _, root in gpus])
     assert all(0.4 <= shares[pod.metadata.uid] <= 0.55 for pod in pods), shares
+    # `fastgshare inspect` shows every node, each node agent's achieved shares read through the API server
+    report = json.loads(inspect(real_cluster, "-o", "json"))
+    assert sorted(node["name"] for node in report["nodes"]) == sorted(real_cluster.node_names), report
+    listed = {pod["name"]: (node["name"], pod) for node in report["nodes"] for gpu in node["gpus"]
+              for pod in gpu["pods"] if pod["namespace"] == namespace}
+    assert sorted(listed) == sorted(pod.metadata.name for pod in pods)
+    for name, (node, pod) in listed.items():
+        assert pod["achieved"]["share"] is not None, (node, name, pod)
+        assert 0.4 <= pod["achieved"]["share"] <= 0.55, (node, name, pod)
 
 
 def test_pods_on_different_nodes_reach_each_other_by_ip(real_cluster: Cluster, core: kubernetes.client.CoreV1Api,

@@ -16,11 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+
+from tests.integration.gateway.harness import serving  # noqa: F401 - re-exported for the queue tests
 
 ROOT = Path(__file__).resolve().parents[3]
 NATS_SERVER = shutil.which("nats-server") or next(
@@ -177,15 +179,3 @@ class CallbackReceiver:
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), max(0.0, end - loop.time()))
-
-
-@contextlib.asynccontextmanager
-async def serving(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        yield f"127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
