@@ -60,10 +60,6 @@ class NodePlan:
     subnet: str
 
     @property
-    def namespaced(self) -> bool:
-        return self.index > 1
-
-    @property
     def node_ip(self) -> str:
         return str(next(ipaddress.ip_network(self.subnet).hosts()))
 
@@ -79,7 +75,6 @@ class NodePlan:
     @property
     def link_node_ip(self) -> str:
         return str(ipaddress.ip_network(LINK_NETWORK)[4 * self.index + 2])
-
 
 
 def plan_nodes(count: int, first_subnet: str, first_name: str) -> list[NodePlan]:

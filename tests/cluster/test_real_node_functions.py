@@ -107,6 +107,14 @@ def test_a_fastpod_written_like_the_originals_function_is_served_by_the_gateway(
     assert status == 200
     [listed_fn] = [f for f in json.loads(listed) if f["name"] == "resnet-like"]
     assert listed_fn["replicas"] == 1
+    # its logs through the provider API (read from the pod through the API server), as faas-cli logs reads them
+    status, body = http(f"{real_cluster.gateway_url}/system/logs?name=resnet-like&tail=20", auth=admin)
+    assert status == 200, body
+    messages = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+    assert any('"event": "ready"' in message["text"] for message in messages), messages
+    assert {message["instance"] for message in messages} == {answer["pod"].split("/")[1]}
+    assert {message["name"] for message in messages} == {"resnet-like"}
+    assert http(f"{real_cluster.gateway_url}/system/logs?name=resnet-like&tail=20")[0] == 401
 
 
 def gateway_admin(cluster: Cluster) -> tuple[str, str]:
