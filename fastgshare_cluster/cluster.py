@@ -725,6 +725,10 @@ def _start_simulated_mps(pipe_dir: Path) -> None:
 def up(options: Options) -> Cluster:
     """Start a cluster in ``options.state_dir``; raises :class:`ClusterError` saying what failed."""
     _check_host()
+    try:
+        machines.plan_nodes(options.nodes, options.subnet, node.NODE_NAME)
+    except ValueError as error:  # the nodes' count or subnets
+        raise ClusterError(str(error)) from None
     state = _read_state(options.state_dir)
     if state is not None:
         if _running(state):
@@ -748,7 +752,7 @@ def up(options: Options) -> Cluster:
         startup.processes.release()
         logs = startup.logs
         down(options.state_dir, say=lambda _text: None, keep_logs=True)
-        if isinstance(error, (ProcessFailed, TimeoutError, RuntimeError, images.ImageError, manifests.InstallError,
+        if isinstance(error, (ProcessFailed, OSError, RuntimeError, images.ImageError, manifests.InstallError,
                               ImageBuildError, subprocess.CalledProcessError)):
             raise ClusterError(f"cluster up failed: {error}\n(logs kept in {logs})") from None
         raise

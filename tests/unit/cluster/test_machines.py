@@ -61,3 +61,14 @@ def test_the_holder_mounts_each_cgroup_hierarchy_again_and_binds_the_node_paths(
     for path in machines.NODE_PATHS:
         assert f"mount --bind {machines.node_path(tmp_path, path)} {path}" in script
     assert "exec unshare --mount --net --cgroup --propagation private" in script
+
+
+def test_up_refuses_a_plan_that_cannot_be_made_in_one_line_before_touching_the_host(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from fastgshare_cluster import cluster  # noqa: PLC0415 - the module under test here is machines
+
+    monkeypatch.setattr(cluster, "_check_host", lambda: None)
+    with pytest.raises(cluster.ClusterError, match="no room after it for 3 node subnets"):
+        cluster.up(cluster.Options(state_dir=tmp_path / "state", nodes=3, subnet="255.255.255.0/24",
+                                   say=lambda _text: None))
+    assert not (tmp_path / "state").exists()
