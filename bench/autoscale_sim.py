@@ -19,7 +19,14 @@ for the GPUs all functions' pods need together). Compared:
 - ``hpa_whole_gpu_fast``: the same every 2 s with a 30 s stabilisation window;
 - ``hpa_fixed``: the HPA (15 s / 300 s) on pods of the most efficient configuration (by dominant
   cost): configuration choice without the profile-driven loop (its 70 % of ``maxRps`` is above
-  what a small pod serves within the SLO, so it under-provisions).
+  what a small pod serves within the SLO, so it under-provisions);
+- ``rpr_model_sharing`` (default) and ``rpr_area_model_sharing``: ``rpr`` and ``rpr_area`` (the same
+  pods and requests) with model sharing: a function's pods on one GPU hold its weights once (the
+  first brings them, each next one needs its memory less them; :func:`fastgshare.fleet.pack_fleet`
+  with ``models``). The weights are ``--weights-fraction`` (default 0.556) of the function's smallest
+  pod's memory: ASSUMED, since the example profile has no weights size, from the FaST-GShare
+  paper's ViT-huge figure (-55.6 % memory: n pods sharing weights w save (n - 1)/n x w, so
+  w >= 0.556); ResNet-50's own fp32 weights would be 0.05 of its 2 GB pods.
 
 The scalers run as the function controller runs them: each tick :func:`~fastgshare.autoscaling.settle`
 with the ready pods per configuration (a re-plan's kept pods go once the new plan's are ready), then
@@ -48,7 +55,11 @@ GPU); kappa (``--kappa``, default 3.15, the paper's gain of spatio-temporal over
 what sharing one GPU can give. Kappa enters only this GPU count, not the pods' service times.
 ``ticks_capacity_below_rate`` counts (tick, function) pairs whose planned SLO capacity (rpr: the
 target, without kept pods) was below the 10 s rate the scaler planned for (zero for rpr by
-construction; HPA's rate limit and target differ).
+construction; HPA's rate limit and target differ). Each policy also reports ``gpu_seconds_ratio_vs_hpa``,
+the GPU-s each lower bound alone needs (``gpu_seconds_lower_bounds``: memory, each function's weights once
+under model sharing; time x SM area; slots; kappa), the ticks at each and ``bound_by`` (the largest);
+each run's ``targets`` says, per non-HPA policy, whether the issue's targets are met (GPU-s <= 0.6 x
+``hpa_whole_gpu`` on ``ramp``, <= 1/3 on ``fleet``; SLO violations <= 1 %) and the binding bound's ratio.
 
 ``--robustness`` (S5, not in the default run) adds ``rpr`` on ``ramp`` and ``bursty`` with kappa
 1.5 and infinity (the same run's requests, other GPU counts), cold starts of 1 and 10 s, and a
@@ -69,7 +80,8 @@ Trigger,1..1440``, per-minute counts per function) the first ``--trace-functions
 fleet, each at its minute's count / 60 req/s, with profiles derived as for ``fleet``.
 
 Run: ``python -m bench.autoscale_sim [--profile FILE] [--traces ramp,bursty,steps,fleet]
-[--seconds S] [--trace FILE] [--gpu MODEL] [--policies P,...] [--kappa K] [--robustness]``. The
+[--seconds S] [--trace FILE] [--gpu MODEL] [--policies P,...] [--kappa K] [--weights-fraction W]
+[--robustness]``. The
 example profile is on a V100-16GB: its 2 GB pods pack at most 8 per GPU (memory-bound); with
 ``--gpu V100-32GB`` (the reference prototype's 32 GB GPUs) 16 (the slots).
 """
@@ -106,9 +118,11 @@ from fastgshare.autoscaling import (
     step,
 )
 from fastgshare.dispatch import Dispatcher, PodLoad
-from fastgshare.fleet import pack_fleet
+from fastgshare.fleet import SharedModel, pack_fleet
 from fastgshare.gpu_models import gpu_model_spec
 from fastgshare.inventory import GpuSpec
+from fastgshare.ledger import GpuLedger
+from fastgshare.packing import BIN
 from fastgshare.profile import Profile, ProfilePoint, Slo, decode_profile
 from fastgshare.share import ShareSpec
 
@@ -123,8 +137,19 @@ RPR_SETTINGS = ScalingSettings(headroom=0.5, scale_down_delay_s=60, dead_band=0.
 HPA_POLICIES = {"hpa_whole_gpu": (HPA_PERIOD_S, HpaSettings()),
                 "hpa_whole_gpu_fast": (2.0, HpaSettings(stabilisation_s=30)),
                 "hpa_fixed": (HPA_PERIOD_S, HpaSettings())}
-POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu", "hpa_fixed", "hpa_whole_gpu_fast")
-DEFAULT_POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu")  # the others: --policies
+MODEL_SHARING = "_model_sharing"  # a policy with this suffix: its base policy, pods of a function share weights
+POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu", "hpa_fixed", "hpa_whole_gpu_fast",
+            "rpr_model_sharing", "rpr_area_model_sharing")
+DEFAULT_POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu", "rpr_model_sharing")  # others: --policies
+# The weights' share of a pod's memory under model sharing. The example profile states no weights size, so
+# this is assumed from the FaST-GShare paper's ViT-huge figure: sharing the weights saves 55.6 % of the GPU
+# memory; n pods holding weights w (a share of a pod's memory) once save (n - 1) / n x w, so w >= 0.556
+# (0.556 as n grows; 0.59 at 16 pods, 0.74 at 4). The smallest such w, the least sharing can save.
+WEIGHTS_FRACTION = 0.556
+WEIGHTS_SOURCE = ("assumed: the FaST-GShare paper's ViT-huge figure (-55.6 % GPU memory with shared weights; "
+                  "(n-1)/n x w = 0.556 gives w >= 0.556, its value for many pods); the example profile has no "
+                  "weights size (ResNet-50's own fp32 weights, 25.6 M parameters = 0.1 GB, are 0.05 of a 2 GB pod)")
+TARGETS = {"gpu_seconds_ratio_vs_hpa": {"ramp": 0.6, "fleet": 1 / 3}, "slo_violations_pct": 1.0}
 Trace = Callable[[float], float]
 
 
@@ -347,7 +372,7 @@ class Simulation:
     """One function's pods, requests and scaler state under one policy."""
 
     def __init__(self, function: Function, policy: str, *, cold_start_s: float, seed: int) -> None:
-        self.function, self.options, self.slo = function, function.options[policy], function.slo
+        self.function, self.options, self.slo = function, function.options[base_policy(policy)], function.slo
         self.cold_start_s, self.rng = cold_start_s, random.Random(seed)
         self.live: dict[str, Pod] = {}
         self.dispatcher = Dispatcher()
@@ -442,6 +467,7 @@ class Simulation:
 
     # scaling
     def tick(self, policy: str, now: float) -> None:
+        policy = base_policy(policy)
         self.drain(now)
         rate_long = self.rate(now, 10)
         if policy in HPA_POLICIES:
@@ -468,31 +494,70 @@ class Simulation:
                                         for p in self.live.values()) * TICK_S
 
 
-class Fleet:
-    """The GPUs all functions' live pods take: the fleet packer's count and the kappa bound, cached."""
+def base_policy(policy: str) -> str:
+    """The policy whose scaler ``policy`` runs: ``rpr_model_sharing`` scales as ``rpr`` does."""
+    return policy.removesuffix(MODEL_SHARING)
 
-    def __init__(self, functions: Sequence[Function], gpu: GpuSpec) -> None:
+
+def weights_bytes(function: Function, fraction: float) -> int:
+    """The function's weights under model sharing: ``fraction`` of its smallest pod's memory."""
+    return int(fraction * min(p.memory_bytes for p in function.points.values()))
+
+
+BOUNDS = ("memory", "area", "slots", "kappa")  # what each tick's GPU count is at least
+
+
+class Fleet:
+    """The GPUs all functions' live pods take: the fleet packer's count and the kappa bound, cached.
+    With ``weights_fraction`` (model sharing), a function's pods on one GPU hold its weights once."""
+
+    def __init__(self, functions: Sequence[Function], gpu: GpuSpec, *, weights_fraction: float | None = None) -> None:
         self.functions, self.gpu = functions, gpu
-        self._cache: dict[tuple[tuple[int, str, int], ...], tuple[int, float]] = {}
+        self.weights = [weights_bytes(f, weights_fraction) if weights_fraction is not None else 0 for f in functions]
+        self.sharing = weights_fraction is not None
+        self._empty = GpuLedger(gpu.devices(uuid_prefix="GPU", first_index=0)[0])
+        self._cache: dict[tuple[tuple[int, str, int], ...], tuple[int, float, dict[str, int]]] = {}
 
     def packed(self, counts: tuple[tuple[int, str, int], ...]) -> tuple[int, float]:
         """The packer's GPU count for ``counts`` (function index, key, pods) and the pods' speed in
         whole GPUs (SLO capacity / the whole-GPU pod's, summed)."""
+        gpus, speed, _ = self._packed(counts)
+        return gpus, speed
+
+    def lower_bounds(self, counts: tuple[tuple[int, str, int], ...], kappa: float = KAPPA) -> dict[str, int]:
+        """The GPUs ``counts`` need at least by memory (weights once per function under model sharing),
+        time x SM area, slots, and kappa alone."""
+        _, speed, bounds = self._packed(counts)
+        return {**bounds, "kappa": math.ceil(speed / kappa - 1e-9)}
+
+    def _packed(self, counts: tuple[tuple[int, str, int], ...]) -> tuple[int, float, dict[str, int]]:
         if counts not in self._cache:
             shares: list[tuple[str, ShareSpec]] = []
-            speed = 0.0
+            models: dict[str, SharedModel] = {}
+            speed, memory, area, with_pods = 0.0, 0, 0, set()
+            reserve = self._empty.gpu.context_reserve_bytes
             for i, key, n in counts:
                 function = self.functions[i]
                 point = function.points[key]
                 share = ShareSpec(request_permille=round(point.quota_request * 1000),
                                   limit_permille=round(point.quota_limit * 1000), sm_percent=point.sm_partition,
                                   memory_bytes=point.memory_bytes)
-                shares.extend((f"{function.name}/{key}-{j}", share) for j in range(n))
+                names = [f"{function.name}/{key}-{j}" for j in range(n)]
+                shares.extend((name, share) for name in names)
+                if self.sharing:
+                    models.update(dict.fromkeys(names, SharedModel(function.name, self.weights[i])))
                 speed += function.capacity[key] * n / function.capacity[function.whole.point.key]
-            placement = pack_fleet(shares, self.gpu)
+                memory += n * (point.memory_bytes - self.weights[i] + reserve)
+                area += n * math.prod(self._empty.rectangle_size(share))
+                if n:
+                    with_pods.add(i)
+            memory += sum(self.weights[i] for i in with_pods)  # at least one copy each
+            placement = pack_fleet(shares, self.gpu, models=models)
             if placement.unplaced:
                 raise RuntimeError(f"pods that fit no empty GPU: {placement.unplaced[:3]}")
-            self._cache[counts] = (len(placement.gpus), speed)
+            bounds = {"memory": math.ceil(memory / self.gpu.memory_bytes), "area": math.ceil(area / BIN.area),
+                      "slots": math.ceil(len(shares) / self._empty.slots)}
+            self._cache[counts] = (len(placement.gpus), speed, bounds)
         return self._cache[counts]
 
     def gpus(self, counts: tuple[tuple[int, str, int], ...], kappa: float = KAPPA) -> int:
@@ -502,12 +567,19 @@ class Fleet:
 
 
 def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuSpec, seed: int,
-        cold_start_s: float, kappa: float = KAPPA, other_kappas: Sequence[float] = ()) -> dict[str, object]:
+        cold_start_s: float, kappa: float = KAPPA, other_kappas: Sequence[float] = (),
+        weights_fraction: float = WEIGHTS_FRACTION, record: list[tuple[int, dict[str, int]]] | None = None,
+        ) -> dict[str, object]:
     """One policy on all ``functions`` together for ``seconds``: the summary of every request and the GPUs
-    (also under ``other_kappas``: kappa enters only the GPU count, so one run gives them all)."""
+    (also under ``other_kappas``: kappa enters only the GPU count, so one run gives them all). A
+    ``*_model_sharing`` policy packs with each function's weights (``weights_fraction`` of its pods'
+    memory) held once per GPU. ``record`` gets each tick's GPU count and lower bounds."""
     sims = [Simulation(f, policy, cold_start_s=cold_start_s, seed=seed + 1_000_003 * i)
             for i, f in enumerate(functions)]
-    fleet_gpus = Fleet(functions, gpu)
+    sharing = policy.endswith(MODEL_SHARING)
+    fleet_gpus = Fleet(functions, gpu, weights_fraction=weights_fraction if sharing else None)
+    bound_seconds = dict.fromkeys(BOUNDS, 0.0)
+    bound_ticks = dict.fromkeys(BOUNDS, 0)
     peaks = [max(f.trace(t) for t in range(int(seconds) + 1)) * 1.01 + 1 for f in functions]
     arrivals = [(_next_arrival(f.trace, peak, 0.0, sim.rng, seconds), i)
                 for i, (f, peak, sim) in enumerate(zip(functions, peaks, sims, strict=True))]
@@ -522,6 +594,12 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
             counts = tuple((i, key, n) for i, sim in enumerate(sims) for key, n in sorted(sim.live_counts().items()))
             gpus = fleet_gpus.gpus(counts, kappa)
             gpu_seconds += gpus * TICK_S
+            bounds = fleet_gpus.lower_bounds(counts, kappa)
+            for name, bound in bounds.items():
+                bound_seconds[name] += bound * TICK_S
+                bound_ticks[name] += bound == gpus
+            if record is not None:
+                record.append((gpus, bounds))
             peak_gpus = max(peak_gpus, gpus)
             for other in others:
                 others[other] += fleet_gpus.gpus(counts, other) * TICK_S
@@ -551,7 +629,12 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
         "ticks_capacity_below_rate": sum(r.ticks_capacity_below_rate for r in results),
         "vertical_steps": sum(r.vertical_steps for r in results),
         "pods_resized_in_place": sum(r.pods_resized for r in results),
-        "rebalances": sum(r.rebalances for r in results)}
+        "rebalances": sum(r.rebalances for r in results),
+        "gpu_seconds_lower_bounds": {name: round(v) for name, v in bound_seconds.items()},
+        "ticks_at_lower_bound": bound_ticks,
+        "bound_by": max(BOUNDS, key=lambda name: (bound_seconds[name], -BOUNDS.index(name)))}
+    if sharing:
+        summary["model_sharing"] = {"weights_fraction": weights_fraction, "source": WEIGHTS_SOURCE}
     if others:
         summary["gpu_seconds_at_kappa"] = {_kappa_name(k): round(v) for k, v in others.items()}
     return summary
@@ -578,9 +661,12 @@ def _setup(profile: Profile, seed: int, gpu_model: str | None) -> tuple[GpuSpec,
 
 
 def _compare(functions: Sequence[Function], seconds: float, gpu: GpuSpec, *, seed: int, cold_start_s: float,
-             policies: Sequence[str], kappa: float) -> dict[str, object]:
-    results = {policy: run(functions, seconds, policy, gpu=gpu, seed=seed, cold_start_s=cold_start_s, kappa=kappa)
+             policies: Sequence[str], kappa: float, weights_fraction: float) -> dict[str, object]:
+    results = {policy: run(functions, seconds, policy, gpu=gpu, seed=seed, cold_start_s=cold_start_s, kappa=kappa,
+                           weights_fraction=weights_fraction)
                for policy in policies}
+    for result in results.values():
+        result["gpu_seconds_ratio_vs_hpa"] = _ratio({"a": result, **results}, "a", "hpa_whole_gpu", "gpu_seconds")
     return {**results, "gpu_seconds_rpr_to_hpa": _ratio(results, "rpr", "hpa_whole_gpu", "gpu_seconds"),
             "peak_gpus_rpr_to_hpa": _ratio(results, "rpr", "hpa_whole_gpu", "peak_gpus"),
             "gpu_seconds_time_sharing_to_rpr": _ratio(results, "time_sharing_only", "rpr", "gpu_seconds"),
@@ -588,28 +674,58 @@ def _compare(functions: Sequence[Function], seconds: float, gpu: GpuSpec, *, see
             "gpu_seconds_rpr_area_to_hpa": _ratio(results, "rpr_area", "hpa_whole_gpu", "gpu_seconds")}
 
 
+def targets(trace_name: str, compared: dict[str, object]) -> dict[str, object]:
+    """The issue's targets for each of our (non-HPA) policies in one run: GPU-s against whole-GPU HPA
+    (ramp <= 0.6x, fleet <= 1/3) with the lower bound that binds (its GPU-s / HPA's: above the target,
+    no packing meets it without changing that resource), and SLO violations <= 1 %."""
+    hpa = compared.get("hpa_whole_gpu")
+    made: dict[str, object] = {}
+    for policy, result in compared.items():
+        if not isinstance(result, dict) or policy in HPA_POLICIES:
+            continue
+        row: dict[str, object] = {}
+        at_most = TARGETS["gpu_seconds_ratio_vs_hpa"]
+        assert isinstance(at_most, dict)
+        if trace_name in at_most and isinstance(hpa, dict):
+            ratio, bound = result["gpu_seconds_ratio_vs_hpa"], result["bound_by"]
+            row["gpu_seconds_ratio_vs_hpa"] = {
+                "value": ratio, "at_most": round(at_most[trace_name], 3),
+                "met": ratio is not None and ratio <= at_most[trace_name], "bound_by": bound,
+                "bound_ratio_vs_hpa": round(result["gpu_seconds_lower_bounds"][bound] / hpa["gpu_seconds"], 3)}
+        violations = result["slo_violations_pct"]
+        row["slo_violations_pct"] = {
+            "value": violations, "at_most": TARGETS["slo_violations_pct"],
+            "met": violations <= TARGETS["slo_violations_pct"],
+            "after_first_cold_start": result["slo_violations_pct_after_first_cold_start"]}
+        made[policy] = row
+    return made
+
+
 def simulate(profile: Profile, trace_name: str, seconds: float, *, seed: int, cold_start_s: float = 5.0,
              gpu_model: str | None = None, policies: Sequence[str] = DEFAULT_POLICIES,
-             kappa: float = KAPPA) -> dict[str, object]:
+             kappa: float = KAPPA, weights_fraction: float = WEIGHTS_FRACTION) -> dict[str, object]:
     """One single-function trace (``ramp``, ``bursty``, ``steps``) under every policy."""
     gpu, capacities = _setup(profile, seed, gpu_model)
     function = make_function(profile.function, TRACES[trace_name](seed), profile, gpu, capacities)
+    compared = _compare([function], seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
+                        kappa=kappa, weights_fraction=weights_fraction)
     return {"trace": trace_name, "seconds": seconds, "gpu": gpu.model, "functions": 1,
             "slo_capacity_rps": {k: round(v, 1) for k, v in capacities.items()},
-            **_compare([function], seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
-                       kappa=kappa)}
+            **compared, "targets": targets(trace_name, compared)}
 
 
 def simulate_fleet(profile: Profile, fleet_functions: Sequence[FleetFunction], seconds: float, *, trace_name: str,
                    seed: int, cold_start_s: float = 5.0, gpu_model: str | None = None,
-                   policies: Sequence[str] = DEFAULT_POLICIES, kappa: float = KAPPA) -> dict[str, object]:
+                   policies: Sequence[str] = DEFAULT_POLICIES, kappa: float = KAPPA,
+                   weights_fraction: float = WEIGHTS_FRACTION) -> dict[str, object]:
     """Many functions (the ``fleet`` trace or a trace file) under every policy, packed together."""
     gpu, capacities = _setup(profile, seed, gpu_model)
     functions = [make_function(f.name, f.trace, profile, gpu, capacities, size=f.size, memory_scale=f.memory_scale)
                  for f in fleet_functions]
+    compared = _compare(functions, seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
+                        kappa=kappa, weights_fraction=weights_fraction)
     return {"trace": trace_name, "seconds": seconds, "gpu": gpu.model, "functions": len(functions),
-            **_compare(functions, seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
-                       kappa=kappa)}
+            **compared, "targets": targets(trace_name, compared)}
 
 
 ROBUSTNESS_KAPPAS = (1.5, math.inf)  # besides the default
@@ -667,15 +783,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--trace-functions", type=int, default=50, help="how many of its rows (the first)")
     parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help=f"of {', '.join(POLICIES)}")
     parser.add_argument("--kappa", type=float, default=KAPPA, help="the co-location cap ('inf' for none)")
+    parser.add_argument("--weights-fraction", type=float, default=WEIGHTS_FRACTION,
+                        help="model sharing: the weights' share of each pod's memory, in [0, 1)")
     parser.add_argument("--robustness", action="store_true",
                         help="also S5: rpr on ramp and bursty under kappa, cold-start and profile-error variations")
     args = parser.parse_args(argv)
     policies = tuple(filter(None, args.policies.split(",")))
     if unknown := sorted(set(policies) - set(POLICIES)):
         parser.error(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    if not 0 <= args.weights_fraction < 1:
+        parser.error(f"--weights-fraction {args.weights_fraction}: must be in [0, 1) "
+                     "(the weights' share of a pod's memory)")
     profile = decode_profile(args.profile.read_text())
     common = {"seed": args.seed, "cold_start_s": args.cold_start_seconds, "gpu_model": args.gpu,
-              "policies": policies, "kappa": args.kappa}
+              "policies": policies, "kappa": args.kappa, "weights_fraction": args.weights_fraction}
     runs = []
     for name in filter(None, args.traces.split(",")):
         seconds = args.seconds or DEFAULT_SECONDS[name]
@@ -692,6 +813,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "benchmark": "autoscale_sim", "function": profile.function, "seed": args.seed,
         "cold_start_s": args.cold_start_seconds, "kappa": args.kappa if math.isfinite(args.kappa) else "inf",
         "policies": list(policies),
+        "model_sharing": {"weights_fraction": args.weights_fraction, "source": WEIGHTS_SOURCE,
+                          "policies": [p for p in policies if p.endswith(MODEL_SHARING)]},
         "fleet": {"functions": args.fleet_functions, "median_rps": args.fleet_median_rps}, "runs": runs}
     if args.robustness:
         report["robustness"] = [row for name in ("ramp", "bursty")

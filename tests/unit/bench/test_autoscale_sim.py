@@ -23,12 +23,15 @@ from bench.autoscale_sim import (
     main,
     make_function,
     model_capacity,
+    ramp,
     robustness,
+    run,
     simulate,
     simulate_fleet,
 )
 from fastgshare.autoscaling import running
 from fastgshare.gpu_models import gpu_model_spec
+from fastgshare.inventory import GpuSpec
 from fastgshare.profile import Profile, Slo, decode_profile
 
 PROFILE_DOC = decode_profile(PROFILE.read_text())
@@ -84,8 +87,9 @@ def test_the_fleet_trace_is_seeded_and_heterogeneous() -> None:
 def test_a_reduced_fleet_packs_every_policy_and_keeps_the_invariants() -> None:
     made = fleet(2, 240, functions=10)
     first = simulate_fleet(PROFILE_DOC, made, 240, trace_name="fleet", seed=2, policies=POLICIES)
-    assert simulate_fleet(PROFILE_DOC, fleet(2, 240, functions=10), 240, trace_name="fleet", seed=2,
-                          policies=("rpr",))["rpr"] == first["rpr"]
+    alone = simulate_fleet(PROFILE_DOC, fleet(2, 240, functions=10), 240, trace_name="fleet", seed=2,
+                           policies=("rpr",))["rpr"]
+    assert alone == {**first["rpr"], "gpu_seconds_ratio_vs_hpa": None}  # type: ignore[dict-item]  # no HPA ran
     assert first["functions"] == 10
     results = [first[policy] for policy in POLICIES]
     assert len({r["requests"] for r in results}) == 1  # type: ignore[index]
@@ -206,3 +210,59 @@ def test_a_file_in_another_schema_is_refused(tmp_path: Path) -> None:
     path.write_text("function,minute,count\nf,1,3\n")
     with pytest.raises(ValueError, match="missing columns"):
         load_azure_trace(path, functions=5, seed=1)
+
+
+def _functions(trace: str, gpu: GpuSpec) -> list[autoscale_sim.Function]:
+    capacities = {p.key: model_capacity(p, PROFILE_DOC.slo or Slo(percentile=95, latency_ms=69), 2)
+                  for p in PROFILE_DOC.points}
+    if trace == "ramp":
+        return [make_function("f", ramp, PROFILE_DOC, gpu, capacities)]
+    return [make_function(f.name, f.trace, PROFILE_DOC, gpu, capacities, size=f.size, memory_scale=f.memory_scale)
+            for f in fleet(2, 240, functions=10)]
+
+
+@pytest.mark.parametrize(("trace", "seconds"), [("ramp", 180), ("fleet", 240)])
+def test_model_sharing_never_uses_more_gpus_than_rpr_and_fewer_where_memory_binds(trace: str, seconds: int) -> None:
+    gpu = gpu_model_spec("V100-16GB")
+    functions = _functions(trace, gpu)
+    plain: list[tuple[int, dict[str, int]]] = []
+    shared: list[tuple[int, dict[str, int]]] = []
+    alone = run(functions, seconds, "rpr", gpu=gpu, seed=2, cold_start_s=5, record=plain)
+    sharing = run(functions, seconds, "rpr_model_sharing", gpu=gpu, seed=2, cold_start_s=5, record=shared)
+    assert len(plain) == len(shared) == seconds
+    assert all(s <= p for (p, _), (s, _) in zip(plain, shared, strict=True))  # at every tick
+    memory_binds = [i for i, (gpus, bounds) in enumerate(plain)
+                    if gpus == bounds["memory"] > max(bounds["area"], bounds["slots"], bounds["kappa"])]
+    assert memory_binds  # 2 GB pods on a 16 GB GPU
+    assert all(shared[i][0] < plain[i][0] for i in memory_binds)
+    for gpus, bounds in plain + shared:  # the lower bounds are bounds
+        assert gpus >= max(bounds.values())
+    # the same pods, requests and latencies: model sharing changes only the packing
+    assert {k: v for k, v in alone.items() if "gpu" not in k and "bound" not in k} == {
+        k: v for k, v in sharing.items() if "gpu" not in k and "bound" not in k and k != "model_sharing"}
+    assert sharing["gpu_seconds"] < alone["gpu_seconds"]  # type: ignore[operator]
+    assert sharing["model_sharing"] == {"weights_fraction": autoscale_sim.WEIGHTS_FRACTION,
+                                        "source": autoscale_sim.WEIGHTS_SOURCE}
+    assert alone["bound_by"] == "memory" != sharing["bound_by"]
+
+
+def test_the_weights_fraction_sets_how_much_model_sharing_saves(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--traces", "ramp", "--seconds", "120", "--policies", "rpr,rpr_model_sharing,hpa_whole_gpu"]
+    ratios = []
+    for fraction in ("0", "0.3", "0.8"):
+        main([*argv, "--weights-fraction", fraction])
+        printed = json.loads(capsys.readouterr().out)
+        assert printed["model_sharing"]["weights_fraction"] == float(fraction)
+        (only,) = printed["runs"]
+        ratios.append(only["rpr_model_sharing"]["gpu_seconds_ratio_vs_hpa"])
+        if fraction == "0":  # nothing shared: the same GPUs as rpr
+            assert ratios[0] == only["rpr"]["gpu_seconds_ratio_vs_hpa"]
+        target = only["targets"]["rpr_model_sharing"]
+        assert target["gpu_seconds_ratio_vs_hpa"]["at_most"] == 0.6
+        assert target["gpu_seconds_ratio_vs_hpa"]["met"] == (ratios[-1] <= 0.6)
+        assert target["slo_violations_pct"]["met"] == (only["rpr_model_sharing"]["slo_violations_pct"] <= 1)
+        assert "hpa_whole_gpu" not in only["targets"]
+    assert ratios[0] > ratios[1] >= ratios[2]
+    with pytest.raises(SystemExit):
+        main([*argv, "--weights-fraction", "1"])
+    assert "--weights-fraction 1.0: must be in [0, 1)" in capsys.readouterr().err
