@@ -34,7 +34,14 @@ import attrs
 
 from fastfunc_controller import names
 from fastfunc_controller.rates import Rates
-from fastfunc_controller.spec import Config, FunctionSpec, config_label, running_config_label
+from fastfunc_controller.spec import (
+    Config,
+    FunctionSpec,
+    config_label,
+    parked_share,
+    running_config_label,
+    running_share,
+)
 from fastgshare import keys
 from fastgshare.autoscaling import (
     EPSILON_RPS,
@@ -309,6 +316,43 @@ def desired_configs(usable: Usable, pods: Mapping[str, int], memory: str) -> tup
     configs = [Config(share=by_key[key].share, memory=memory, replicas=n) for key, n in pods.items()
                if n > 0 and key in by_key]
     return tuple(sorted(configs, key=lambda config: config.label))
+
+
+# --- parked pods ---------------------------------------------------------------------------
+def parked_config(usable: Usable, children: Sequence[Mapping[str, Any]], parked: int,
+                  memory: str) -> tuple[Config, str | None]:
+    """The configuration of ``parked`` parked pods (time quota 0/0), for a function the policy runs
+    no pod of, and the child to park in place (None: a new child).
+
+    The pods wake to the configuration an already parked child was created as (its ``config``
+    label), else to the one a running child runs (that child is parked in place: its pods keep
+    running with their model loaded, only their time quota goes to 0), else to the policy's first
+    choice. The SM partition and memory are the wake configuration's: neither can change on a
+    running pod."""
+    by_label = usable.by_label()
+    ordered = sorted(children, key=lambda child: str((child.get("metadata") or {}).get("name", "")))
+    found: tuple[Choice, str] | None = None
+    for child in ordered:
+        share = running_share(child)
+        label = ((child.get("metadata") or {}).get("labels") or {}).get(keys.FUNCTION_CONFIG_LABEL)
+        if share is not None and share.is_parked and label in by_label:
+            found = (by_label[label], str(child["metadata"]["name"]))
+            break
+    for child in ordered if found is None else ():
+        label = running_config_label(child)
+        if label in by_label:
+            found = (by_label[label], str(child["metadata"]["name"]))
+            break
+    wake, source = found if found is not None else (usable.choices[0], None)
+    return Config(share=parked_share(wake.share), memory=memory, replicas=parked, wake=wake.share), source
+
+
+def woken(usable: Usable, children: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the gateway woke parked pods (a child marked woken runs a configuration of the policy):
+    the controller then takes them as running (:func:`start`) instead of parking them again."""
+    by_label = usable.by_label()
+    return any(keys.FASTPOD_WOKEN_ANNOTATION in ((child.get("metadata") or {}).get("annotations") or {})
+               and running_config_label(child) in by_label for child in children)
 
 
 def summary(configs: Sequence[Config]) -> str:

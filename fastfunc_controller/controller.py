@@ -60,6 +60,7 @@ from fastfunc_controller.autoscale import (
     desired_configs,
     hold,
     interval_s,
+    parked_config,
     pods_of,
     raise_of,
     rounded,
@@ -68,6 +69,7 @@ from fastfunc_controller.autoscale import (
     tick,
     usable_configs,
     windows,
+    woken,
 )
 from fastfunc_controller.metrics_source import NO_GATEWAY
 from fastfunc_controller.plan import (
@@ -292,6 +294,12 @@ class Controller:
         if scaler is None or scaler.usable != usable:
             scaler = _Scaler(usable=usable, state=start(usable, children, now_s), next_tick_s=now_s)
             self._scalers[spec.key] = scaler
+        if spec.scaling.parked and not any(pods_of(usable, scaler.state).values()) and woken(usable, children):
+            # The gateway woke the parked pods for a request: they serve now, within the scale-down delay.
+            scaler.state = start(usable, children, now_s)
+            scaler.last_scale_time = self._now()
+            log.info("fastfunc=%s parked pods woken by the gateway: %s", spec.key,
+                     summary(desired_configs(usable, pods_of(usable, scaler.state), spec.memory)))
         if now_s >= scaler.next_tick_s:
             self._tick(fastfunc, spec, scaler, now_s, children)
         self._set_due(spec.key, min(scaler.next_tick_s, now_s + PROFILE_REFRESH_S))
@@ -299,7 +307,13 @@ class Controller:
         status = AutoscaleStatus(rps=scaler.rps, planned_rps=scaler.planned_rps,
                                  slo_rps={c.label: rounded(c.option.capacity_rps) for c in usable.choices},
                                  last_scale_time=scaler.last_scale_time, metrics_problem=scaler.metrics_problem)
-        return attrs.evolve(spec, configs=desired_configs(usable, pods, spec.memory)), status
+        configs = desired_configs(usable, pods, spec.memory)
+        if not configs and spec.scaling.parked:
+            parked, source = parked_config(usable, children, spec.scaling.parked, spec.memory)
+            configs = (parked,)
+            if source is not None:
+                scaler.raises[parked.label] = source  # parked in place: its pods keep running
+        return attrs.evolve(spec, configs=configs), status
 
     def _tick(self, fastfunc: Mapping[str, Any], spec: FunctionSpec, scaler: _Scaler, now_s: float,
               children: list[dict[str, Any]]) -> None:
@@ -484,6 +498,7 @@ class Controller:
         """Patch what changed of the status; one Warning event when Unschedulable turns True."""
         old = fastfunc.get("status") or {}
         patch = {key: value for key, value in status.items() if old.get(key) != value}
+        patch.update({key: None for key in old if key not in status})  # a merge patch removes with null
         if not patch:
             return
         metadata = fastfunc["metadata"]

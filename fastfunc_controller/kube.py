@@ -34,7 +34,7 @@ from fastgshare_kube.errors import ApiError, KubeConfigError
 from fastgshare_kube.rest import RawListWatch
 
 ApiClient = shared_client.ApiClient
-JSON_PATCH = "application/json-patch+json"
+JSON_PATCH = rest.JSON_PATCH
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 

@@ -29,7 +29,14 @@ from typing import Any
 import attrs
 
 from fastfunc_controller import names
-from fastfunc_controller.spec import Config, FunctionSpec, InvalidFunction, fastpod_name, running_config_label
+from fastfunc_controller.spec import (
+    PARKED_PREFIX,
+    Config,
+    FunctionSpec,
+    InvalidFunction,
+    fastpod_name,
+    running_config_label,
+)
 from fastgshare import keys
 from fastgshare.share import format_fraction
 
@@ -87,12 +94,12 @@ def function_labels(spec: FunctionSpec) -> dict[str, str]:
 def desired_fastpod(spec: FunctionSpec, config: Config) -> dict[str, Any]:
     """The child FaSTPod of ``config``; the FaSTPod controller copies its labels and annotations to
     its pods, so the pods carry the function and config labels the Service and the gateway select."""
-    labels = {**spec.labels, **function_labels(spec), keys.FUNCTION_CONFIG_LABEL: config.label}
+    labels = {**spec.labels, **function_labels(spec), keys.FUNCTION_CONFIG_LABEL: config.name_label}
     return {
         "apiVersion": keys.FASTPOD_API_VERSION,
         "kind": keys.FASTPOD_KIND,
         "metadata": {
-            "name": fastpod_name(spec.name, config.share),
+            "name": fastpod_name(spec.name, config.wake or config.share),
             "namespace": spec.namespace,
             "labels": labels,
             "annotations": {**spec.annotations, **config.annotations()},
@@ -101,7 +108,8 @@ def desired_fastpod(spec: FunctionSpec, config: Config) -> dict[str, Any]:
         "spec": {
             "replicas": config.replicas,
             # Both labels: the FaSTPod's /scale selector never counts another config's pods.
-            "selector": {"matchLabels": {keys.FUNCTION_LABEL: spec.name, keys.FUNCTION_CONFIG_LABEL: config.label}},
+            "selector": {"matchLabels": {keys.FUNCTION_LABEL: spec.name,
+                                         keys.FUNCTION_CONFIG_LABEL: config.name_label}},
             "podSpec": dict(spec.pod_spec),
         },
     }
@@ -142,11 +150,11 @@ def plan(spec: FunctionSpec, children: Sequence[Mapping[str, Any]],
 
     running = {name: running_config_label(child) for name, child in current.items()}
     for config in spec.configs:
-        canonical = fastpod_name(spec.name, config.share)
+        canonical = fastpod_name(spec.name, config.wake or config.share)
         same = sorted(name for name, label in running.items() if label == config.label)
         claim(config.label, canonical if canonical in same else next(iter(same), None))
     for config in spec.configs:
-        canonical = fastpod_name(spec.name, config.share)
+        canonical = fastpod_name(spec.name, config.wake or config.share)
         if running.get(canonical) not in {c.label for c in spec.configs}:
             claim(config.label, canonical)
     for config in spec.configs:
@@ -219,7 +227,8 @@ def fastpod_patch(child: Mapping[str, Any], body: Mapping[str, Any]) -> PatchFaS
         operations += [{"op": "add", "path": f"/metadata/{field}/{_pointer(key)}", "value": value}
                        for key, value in sorted(changed.items())]
     stale = sorted(key for key in (metadata.get("annotations") or {})
-                   if key in (keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION)
+                   if key in (keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION,
+                              keys.FASTPOD_WOKEN_ANNOTATION)
                    and key not in body["metadata"]["annotations"])
     operations += [{"op": "remove", "path": f"/metadata/annotations/{_pointer(key)}"} for key in stale]
     what += [f"-{key}" for key in stale]
@@ -283,18 +292,26 @@ def compute_status(fastfunc: Mapping[str, Any], outcome: FunctionSpec | InvalidF
         for row in rows:
             if row["config"] in autoscale.slo_rps:
                 row["sloRps"] = autoscale.slo_rps[row["config"]]
-    replicas = sum(row.pop("_replicas") for row in rows)
-    ready = sum(row["readyReplicas"] for row in rows)
     spec = outcome if isinstance(outcome, FunctionSpec) else None
+    parked_rows = [row for row in rows if str(row["config"]).startswith(f"{PARKED_PREFIX}-")]
+    parked = sum(row["replicas"] for row in parked_rows)  # spec.replicas: the pods kept parked
+    replicas = sum(row.pop("_replicas") for row in rows if row not in parked_rows)
+    for row in parked_rows:
+        row.pop("_replicas", None)
+    ready_all = sum(row["readyReplicas"] for row in rows)
+    ready = ready_all - sum(row["readyReplicas"] for row in parked_rows)
     status: dict[str, Any] = {
         "observedGeneration": metadata.get("generation", 0),
         "policy": spec.policy if spec else str(((fastfunc.get("spec") or {}).get("scaling") or {})
                                                    .get("policy", names.POLICY_FIXED)),
         "replicas": replicas,
         "readyReplicas": ready,
+        "parkedReplicas": parked,
         "configs": rows,
         "configSummary": ", ".join(f"{row['config']}x{row['replicas']}" for row in rows) or "-",
     }
+    if parked_rows and spec is not None and (wake := next((c for c in spec.configs if c.wake), None)):
+        status["parked"] = _parked_status(parked_rows[0], wake, parked)
     if autoscale is not None:
         if autoscale.rps is not None:
             status["rps"] = autoscale.rps
@@ -303,10 +320,20 @@ def compute_status(fastfunc: Mapping[str, Any], outcome: FunctionSpec | InvalidF
         status["capacityRps"] = round(sum(row["readyReplicas"] * row.get("sloRps", 0.0) for row in rows), 2)
         if autoscale.last_scale_time:
             status["lastScaleTime"] = autoscale.last_scale_time
-    conditions = [_ready(spec, outcome, rows, ready, problem), _invalid(outcome), _profile(fastfunc, spec),
+    conditions = [_ready(spec, outcome, rows, ready_all, problem), _invalid(outcome), _profile(fastfunc, spec),
                   unschedulable(pods), _metrics(spec, autoscale)]
     status["conditions"] = _with_times(conditions, old.get("conditions") or [], now)
     return status
+
+
+def _parked_status(row: Mapping[str, Any], config: Config, pods: int) -> dict[str, Any]:
+    """What the gateway needs to wake the parked pods (the child and the time quota it wakes to) and
+    what they cost: their GPU memory, held while they are parked."""
+    assert config.wake is not None
+    return {"fastPod": row["fastPod"], "replicas": pods,
+            "wakeQuotaRequest": format_fraction(config.wake.request_permille),
+            "wakeQuotaLimit": format_fraction(config.wake.limit_permille),
+            "smPartition": config.wake.sm_percent, "memoryBytes": pods * config.share.memory_bytes}
 
 
 def _metrics(spec: FunctionSpec | None, autoscale: AutoscaleStatus | None) -> dict[str, Any]:
@@ -354,7 +381,7 @@ def _ready(spec: FunctionSpec | None, outcome: FunctionSpec | InvalidFunction, r
                           f"the spec is invalid (see InvalidSpec); what ran before keeps running: {outcome}")
     if problem is not None:
         return _condition(names.CONDITION_READY, False, problem.reason, problem.message)
-    want = {fastpod_name(spec.name, config.share): config.replicas for config in spec.configs}
+    want = {fastpod_name(spec.name, config.wake or config.share): config.replicas for config in spec.configs}
     have = {row["fastPod"]: row["replicas"] for row in rows}
     desired = sum(want.values())
     shares = ", ".join(f"{config.label} ({describe(config)})" for config in spec.configs)

@@ -59,11 +59,17 @@ class Config:
     share: ShareSpec
     memory: str  # spec.memory as written (bytes or a quantity), the FaSTPod's gpu_mem
     replicas: int
+    wake: ShareSpec | None = None  # a parked configuration (share 0/0): the share its pods are woken to
 
     @property
     def label(self) -> str:
-        """``q40-s12``: the config label's value and the FaSTPod name's suffix."""
+        """``q40-s12`` (``parked-s12`` for a parked configuration): what the child runs."""
         return config_label(self.share)
+
+    @property
+    def name_label(self) -> str:
+        """The FaSTPod name's suffix: the label, or for a parked configuration the one it wakes to."""
+        return config_label(self.wake or self.share)
 
     def annotations(self) -> dict[str, str]:
         """The four share annotations of the FaSTPod (fractions in their canonical form)."""
@@ -87,6 +93,7 @@ class Scaling:
     cost_model: str = "dominant"
     quotas: tuple[float, ...] = ()  # the allow-list of spec.scaling.configs (empty: any)
     sms: tuple[int, ...] = ()
+    parked: int = 0  # pods kept parked (time quota 0/0, memory held) when the policy would run none
 
 
 @attrs.frozen(kw_only=True)
@@ -122,22 +129,41 @@ def percent(permille: int) -> str:
 
 
 def config_label(share: ShareSpec) -> str:
+    """``q40-s12``; a parked share (time quota 0/0) is ``parked-s12``."""
+    if share.is_parked:
+        return f"{PARKED_PREFIX}-s{share.sm_percent}"
     return f"q{percent(share.request_permille)}-s{share.sm_percent}"
+
+
+PARKED_PREFIX = "parked"
+
+
+def parked_share(share: ShareSpec) -> ShareSpec:
+    """``share`` parked: time quota 0/0, the same SM partition and memory (neither can change on a
+    running pod, so parking and waking are live changes of the time quota alone)."""
+    return attrs.evolve(share, request_permille=0, limit_permille=0)
 
 
 def running_config_label(child: Mapping[str, Any]) -> str | None:
     """The configuration a child FaSTPod runs, from its share annotations (``q40-s12``; None when
     they do not parse). Its name and ``config`` label say what it was created as: a live quota
     change (the autoscaler's vertical step) changes the annotations only."""
+    share = running_share(child)
+    return config_label(share) if share is not None else None
+
+
+def running_share(child: Mapping[str, Any]) -> ShareSpec | None:
+    """The share a child FaSTPod's annotations give (None when they do not parse)."""
     annotations = (child.get("metadata") or {}).get("annotations") or {}
     try:
-        return config_label(parse_share(annotations))
+        return parse_share(annotations)
     except InvalidShareSpec:
         return None
 
 
 def fastpod_name(function: str, share: ShareSpec) -> str:
-    """``<fn>-q<quota%>-s<sm%>``: the child FaSTPod of one configuration."""
+    """``<fn>-q<quota%>-s<sm%>``: the child FaSTPod of one configuration (a parked one is named for
+    the configuration it wakes to: pass that)."""
     return f"{function}-{config_label(share)}"
 
 
@@ -249,6 +275,11 @@ def _config(spec: Mapping[str, Any], policy: str, profile: str, scaling: Mapping
         problems += [_field_problem(str(problem), limit_defaulted) for problem in error.problems
                      if not (limit_defaulted and request_bad and problem.field == keys.GPU_QUOTA_LIMIT)]
         return None, fallback, what
+    if share.is_parked:
+        field = "spec.fixed.quotaLimit" + (" (defaults to spec.fixed.quotaRequest)" if limit_defaulted else "")
+        problems.append(f'{field}: "0" gives the pods no GPU time; allowed: a fraction of GPU time in (0, 1] '
+                        "(pods that wait parked, their GPU memory held, are spec.scaling.parked)")
+        return None, fallback, what
     return Config(share=share, memory=str(annotations[keys.GPU_MEM]), replicas=replicas), fallback, what
 
 
@@ -290,7 +321,28 @@ def _scaling(scaling: Mapping[str, Any], problems: list[str]) -> Scaling:
                    interval_s=_number(scaling, "intervalSeconds", 0.1, problems),
                    headroom=_number(scaling, "headroom", 0, problems),
                    scale_down_delay_s=_number(scaling, "scaleDownDelaySeconds", 0, problems),
-                   cost_model=str(cost), quotas=tuple(float(q) for q in quotas), sms=tuple(int(sm) for sm in sms))
+                   cost_model=str(cost), quotas=tuple(float(q) for q in quotas), sms=tuple(int(sm) for sm in sms),
+                   parked=_parked(scaling, low, high, problems))
+
+
+MAX_PARKED = 16
+
+
+def _parked(scaling: Mapping[str, Any], low: float | None, high: float | None, problems: list[str]) -> int:
+    """``spec.scaling.parked``: 0 (the default) or, with ``minReplicas: 0``, up to maxReplicas and
+    MAX_PARKED pods."""
+    value = scaling.get("parked", 0)
+    most = min(MAX_PARKED, int(high)) if high is not None else MAX_PARKED
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= most:
+        problems.append(f"spec.scaling.parked: {value!r} is not allowed; allowed: a whole number of pods, 0..{most} "
+                        "(at most maxReplicas and 16)")
+        return 0
+    if value and (low if low is not None else 1) != 0:
+        problems.append(f"spec.scaling.parked: {value} needs spec.scaling.minReplicas 0 (it is "
+                        f"{int(low) if low is not None else 1}); allowed: parked pods only for a function that "
+                        "scales to zero")
+        return 0
+    return value
 
 
 def _slo(raw: object, problems: list[str]) -> Slo | None:

@@ -76,6 +76,10 @@ FUNCTION_LABEL: Final = f"{API_GROUP}/function"
 OPENFAAS_FUNCTION_LABEL: Final = "faas_function"
 # Label on a function's FaSTPod and pods naming the (quota, SM) configuration, e.g. "q40-s12".
 FUNCTION_CONFIG_LABEL: Final = f"{API_GROUP}/config"
+# Annotation on a function's parked FaSTPod (time quota 0/0) that the gateway woke (an RFC 3339 time):
+# it tells the function controller to take the woken pods as its own. Not copied to the pods (so it
+# is no part of the FaSTPod's revision).
+FASTPOD_WOKEN_ANNOTATION: Final = f"{API_GROUP}/woken"
 # OpenFaaS scale labels (on a FaSTPod written as a function, and in a FunctionDeployment).
 OPENFAAS_SCALE_MIN_LABEL: Final = "com.openfaas.scale.min"
 OPENFAAS_SCALE_MAX_LABEL: Final = "com.openfaas.scale.max"

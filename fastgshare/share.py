@@ -3,8 +3,9 @@
 Users write four annotations (on a FaSTPod or a Pod), values as strings:
 
 - ``fastgshare/gpu_quota_request``: guaranteed fraction of GPU time, ``0 <= request <= 1``;
-- ``fastgshare/gpu_quota_limit``: cap on the fraction of GPU time, ``request <= limit <= 1``
-  and ``limit > 0``;
+- ``fastgshare/gpu_quota_limit``: cap on the fraction of GPU time, ``request <= limit <= 1``;
+  a limit of 0 (so with a request of 0) *parks* the pod: it holds its GPU memory and gets no
+  GPU time (:attr:`ShareSpec.is_parked`);
 - ``fastgshare/gpu_sm_partition``: percent of the GPU's SMs, an integer ``1..100``,
   100 when absent;
 - ``fastgshare/gpu_mem``: GPU memory limit, a positive byte count (required), at most
@@ -58,8 +59,8 @@ def _permille_in_range(
 class ShareSpec:
     """A validated share. Build it with :func:`parse_share`, or directly in code and tests.
 
-    Invariants: ``0 <= request_permille <= limit_permille <= 1000``, ``limit_permille > 0``,
-    ``1 <= sm_percent <= 100`` and ``memory_bytes > 0``.
+    Invariants: ``0 <= request_permille <= limit_permille <= 1000`` (a limit of 0 only with a
+    request of 0: a parked pod), ``1 <= sm_percent <= 100`` and ``memory_bytes > 0``.
     """
 
     request_permille: int = attrs.field(validator=_permille_in_range)
@@ -68,8 +69,6 @@ class ShareSpec:
     memory_bytes: int
 
     def __attrs_post_init__(self) -> None:
-        if self.limit_permille == 0:
-            raise ValueError("limit_permille must be > 0")
         if self.request_permille > self.limit_permille:
             raise ValueError("request_permille must be <= limit_permille")
         if not 1 <= self.sm_percent <= keys.SM_UNITS:
@@ -81,6 +80,11 @@ class ShareSpec:
     def is_best_effort(self) -> bool:
         """A pod with no guaranteed time needs only memory and a slot to be placed."""
         return self.request_permille == 0
+
+    @property
+    def is_parked(self) -> bool:
+        """A parked pod (request and limit 0): it holds its GPU memory and gets no GPU time."""
+        return self.limit_permille == 0
 
     @property
     def area(self) -> int:
@@ -147,16 +151,13 @@ def parse_share(annotations: Mapping[str, object]) -> ShareSpec:
     problems: list[FieldProblem] = []
     request = _fraction(annotations, keys.GPU_QUOTA_REQUEST, _REQUEST_RANGE, problems)
     limit = _fraction(annotations, keys.GPU_QUOTA_LIMIT, _LIMIT_RANGE, problems)
-    if limit is not None and limit == 0:
-        problems.append(FieldProblem(keys.GPU_QUOTA_LIMIT, annotations[keys.GPU_QUOTA_LIMIT],
-                                     f'"0" is not allowed; allowed: {_LIMIT_RANGE}'))
-        limit = None
-    if request is not None and limit is not None and request > limit:
+    if request is not None and limit is not None and request > limit:  # a limit of 0 only parks (request 0)
+        parks = " (a limit of 0 parks the pod: request 0 too)" if limit == 0 else ""
         problems.append(FieldProblem(
             keys.GPU_QUOTA_REQUEST, annotations[keys.GPU_QUOTA_REQUEST],
             f"request {_show(annotations[keys.GPU_QUOTA_REQUEST])} is greater than "
             f"{keys.GPU_QUOTA_LIMIT} {_show(annotations[keys.GPU_QUOTA_LIMIT])}; "
-            "allowed: request <= limit",
+            f"allowed: request <= limit{parks}",
         ))
     sm = _sm_percent(annotations, problems)
     memory = _memory(annotations, problems)

@@ -96,6 +96,11 @@ class PodView:
     def below_request(self) -> bool:
         return self.achieved is not None and self.achieved < self.request - BELOW_REQUEST_MARGIN
 
+    @property
+    def parked(self) -> bool:
+        """Its assignment gives no GPU time (0/0): it holds its memory until its function wakes it."""
+        return self.limit == 0
+
 
 @attrs.frozen(kw_only=True)
 class GpuView:
@@ -185,6 +190,7 @@ def to_json(view: Sequence[NodeView]) -> dict[str, object]:
                              "throttledSecondsTotal": pod.throttled_seconds_total,
                              "meanTokenWaitSeconds": pod.mean_wait_seconds},
                 "belowRequest": pod.below_request,
+                "parked": pod.parked,
             } for pod in gpu.pods],
         } for gpu in node.gpus],
     } for node in view]}
@@ -192,6 +198,7 @@ def to_json(view: Sequence[NodeView]) -> dict[str, object]:
 
 GPU_COLUMNS = ("NODE", "GPU", "MODEL", "HEALTH", "PODS", "BUSY", "FREE AREA", "FREE MEMORY", "CTX RESERVE",
                "MEMORY HELD")
+PARKED_MARK = "parked"
 POD_COLUMNS = ("POD", "NODE", "GPU", "REQUEST", "LIMIT", "ACHIEVED", "SM", "MEMORY", "MEM USED")
 WIDE_POD_COLUMNS = (*POD_COLUMNS, "PHASE", "THROTTLED", "MEAN WAIT")
 
@@ -221,6 +228,8 @@ def pod_rows(view: Sequence[NodeView], *, wide: bool = False, qualify: bool = Tr
         for gpu in node.gpus:
             for pod in gpu.pods:
                 achieved = _share(pod.achieved) + (f" {BELOW_MARK}" if pod.below_request else "")
+                if pod.parked:
+                    achieved = PARKED_MARK
                 name = f"{pod.namespace}/{pod.name}" if qualify else pod.name
                 row: tuple[str, ...] = (name, node.name, str(gpu.index),
                        format_fraction(round(pod.request * 1000)), format_fraction(round(pod.limit * 1000)),
@@ -240,6 +249,11 @@ def render_table(view: Sequence[NodeView], *, wide: bool = False, qualify: bool 
     parts.append(_columns(WIDE_POD_COLUMNS if wide else POD_COLUMNS, pods) if pods else "No GPU pods.")
     notes = [f"node {node.name}: no metrics ({node.metrics_error}); ACHIEVED and MEM USED show -"
              for node in view if node.metrics_error and node.gpus]
+    parked = [pod for node in view for gpu in node.gpus for pod in gpu.pods if pod.parked]
+    if parked:
+        notes.append(f"{PARKED_MARK}: {len(parked)} pods with no GPU time (time quota 0/0) hold "
+                     f"{format_bytes(sum(pod.memory_limit_bytes for pod in parked))} of GPU memory until a request "
+                     "wakes them (spec.scaling.parked).")
     if any(pod.below_request for node in view for gpu in node.gpus for pod in gpu.pods):
         notes.append(f"{BELOW_MARK} below its request over the last 10 s: idle, or starved. In -o wide, THROTTLED is "
                      "time spent waiting\n  for its own limit, MEAN WAIT the mean wait for a token.")

@@ -133,9 +133,13 @@ class RunOptions:
 
     def _share(self, gpu_memory_bytes: int) -> ShareSpec:
         try:
-            return parse_share(self.annotations(gpu_memory_bytes))
+            share = parse_share(self.annotations(gpu_memory_bytes))
         except InvalidShareSpec as error:
             raise FlagError(self._describe(error)) from None
+        if share.is_parked:  # a parked pod waits to be woken; a command run so would never launch a kernel
+            raise FlagError(f'--limit: "{self.limit}" gives the command no GPU time; allowed: a decimal fraction of '
+                            'GPU time, 0 < limit <= 1 (e.g. "0.8")')
+        return share
 
     def _describe(self, error: InvalidShareSpec) -> str:
         given = {keys.GPU_QUOTA_REQUEST: self.request, keys.GPU_QUOTA_LIMIT: self.limit, keys.GPU_SM_PARTITION: self.sm,

@@ -5,7 +5,9 @@ A pod serves function ``<fn>`` of its namespace when it carries ``fastgshare.cap
 ``fastgshare.caps.in.tum/fastpod: <name>``) also serves function ``<name>`` (the original's user flow: a
 FaSTPod applied in ``fast-gshare-fn`` is a function). A pod is an endpoint while it is Ready, not being
 deleted and has an IP; its address is ``podIP:8080``. Capacity is 1.0 unless known (profiles come with the
-autoscaler).
+autoscaler). A pod whose share annotations give it no GPU time (quota 0/0) is *parked*: a function's
+requests go to its parked pods only while it has no other endpoint (they wait on the GPU until the pods
+are woken, see :mod:`fastgshare_gateway.routing`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 import attrs
 
 from fastgshare import keys
+from fastgshare.errors import InvalidShareSpec
+from fastgshare.share import parse_share
 
 FunctionKey = tuple[str, str]  # (namespace, name)
 
@@ -25,6 +29,7 @@ class Endpoint:
     pod: str  # the pod's name, unique within the function's namespace
     address: str  # host:port
     capacity: float = 1.0
+    parked: bool = False  # time quota 0/0: it serves once woken
 
 
 @attrs.frozen
@@ -37,6 +42,13 @@ class PodEntry:
 def _ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions if isinstance(c, Mapping))
+
+
+def _parked(annotations: Mapping[str, Any]) -> bool:
+    try:
+        return parse_share(annotations).is_parked
+    except InvalidShareSpec:
+        return False
 
 
 def pod_entry(pod: Mapping[str, Any], default_namespace: str = keys.DEFAULT_FUNCTION_NAMESPACE,
@@ -52,7 +64,8 @@ def pod_entry(pod: Mapping[str, Any], default_namespace: str = keys.DEFAULT_FUNC
     name = str(metadata.get("name", ""))
     return PodEntry(uid=str(metadata.get("uid") or f"{namespace}/{name}"),
                     functions=tuple((namespace, fn) for fn in sorted(names)),
-                    endpoint=Endpoint(pod=name, address=f"{ip}:{port}") if serving else None)
+                    endpoint=Endpoint(pod=name, address=f"{ip}:{port}",
+                                      parked=_parked(metadata.get("annotations") or {})) if serving else None)
 
 
 class EndpointIndex:
@@ -83,5 +96,7 @@ class EndpointIndex:
         return {key for entry in self._pods.values() for key in entry.functions}
 
     def endpoints(self, key: FunctionKey) -> list[Endpoint]:
+        """The function's serving pods; only while it has none, its parked ones."""
         found = [e.endpoint for e in self._pods.values() if key in e.functions and e.endpoint is not None]
-        return sorted(found, key=lambda endpoint: endpoint.pod)
+        awake = [endpoint for endpoint in found if not endpoint.parked]
+        return sorted(awake or found, key=lambda endpoint: endpoint.pod)

@@ -8,6 +8,13 @@
   wake-up (a merge patch setting ``spec.fixed.replicas`` to ``max(1, minReplicas)``) unless one is already
   on its way (single flight: until a pod is ready or the cold-start timeout has passed) or the FaSTFunc
   already asks for pods (a wake-up must never lower a count someone set);
+- :func:`wake_parked`: parked pods (``spec.scaling.parked``: time quota 0/0, model loaded, GPU memory held).
+  A request that finds only parked pods goes to them at once (it waits on the GPU), and the first one sends
+  the wake-up: a JSON patch on the parked child FaSTPod (``status.parked`` names it and the time quota it
+  wakes to) that tests it is still parked, sets the quota and marks it woken. The FaSTPod controller
+  carries it to the pods in place and the extender to their GPU, as any live share change. The gateway
+  wakes, not the function controller, because it sees the request the moment it arrives; the controller
+  would see it at its next tick after the next scrape of the gateways' counters (a second or more);
 - :func:`scale_problem`: ``scale-function`` to 0 only for a function that may scale to zero.
 """
 
@@ -18,9 +25,18 @@ from typing import Any
 
 import attrs
 
+from fastgshare import keys
 from fastgshare_gateway.openfaas import POLICY_FIXED
 
 DEFAULT_MIN_REPLICAS = 1  # the CRD's default
+
+
+@attrs.frozen
+class ParkedPods:
+    """``status.parked`` of a FaSTFunc: its parked child FaSTPod and the time quota it wakes to."""
+    fastpod: str
+    wake_request: str
+    wake_limit: str
 
 
 @attrs.frozen
@@ -29,6 +45,7 @@ class FunctionSettings:
     policy: str = POLICY_FIXED
     replicas: int | None = None  # spec.fixed.replicas, None when absent
     slo_s: float | None = None  # spec.slo.latencyMs in seconds, None when the FaSTFunc has no SLO
+    parked: ParkedPods | None = None  # status.parked, None when the function has no parked pods
 
     @property
     def scales_from_zero(self) -> bool:
@@ -54,7 +71,31 @@ def settings_of(fastfunc: Mapping[str, Any]) -> FunctionSettings:
         min_replicas=DEFAULT_MIN_REPLICAS if minimum is None else minimum,
         policy=str(scaling.get("policy") or POLICY_FIXED),
         replicas=_count(fixed.get("replicas")) if isinstance(fixed, Mapping) else None,
-        slo_s=slo_s)
+        slo_s=slo_s, parked=_parked(fastfunc.get("status") or {}))
+
+
+def _parked(status: Mapping[str, Any]) -> ParkedPods | None:
+    parked = status.get("parked")
+    if not isinstance(parked, Mapping):
+        return None
+    fields = (parked.get("fastPod"), parked.get("wakeQuotaRequest"), parked.get("wakeQuotaLimit"))
+    if not all(isinstance(field, str) and field for field in fields):
+        return None
+    return ParkedPods(*(str(field) for field in fields))
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def wake_parked(parked: ParkedPods, now: str) -> list[dict[str, Any]]:
+    """The JSON patch that wakes the parked child FaSTPod: it fails (422) unless the child is still parked,
+    so a wake-up never lowers a quota someone raised meanwhile. ``now``: RFC 3339, the woken mark."""
+    annotations = "/metadata/annotations/"
+    return [{"op": "test", "path": annotations + _pointer(keys.GPU_QUOTA_LIMIT), "value": "0"},
+            {"op": "replace", "path": annotations + _pointer(keys.GPU_QUOTA_REQUEST), "value": parked.wake_request},
+            {"op": "replace", "path": annotations + _pointer(keys.GPU_QUOTA_LIMIT), "value": parked.wake_limit},
+            {"op": "add", "path": annotations + _pointer(keys.FASTPOD_WOKEN_ANNOTATION), "value": now}]
 
 
 def wake_patch(settings: FunctionSettings) -> dict[str, Any]:

@@ -141,6 +141,7 @@ class Gateway:
         self._wakeups: set[asyncio.Task[None]] = set()
         if store is not None:
             functions.waker = self._wake
+            functions.parked_waker = self._wake_parked
 
     # --- the application ---------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -201,6 +202,25 @@ class Gateway:
             return
         self.functions.upsert_fastfunc(woken, namespace)  # before the watch brings it
 
+    def _wake_parked(self, key: FunctionKey, fastpod: str, patch: list[dict[str, Any]]) -> None:
+        """Send a parked child's wake-up (Functions decided it is due); runs on the event loop."""
+        task = asyncio.get_running_loop().create_task(self._send_wake_parked(key, fastpod, patch))
+        self._wakeups.add(task)
+        task.add_done_callback(self._wakeups.discard)
+
+    async def _send_wake_parked(self, key: FunctionKey, fastpod: str, patch: list[dict[str, Any]]) -> None:
+        namespace, name = key
+        log.info("waking the parked pods of function=%s.%s: FaSTPod %s to time quota %s..%s", name, namespace,
+                 fastpod, patch[1]["value"], patch[2]["value"])
+        try:
+            await self._call(self._store().wake_fastpod, namespace, fastpod, patch)
+        except ApiError as error:
+            if error.status == 422:  # the test failed: no longer parked (woken meanwhile)
+                return
+            log.warning("function=%s.%s: its parked pods could not be woken: %s; the next request retries",
+                        name, namespace, error)
+            self.functions.wake_failed(key)
+
     # --- invocations -------------------------------------------------------------------------
     async def invoke(self, request: web.Request) -> web.StreamResponse:
         name, namespace = openfaas.split_function_name(request.match_info["name"], self.functions.default_namespace)
@@ -226,6 +246,7 @@ class Gateway:
     async def _invoke(self, request: web.Request, pool: FunctionPool, key: FunctionKey,
                       tail: str) -> web.StreamResponse:
         self.functions.observe(key)
+        self.functions.arriving(key)
         try:
             endpoint = await pool.acquire()
         except QueueFull:

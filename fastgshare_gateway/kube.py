@@ -200,6 +200,12 @@ class KubeStore:
             raise
 
 
+    def wake_fastpod(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
+        rest.call(self._custom.patch_namespaced_custom_object, keys.FASTPOD_GROUP, keys.FASTPOD_VERSION,
+                  namespace, keys.FASTPOD_PLURAL, name, [dict(op) for op in patch], _content_type=rest.JSON_PATCH,
+                  timeout_s=REQUEST_TIMEOUT)
+
+
 MAX_LINE_BYTES = 64 * 1024  # a longer log line is cut into lines of this size
 
 

@@ -6,6 +6,8 @@ OpenFaaS's gateway names and labels (``openfaas/faas:gateway/metrics/metrics.go`
 code}`` once per completed invocation, ``gateway_function_invocation_started{function_name}`` once per
 invocation started, ``gateway_service_count{function_name}`` the function's ready pods as the gateway sees
 them. Ours: ``fastgshare_gateway_queue_depth`` and ``fastgshare_gateway_inflight`` per function, and
+``fastgshare_gateway_parked_pods{function_name}`` (ready pods parked: time quota 0/0, woken by the first
+request), ``fastgshare_gateway_wakeups_total{function_name}`` (parked pods woken by this gateway), and
 ``fastgshare_gateway_slo_violations_total{function_name}``: invocations that took longer than the FaSTFunc's
 ``spec.slo.latencyMs`` (when it has one), and every 5xx (a queue or cold-start timeout is a 503) and 429
 (:func:`slo_violated`).
@@ -44,6 +46,10 @@ class GatewayMetrics:
                                  ["function_name"], registry=self.registry)
         self.inflight = Gauge("fastgshare_gateway_inflight", "Requests sent to the function's pods, unanswered",
                               ["function_name"], registry=self.registry)
+        self.parked = Gauge("fastgshare_gateway_parked_pods", "Ready pods of the function that are parked "
+                            "(time quota 0/0, GPU memory held)", ["function_name"], registry=self.registry)
+        self.wakeups = Counter("fastgshare_gateway_wakeups", "Parked pods of the function woken by this gateway",
+                               ["function_name"], registry=self.registry)
         self.slo_violations = Counter("fastgshare_gateway_slo_violations",
                                       "Invocations slower than the function's SLO latency, and every 5xx and 429",
                                       ["function_name"], registry=self.registry)
@@ -65,10 +71,12 @@ class GatewayMetrics:
         """What ``GET /system/functions`` reports as ``invocationCount`` (this gateway's own count)."""
         return self._counts.get(function, 0)
 
-    def load(self, function: str, *, queued: int, inflight: int, ready: int) -> None:
+    def load(self, function: str, *, queued: int, inflight: int, ready: int, parked: int = 0) -> None:
+        """``ready``: pods that serve (parked ones not counted); ``parked``: ready pods parked."""
         self.queue_depth.labels(function).set(queued)
         self.inflight.labels(function).set(inflight)
         self.service_count.labels(function).set(ready)
+        self.parked.labels(function).set(parked)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

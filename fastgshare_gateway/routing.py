@@ -9,7 +9,10 @@ The FaSTFuncs' settings (:mod:`fastgshare_gateway.fastfunc`: minimum replicas, S
 from zero: :meth:`Functions.on_idle_wait` is the pools' hook; it takes :func:`~fastgshare_gateway.fastfunc.on_idle`'s
 decision, keeps the single-flight state (a wake-up is on its way until a pod of the function is ready, the
 cold-start timeout passes or the wake-up fails) and hands the patch to ``waker`` (the HTTP edge sends it
-through the store).
+through the store). Parked pods: :meth:`Functions.arriving` is called for each request before it waits; when
+the function's endpoints are all parked it hands :func:`~fastgshare_gateway.fastfunc.wake_parked`'s patch
+to ``parked_waker`` (single flight per function, until a pod serves, ``PARKED_WAKE_TIMEOUT_S`` passes or
+the wake-up fails).
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ from typing import Any
 
 from fastgshare import keys
 from fastgshare_gateway.endpoints import Endpoint, EndpointIndex, FunctionKey
-from fastgshare_gateway.fastfunc import FunctionSettings, on_idle, settings_of
+from fastgshare_gateway.fastfunc import FunctionSettings, on_idle, settings_of, wake_parked
 from fastgshare_gateway.metrics import GatewayMetrics, function_label
 from fastgshare_gateway.pool import FunctionPool, Limits
+
+PARKED_WAKE_TIMEOUT_S = 10.0  # a wake-up of parked pods counts as on its way this long
+
+
+def _rfc3339_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class Functions:
@@ -36,8 +45,12 @@ class Functions:
         self.cold_start_timeout_s = cold_start_timeout_s
         # sends a wake-up patch (the HTTP edge sets it when it has a store); it calls wake_failed on failure
         self.waker: Callable[[FunctionKey, dict[str, Any]], None] | None = None
+        # sends a parked child's wake-up: (function, FaSTPod name, JSON patch); wake_failed on failure
+        self.parked_waker: Callable[[FunctionKey, str, list[dict[str, Any]]], None] | None = None
+        self.now: Callable[[], str] = _rfc3339_now
         self._clock = clock
         self._waking: dict[FunctionKey, float] = {}  # a wake-up sent: until when it counts as on its way
+        self._waking_parked: dict[FunctionKey, float] = {}  # the same for parked pods
         self._index = EndpointIndex(default_namespace)
         self._fastfuncs: dict[FunctionKey, FunctionSettings] = {}
         self._injected: dict[FunctionKey, list[Endpoint]] = {}
@@ -107,16 +120,31 @@ class Functions:
             self.waker(key, hold.patch)
         return hold.timeout_s
 
+    def arriving(self, key: FunctionKey) -> None:
+        """A request for ``key`` is about to wait for a pod: when all its pods are parked, wake them (once)."""
+        settings = self._fastfuncs.get(key)
+        endpoints = self._endpoints(key)
+        if settings is None or settings.parked is None or not endpoints or not all(e.parked for e in endpoints):
+            return
+        until = self._waking_parked.get(key)
+        if (until is not None and self._clock() < until) or self.parked_waker is None:
+            return
+        self._waking_parked[key] = self._clock() + PARKED_WAKE_TIMEOUT_S
+        self.metrics.wakeups.labels(function_label(key[1], key[0])).inc()
+        self.parked_waker(key, settings.parked.fastpod, wake_parked(settings.parked, self.now()))
+
     def wake_failed(self, key: FunctionKey) -> None:
         """The wake-up could not be sent: the next request waiting for ``key`` sends another."""
         self._waking.pop(key, None)
+        self._waking_parked.pop(key, None)
 
     def observe(self, key: FunctionKey) -> None:
         """Publish the function's queue, in-flight and ready gauges."""
         pool = self._pools.get(key)
         if pool is not None:
+            parked = sum(1 for endpoint in pool.endpoints if endpoint.parked)
             self.metrics.load(function_label(key[1], key[0]), queued=pool.queued, inflight=pool.inflight,
-                              ready=len(pool.endpoints))
+                              ready=len(pool.endpoints) - parked, parked=parked)
 
     def _endpoints(self, key: FunctionKey) -> list[Endpoint]:
         return self._injected.get(key) or self._index.endpoints(key)
@@ -127,6 +155,8 @@ class Functions:
             endpoints = self._endpoints(key)
             if endpoints:
                 self._waking.pop(key, None)  # woken
+            if any(not endpoint.parked for endpoint in endpoints):
+                self._waking_parked.pop(key, None)
             if pool is not None:
                 pool.set_endpoints(endpoints)
                 self.observe(key)

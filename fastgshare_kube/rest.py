@@ -44,6 +44,7 @@ REQUEST_TIMEOUT_S = 30
 LIST_TIMEOUT_S = 120
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 ApiClient = client.ApiClient
 

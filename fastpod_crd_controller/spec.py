@@ -31,6 +31,7 @@ from fastpod_crd_controller.selector import LabelSelector, parse_selector, valid
 # write on pods and nodes for each other (a user must not be able to forge an assignment).
 NOT_INHERITED = frozenset({
     "kubectl.kubernetes.io/last-applied-configuration",
+    keys.FASTPOD_WOKEN_ANNOTATION,
     *keys.SYSTEM_POD_ANNOTATIONS,
     *keys.SYSTEM_NODE_ANNOTATIONS,
 })

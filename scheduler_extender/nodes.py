@@ -29,7 +29,7 @@ from fastgshare.inventory import NodeInventory
 from fastgshare.ledger import NodeState, intern_key
 from fastgshare.placement import NodeVerdict, Policy, evaluate_node, score_node
 from fastgshare.share import ShareSpec
-from scheduler_extender.resharing import judge_change
+from scheduler_extender.resharing import ShareChange, judge_change
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +105,14 @@ class NodeEntry:
                 found = _remember(self._empty, share, evaluate_node(NodeState(inventory), share))
             return found
 
-    def judge_change(self, pod_id: str, gpu_uuid: str, current: ShareSpec, wanted: ShareSpec) -> None:
-        """Whether the pod on ``gpu_uuid`` may have ``wanted`` instead of ``current``; raises
-        :class:`~scheduler_extender.resharing.ShareChangeRefused` if not."""
+    def judge_change(self, pod_id: str, gpu_uuid: str, current: ShareSpec, wanted: ShareSpec) -> ShareChange:
+        """The share the pod on ``gpu_uuid`` gets instead of ``current`` when it asks for ``wanted``
+        (:func:`~scheduler_extender.resharing.judge_change`); raises
+        :class:`~scheduler_extender.resharing.ShareChangeRefused` if it keeps ``current``."""
         others = self.without_pod(pod_id)
         with others._lock:
             ledger = others.state.ledgers.get(gpu_uuid) if others.state is not None else None
-            judge_change(current, wanted, ledger)
+            return judge_change(current, wanted, ledger)
 
     # --- new entries (copy-on-write) -----------------------------------------------------
     def rebuilt(self, pods: list[tuple[str, str, ShareSpec]]) -> NodeEntry:

@@ -13,6 +13,13 @@ assignment holds. One worker thread then, per pod:
 3. records an event on the pod: ``ShareChanged`` (Normal), or ``ShareChangeRefused`` (Warning,
    once per distinct change: the same edit seen again is not reported again) saying why.
 
+A parked pod (request and limit 0) whose wake does not fit is woken without its request: the
+assignment gets request 0 and the new limit, and a ``WokenWithoutRequest`` Warning (once per
+distinct change, like a refusal) names the pod, the GPU, the request and what is free. Its
+annotations still ask for the request, so, like a refused change, it is tried again at the pod's
+next event (any update of the pod; the extender does not watch for room freed on the GPU) and
+reported again only when its annotations are edited to another change.
+
 The node agent's arbiter follows the assignment (its pod cache) and applies the new time share to
 the running pod's processes from its next decision.
 """
@@ -39,6 +46,7 @@ log = logging.getLogger(__name__)
 
 REASON_CHANGED = "ShareChanged"
 REASON_REFUSED = "ShareChangeRefused"
+REASON_WOKEN_WITHOUT_REQUEST = "WokenWithoutRequest"
 NORMAL, WARNING = "Normal", "Warning"
 CONFLICT_RETRIES = 5
 RETRY_DELAY_S = 1.0  # after an API failure, try the pod again this much later
@@ -153,11 +161,26 @@ class ShareChanges:
             written = self._write(pod, start)
         finally:
             self._state.end_share_change(start, written)
-        if written:
-            message = (f"time share changed from {_time(start.old)} to {_time(start.new)} of GPU {start.gpu_index} "
-                       f"({start.gpu_uuid}); the node's arbiter applies it to the running processes")
-            log.info("share change pod=%s %s", pod.key, message)
-            self._events.event(pod_object(pod), NORMAL, REASON_CHANGED, message)
+        if not written:
+            return
+        if start.short_of is not None:
+            self._woken_without_request(pod, start, start.short_of)
+            return
+        message = (f"time share changed from {_time(start.old)} to {_time(start.new)} of GPU {start.gpu_index} "
+                   f"({start.gpu_uuid}); the node's arbiter applies it to the running processes")
+        log.info("share change pod=%s %s", pod.key, message)
+        self._events.event(pod_object(pod), NORMAL, REASON_CHANGED, message)
+
+    def _woken_without_request(self, pod: PodRecord, start: ShareChangeStart, short_of: str) -> None:
+        """A parked pod woken with request 0 and its new limit: reported once per distinct change,
+        which stays asked for (its annotations are as written) and is retried like a refused one."""
+        if not self._remember_refused(pod):
+            return
+        message = (f"pod {pod.key} woken without its request: {short_of}; "
+                   f"it runs with {_time(start.new)} (the GPU's idle time up to its limit, no guarantee) until "
+                   f"{_time(start.wanted)} fits: tried again at the pod's next update or edit")
+        log.info("share change pod=%s partial wake: %s", pod.key, message)
+        self._events.event(pod_object(pod), WARNING, REASON_WOKEN_WITHOUT_REQUEST, message)
 
     def _write(self, pod: PodRecord, start: ShareChangeStart) -> bool:
         assignment = PodAssignment(node_name=start.node, gpu_uuid=start.gpu_uuid, gpu_index=start.gpu_index,
@@ -199,7 +222,7 @@ class ShareChanges:
             return None
         assignment = pod_assignment(current, self._state.trust)
         try:
-            same = (wanted_share(current.annotations) == start.new and assignment is not None
+            same = (wanted_share(current.annotations) == start.wanted and assignment is not None
                     and assignment.share == start.old and assignment.gpu_uuid == start.gpu_uuid)
         except ShareChangeRefused:
             same = False
@@ -228,16 +251,22 @@ class ShareChanges:
             self.notice(current)
 
     def _refuse(self, pod: PodRecord, message: str) -> None:
+        if not self._remember_refused(pod):
+            return  # this change was reported already
+        log.info("share change pod=%s refused: %s", pod.key, message)
+        self._events.event(pod_object(pod), WARNING, REASON_REFUSED, message)
+
+    def _remember_refused(self, pod: PodRecord) -> bool:
+        """Remember the change ``pod`` asks for as not (fully) given; False if it was already."""
         change = change_key(pod.annotations)
         with self._lock:
             if self._refused.get(pod.uid) == change:
-                return  # this change was reported already
+                return False
             self._refused[pod.uid] = change
             self._refused.move_to_end(pod.uid)
             while len(self._refused) > REMEMBERED:
                 self._refused.popitem(last=False)
-        log.info("share change pod=%s refused: %s", pod.key, message)
-        self._events.event(pod_object(pod), WARNING, REASON_REFUSED, message)
+        return True
 
 
 def _time(share: ShareSpec) -> str:

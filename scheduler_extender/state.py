@@ -108,8 +108,15 @@ class ShareChangeStart:
     gpu_index: int
     assigned_at_ms: int  # the new assignment's time: later than the one it replaces
     old: ShareSpec
-    new: ShareSpec
+    new: ShareSpec  # what the pod gets: the share asked for, or a parked pod woken without its request
     old_assigned_at_ms: int = 0
+    asked: ShareSpec | None = None  # the share the pod's annotations ask for, when it is not ``new``
+    short_of: str | None = None  # why ``new`` is not what was asked (``ShareChange.short_of``)
+
+    @property
+    def wanted(self) -> ShareSpec:
+        """The share the pod's annotations ask for."""
+        return self.asked if self.asked is not None else self.new
 
 
 @attrs.frozen
@@ -353,7 +360,9 @@ class ClusterState:
 
     # --- live share changes ------------------------------------------------------------------
     def begin_share_change(self, uid: str, wanted: ShareSpec) -> ShareChangeStart | None:
-        """Take ``wanted`` on the bound pod's GPU in place of its share, if it may have it.
+        """Take ``wanted`` on the bound pod's GPU in place of its share, if it may have it (a parked
+        pod whose wake does not fit takes request 0 with ``wanted``'s limit instead:
+        :attr:`ShareChangeStart.short_of` says why).
 
         None if there is nothing to change here (the pod is not placed and bound, a bind or
         another change of it is in progress, or it has that share already); raises
@@ -369,12 +378,13 @@ class ClusterState:
             if entry is None or entry.state is None:
                 raise ShareChangeRefused(f"node {placement.node} has no usable GPU inventory in the extender's "
                                          f"cache; the share stays {placement.share.describe()}")
-            entry.judge_change(uid, placement.gpu_uuid, placement.share, wanted)
+            change = entry.judge_change(uid, placement.gpu_uuid, placement.share, wanted)
             start = ShareChangeStart(uid=uid, node=placement.node, gpu_uuid=placement.gpu_uuid,
                                      gpu_index=placement.gpu_index,
                                      assigned_at_ms=max(self._now_ms(), placement.assigned_at_ms + 1),
-                                     old=placement.share, new=wanted, old_assigned_at_ms=placement.assigned_at_ms)
-            self._reshare(placement, wanted)
+                                     old=placement.share, new=change.share, old_assigned_at_ms=placement.assigned_at_ms,
+                                     asked=wanted if change.share != wanted else None, short_of=change.short_of)
+            self._reshare(placement, change.share)
             placement.assigned_at_ms = start.assigned_at_ms
             placement.share_pending = True
             return start

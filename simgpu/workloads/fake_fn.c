@@ -26,6 +26,8 @@
  *                             connections are read and answered in parallel
  *   FAKE_FN_ECHO_MAX          body bytes echoed back, 0..65536 (default 256)
  *   FAKE_FN_MEMORY            GPU memory to allocate at start, bytes or with Ki/Mi/Gi (default 0)
+ *   FAKE_FN_LOAD_MS           a model's load time: after the GPU is set up, wait this long before
+ *                             listening (so before /_/health answers), 0..600000 (default 0)
  * The pod's name in answers: FASTGSHARE_POD, else FASTGSHARE_POD_NAME, else the host name.
  *
  * HTTP: request line + headers (CRLF or bare LF line ends), a body by Content-Length or chunked
@@ -70,7 +72,7 @@
 
 struct config {
     unsigned long long gpu_us, kernel_us, max_body, max_header, read_timeout_ms, max_connections, echo_max, memory;
-    unsigned long long concurrency;
+    unsigned long long concurrency, load_ms;
     unsigned long long port;
     double gpu_ms;
     struct in_addr host;
@@ -250,6 +252,7 @@ static void read_config(void)
     cfg.concurrency = env_uint("FAKE_FN_CONCURRENCY", 0, 0, 4096, "a count, 0..4096 (0: no limit)");
     cfg.echo_max = env_uint("FAKE_FN_ECHO_MAX", 256, 0, 65536, "bytes, 0..65536");
     cfg.memory = env_size("FAKE_FN_MEMORY");
+    cfg.load_ms = env_uint("FAKE_FN_LOAD_MS", 0, 0, 600000, "milliseconds, 0..600000");
     const char *host = getenv("FAKE_FN_HOST");
     if (host == NULL || *host == '\0')
         host = "0.0.0.0";
@@ -291,6 +294,11 @@ static int setup_gpu(void)
     if (cfg.memory > 0) {
         CUdeviceptr memory;
         SETUP(cuMemAlloc(&memory, (size_t)cfg.memory)); /* held for the process's life */
+    }
+    if (cfg.load_ms > 0) { /* stands for reading the weights and copying them to the GPU */
+        struct timespec load = {(time_t)(cfg.load_ms / 1000), (long)(cfg.load_ms % 1000) * 1000000L};
+        while (nanosleep(&load, &load) != 0 && errno == EINTR && !stopping)
+            ;
     }
     return 0;
 }

@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import threading
+import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -244,6 +245,7 @@ def test_sigterm_stops_it_cleanly(run_fake_fn: RunFakeFn) -> None:
     ("FAKE_FN_HOST", "localhost", "IPv4 address"),
     ("FAKE_FN_MAX_CONNECTIONS", "1e3", "1..4096"),
     ("FAKE_FN_MEMORY", "1GB", "Ki, Mi, Gi"),
+    ("FAKE_FN_LOAD_MS", "3s", "0..600000"),
 ])
 def test_a_bad_setting_is_one_line_and_exit_64(build: Build, gpu_dir: Path, name: str, value: str,
                                               allowed: str) -> None:
@@ -267,6 +269,19 @@ def test_memory_at_start_is_charged_and_a_refusal_stops_it(build: Build, gpu_dir
     assert result.returncode == 1
     assert "cuMemAlloc" in result.stderr
     assert "OUT_OF_MEMORY" in result.stderr
+
+
+def test_a_model_load_delays_listening_after_the_memory_is_held(build: Build, gpu_dir: Path,
+                                                                arbiter: FakeArbiter) -> None:
+    started = time.monotonic()
+    server = start_fake_fn(fake_fn_env(build, gpu_dir, arbiter=arbiter,
+                                       settings={"FAKE_FN_MEMORY": "64Mi", "FAKE_FN_LOAD_MS": "1500"}))
+    try:
+        assert time.monotonic() - started >= 1.5  # a lower bound: the ready line comes after the load
+        assert arbiter.memory_used == 64 << 20
+        assert_still_serving(server)
+    finally:
+        server.stop()
 
 
 def test_mangled_requests_never_stop_it(run_fake_fn: RunFakeFn) -> None:

@@ -79,6 +79,7 @@ class MemoryStore:
         self.fastpods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in fastpods or []}
         self._version = 0
         self.patches: list[tuple[str, str, dict[str, Any]]] = []  # every patch_fastfunc call, in order
+        self.wakes: list[tuple[str, str, list[dict[str, Any]]]] = []  # every wake_fastpod call, in order
 
     def _stamp(self, obj: Mapping[str, Any]) -> dict[str, Any]:
         self._version += 1
@@ -126,3 +127,18 @@ class MemoryStore:
     def get_fastpod(self, namespace: str, name: str) -> dict[str, Any] | None:
         found = self.fastpods.get((namespace, name))
         return copy.deepcopy(found) if found else None
+
+    def wake_fastpod(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
+        """A JSON patch on a FaSTPod's annotations, as the API server applies it (a failed test: 422)."""
+        self.wakes.append((namespace, name, copy.deepcopy(patch)))
+        current = self.fastpods.get((namespace, name))
+        if current is None:
+            raise ApiError(404, "NotFound", "not found")
+        annotations = dict(current["metadata"].get("annotations") or {})
+        for op in patch:
+            key = op["path"].removeprefix("/metadata/annotations/").replace("~1", "/").replace("~0", "~")
+            if op["op"] == "test" and annotations.get(key) != op["value"]:
+                raise ApiError(422, "Invalid", f"the test of {key} failed")
+            if op["op"] in ("add", "replace"):
+                annotations[key] = op["value"]
+        current["metadata"]["annotations"] = annotations

@@ -148,3 +148,19 @@ def test_free_memory_counts_each_pods_context_reserve_and_the_reserve_is_shown()
     header, row0 = (re.split(r" {2,}", line) for line in table.splitlines()[:2])
     assert (header[7:9], row0[7:9]) == (["FREE MEMORY", "CTX RESERVE"], ["12.41 GiB", "300 MiB"])
     assert max(len(line) for line in table.splitlines()) <= 120, table
+
+
+def test_a_parked_pod_shows_as_parked_and_the_memory_parked_pods_hold_is_said() -> None:
+    parked = [pod("resnet-q40-s12-abcde", 1, 0, 0, 12, 2 * GiB), pod("resnet-q40-s12-fghij", 1, 0, 0, 12, 2 * GiB)]
+    (node,) = build_view([NodeFacts(name=NODE, inventory=INVENTORY)], [*PODS, *parked], SAMPLES)
+    shown = {p.name: p for p in node.gpus[1].pods}
+    assert shown["resnet-q40-s12-abcde"].parked and not shown["gpt2-serving-0"].parked
+    assert node.gpus[1].free_memory_bytes == 16 * GiB - 4 * GiB - 4 * GiB  # parked pods hold their memory
+    assert node.gpus[1].free_area == pytest.approx(0.9)  # and no time x SM area
+    table = render_table([node])
+    row = next(line for line in table.splitlines() if line.startswith("team-a/resnet-q40-s12-abcde"))
+    assert row.split()[3:6] == ["0", "0", "parked"]
+    assert "parked: 2 pods with no GPU time (time quota 0/0) hold 4 GiB of GPU memory" in table
+    pods = to_json([node])["nodes"][0]["gpus"][1]["pods"]  # type: ignore[index]
+    assert {p["name"]: p["parked"] for p in pods} == {"gpt2-serving-0": False, "resnet-q40-s12-abcde": True,
+                                                    "resnet-q40-s12-fghij": True}

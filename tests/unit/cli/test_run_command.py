@@ -81,8 +81,10 @@ def test_the_command_after_the_double_dash_keeps_its_own_flags() -> None:
 @pytest.mark.parametrize(("argv", "line"), [
     (["--limit", "1.5"], 'fastgshare run: --limit: "1.5" is out of range; allowed: a decimal fraction of GPU time, '
                          '0 < limit <= 1 (e.g. "0.8")'),
-    (["--limit", "0"], 'fastgshare run: --limit: "0" is not allowed; allowed: a decimal fraction of GPU time, '
-                       '0 < limit <= 1 (e.g. "0.8")'),
+    (["--limit", "0"], 'fastgshare run: --limit: "0" gives the command no GPU time; allowed: a decimal fraction of '
+                       'GPU time, 0 < limit <= 1 (e.g. "0.8")'),
+    (["--request", "0.5", "--limit", "0"], 'fastgshare run: --request: request "0.5" is greater than --limit "0"; '
+                                           'allowed: request <= limit (a limit of 0 parks the pod: request 0 too)'),
     (["--request", "0.5", "--limit", "0.3"], 'fastgshare run: --request: request "0.5" is greater than --limit '
                                              '"0.3"; allowed: request <= limit'),
     (["--request", "-1"], 'fastgshare run: --request: "-1" is negative; allowed: a decimal fraction of GPU time, '

@@ -18,6 +18,8 @@ VALID = [
     pytest.param(annotations(request="1", limit="1.0"), (1000, 1000, 50, 2**30), id="whole-gpu"),
     pytest.param(annotations(request=".25", limit=".5"), (250, 500, 50, 2**30), id="leading-dot"),
     pytest.param(annotations(request="0.4", limit="0.4"), (400, 400, 50, 2**30), id="request-equals-limit"),
+    pytest.param(annotations(request="0", limit="0"), (0, 0, 50, 2**30), id="parked"),
+    pytest.param(annotations(request="0.0", limit="0.000"), (0, 0, 50, 2**30), id="parked-spelled-long"),
     pytest.param(annotations(request="0.0004", limit="0.0005"), (1, 1, 50, 2**30), id="rounds-up-to-permille"),
     pytest.param(annotations(request="0.1234", limit="0.1235"), (124, 124, 50, 2**30), id="rounds-up-not-down"),
     pytest.param(annotations(sm=None), (400, 800, 100, 2**30), id="sm-defaults-to-100"),
@@ -65,10 +67,9 @@ INVALID = [
     pytest.param(annotations(limit="1.01"), keys.GPU_QUOTA_LIMIT,
                  '"1.01" is out of range; allowed: a decimal fraction of GPU time, 0 < limit <= 1',
                  id="limit-above-one"),
-    pytest.param(annotations(request="0", limit="0"), keys.GPU_QUOTA_LIMIT,
-                 '"0" is not allowed; allowed: a decimal fraction of GPU time, 0 < limit <= 1', id="limit-zero"),
-    pytest.param(annotations(request="0.0", limit="0.000"), keys.GPU_QUOTA_LIMIT, "is not allowed",
-                 id="limit-zero-spelled-long"),
+    pytest.param(annotations(request="0.4", limit="0"), keys.GPU_QUOTA_REQUEST,
+                 f'request "0.4" is greater than {keys.GPU_QUOTA_LIMIT} "0"; allowed: request <= limit (a limit of 0 '
+                 'parks the pod: request 0 too)', id="limit-zero-with-a-request"),
     pytest.param(annotations(request="0.9", limit="0.5"), keys.GPU_QUOTA_REQUEST,
                  f'request "0.9" is greater than {keys.GPU_QUOTA_LIMIT} "0.5"; allowed: request <= limit',
                  id="request-above-limit"),
@@ -122,11 +123,20 @@ def test_unrelated_annotations_are_ignored() -> None:
     assert parse_share({**annotations(), "team": "vision", "fastgshare/other": "x"}) == parse_share(annotations())
 
 
+def test_a_parked_share_holds_memory_and_no_time() -> None:
+    parked = ShareSpec(request_permille=0, limit_permille=0, memory_bytes=2**30)
+    assert parked.is_parked
+    assert parked.is_best_effort
+    assert parked.area == 0
+    assert not ShareSpec(request_permille=0, limit_permille=1, memory_bytes=1).is_parked
+    assert parse_share(share_annotations(parked)) == parked
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [
         pytest.param({"request_permille": 500, "limit_permille": 400}, id="request-above-limit"),
-        pytest.param({"request_permille": 0, "limit_permille": 0}, id="zero-limit"),
+        pytest.param({"request_permille": 1, "limit_permille": 0}, id="zero-limit-with-a-request"),
         pytest.param({"request_permille": 0, "limit_permille": 1001}, id="limit-above-window"),
         pytest.param({"request_permille": -1, "limit_permille": 10}, id="negative-request"),
         pytest.param({"request_permille": 1, "limit_permille": 10, "sm_percent": 0}, id="sm-zero"),

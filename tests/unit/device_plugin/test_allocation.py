@@ -23,7 +23,7 @@ from device_plugin.allocation import (
 from device_plugin.arbiter.shares import share_of
 from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust
-from fastgshare.share import share_annotations
+from fastgshare.share import ShareSpec, share_annotations
 from simgpu.state import LOCK_FILE, STATE_FILE
 from tests.builders import TEST_TRUST, make_share
 from tests.builders_k8s import assignment, pod_record
@@ -313,6 +313,26 @@ def test_an_assignment_beyond_the_pods_own_share_is_not_served() -> None:
     assert pod.assignment is None
     assert "memoryBytes 17179869184 > 268435456" in (pod.assignment_problem or "")
     assert share_of(pod) is None  # what the arbiter would give the hook
+
+
+@pytest.mark.parametrize(("given", "own"), [
+    pytest.param(make_share(request=0, limit=0, sm=50), make_share(request=0, limit=0, sm=50), id="parked"),
+    pytest.param(make_share(request=0, limit=400, sm=50), make_share(request=400, limit=400, sm=50),
+                 id="woken-without-its-request"),
+    pytest.param(make_share(request=300, limit=600, sm=50), make_share(request=800, limit=800, sm=50),
+                 id="a-refused-raise"),
+])
+def test_an_assignment_giving_less_time_than_the_pods_own_share_asks_for_is_served(given: ShareSpec,
+                                                                                   own: ShareSpec) -> None:
+    """A parked pod (0/0), and the extender's answers to a share its annotations ask for that did not fit:
+    a parked pod woken with request 0 and its new limit, or a raise refused (the old share stays).
+    The node agent serves what the extender signed as long as it gives no more than the pod asks for."""
+    pod = pod_record("p", NODE, assigned=attrs.evolve(assignment(NODE, "G0"), share=given), own=share_annotations(own))
+    assert pod.assignment is not None, pod.assignment_problem
+    served = share_of(pod)
+    assert served is not None
+    assert (served.time.request_permille, served.time.limit_permille) == (given.request_permille,
+                                                                         given.limit_permille)
 
 
 def test_unsigned_assignments_are_served_only_when_allowed() -> None:

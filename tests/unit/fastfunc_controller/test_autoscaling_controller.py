@@ -58,9 +58,12 @@ class FakeKube:
         for op in operations:
             if op["op"] == "add" and op["path"] == "/spec/replicas":
                 child["spec"]["replicas"] = op["value"]
-            elif op["op"] == "add" and op["path"].startswith("/metadata/annotations/"):
+            elif op["op"] in ("add", "remove") and op["path"].startswith("/metadata/annotations/"):
                 key = op["path"].removeprefix("/metadata/annotations/").replace("~1", "/").replace("~0", "~")
-                child["metadata"]["annotations"][key] = op["value"]
+                if op["op"] == "add":
+                    child["metadata"]["annotations"][key] = op["value"]
+                else:
+                    del child["metadata"]["annotations"][key]
         self.made.fastpods.upsert(child)
 
     def delete_fastpod(self, namespace: str, name: str, uid: str) -> None:

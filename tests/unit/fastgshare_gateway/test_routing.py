@@ -56,6 +56,27 @@ def test_the_index_follows_upserts_and_deletes() -> None:
     assert [e.pod for e in index.endpoints((NS, "other"))] == ["b"]
 
 
+def share(request: str, limit: str) -> dict[str, str]:
+    return {keys.GPU_QUOTA_REQUEST: request, keys.GPU_QUOTA_LIMIT: limit, keys.GPU_SM_PARTITION: "12",
+            keys.GPU_MEM: "1Gi"}
+
+
+def test_parked_pods_serve_only_while_the_function_has_no_other_pod() -> None:
+    parked, awake = pod("a", ip="10.0.0.1"), pod("b", ip="10.0.0.2")
+    parked["metadata"]["annotations"] = share("0", "0")
+    awake["metadata"]["annotations"] = share("0.4", "0.4")
+    assert pod_entry(parked).endpoint == Endpoint(pod="a", address="10.0.0.1:8080", parked=True)
+    index = EndpointIndex()
+    index.replace([parked])
+    assert [(e.pod, e.parked) for e in index.endpoints((NS, "fn"))] == [("a", True)]
+    index.upsert(awake)
+    assert [(e.pod, e.parked) for e in index.endpoints((NS, "fn"))] == [("b", False)]
+    woken = pod("a", ip="10.0.0.1")
+    woken["metadata"]["annotations"] = share("0.4", "0.4")  # the FaSTPod controller carried the wake-up
+    index.upsert(woken)
+    assert [e.pod for e in index.endpoints((NS, "fn"))] == ["a", "b"]
+
+
 def test_a_function_exists_by_fastfunc_or_pods_in_a_served_namespace() -> None:
     functions = Functions([NS], Limits(), GatewayMetrics())
     assert functions.pool((NS, "fn")) is None

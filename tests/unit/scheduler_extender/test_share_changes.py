@@ -13,11 +13,18 @@ from fastgshare.codec import decode_assignment
 from fastgshare.inventory import GpuDevice
 from fastgshare.ledger import GpuLedger
 from scheduler_extender.records import PodRecord
-from scheduler_extender.resharing import ShareChangeRefused, judge_change, most_request_that_fits
-from scheduler_extender.share_changes import REASON_CHANGED, REASON_REFUSED, ShareChanges, asks_for_change
+from scheduler_extender.resharing import ShareChange, ShareChangeRefused, judge_change, most_request_that_fits
+from scheduler_extender.share_changes import (
+    REASON_CHANGED,
+    REASON_REFUSED,
+    REASON_WOKEN_WITHOUT_REQUEST,
+    ShareChanges,
+    asks_for_change,
+)
 from scheduler_extender.state import ClusterState
 from tests.builders import TEST_TRUST, make_gpu, make_share, share_annotations
 from tests.unit.scheduler_extender.conftest import FakeKube, assignment, node_record, pod_record, synced_state
+from tests.unit.scheduler_extender.test_binder import bind_args, binder
 
 GiB = 2**30
 
@@ -269,3 +276,127 @@ def test_pods_that_are_not_bound_or_finished_are_not_changes() -> None:
     done = running("p", "u1", annotations=share_annotations(request="0.5"))
     assert asks_for_change(done, TEST_TRUST)
     assert not asks_for_change(attrs.evolve(done, phase="Succeeded"), TEST_TRUST)
+
+
+# --- parked pods (request and limit 0) ---------------------------------------------------------
+def parked(name: str, uid: str, *, sm: int = 100) -> PodRecord:
+    """A running pod parked at request 0 limit 0: it holds its memory and gets no GPU time."""
+    return running(name, uid, request=0, limit=0, sm=sm, annotations=share_annotations(request="0", limit="0",
+                                                                                         sm=str(sm)))
+
+
+def test_a_parked_pods_wake_that_fits_is_an_ordinary_change() -> None:
+    ledger = GpuLedger(gpu())
+    ledger.add("other", make_share(request=500, sm=100))
+    wanted = make_share(request=400, limit=400, sm=100)
+    assert judge_change(make_share(request=0, limit=0, sm=100), wanted, ledger) == ShareChange(wanted)
+
+
+def test_a_parked_pods_wake_that_does_not_fit_gets_request_0_and_the_new_limit() -> None:
+    ledger = GpuLedger(gpu())
+    ledger.add("other", make_share(request=800, sm=100))
+    change = judge_change(make_share(request=0, limit=0, sm=100), make_share(request=400, limit=600, sm=100), ledger)
+    assert change.share == make_share(request=0, limit=600, sm=100)
+    assert change.short_of is not None
+    assert f"{keys.GPU_QUOTA_REQUEST} 0.4 does not fit GPU 0 (GPU-node-a-0)" in change.short_of
+    assert "at most 0.2 of the time is free for it at 100 % SM" in change.short_of
+    ledger.add("more", make_share(request=200, sm=100))  # now no time at all is left
+    change = judge_change(make_share(request=0, limit=0, sm=100), make_share(request=400, limit=600, sm=100), ledger)
+    assert change.share == make_share(request=0, limit=600, sm=100)
+    assert "no time is free for it at 100 % SM" in (change.short_of or "")
+
+
+def test_only_a_parked_pod_is_woken_without_its_request() -> None:
+    ledger = GpuLedger(gpu())
+    ledger.add("other", make_share(request=800, sm=100))
+    with pytest.raises(ShareChangeRefused, match=r"the share stays time 0\.\.0\.6"):  # best effort, not parked
+        judge_change(make_share(request=0, limit=600, sm=100), make_share(request=400, limit=600, sm=100), ledger)
+
+
+def test_a_parked_pod_woken_with_room_gets_its_share_as_an_ordinary_change() -> None:
+    other = running("q", "u2", request=500, sm=100, annotations=share_annotations(request="0.5", sm="100"))
+    pod = parked("p", "u1")
+    r = rig(other, pod)
+    assert ledger_share(r.state, "u1") == make_share(request=0, limit=0, sm=100)
+    r.edit(pod.key, request="0.4", limit="0.4")
+    r.changes.run_pending()
+    assert r.share_of(pod.key) == make_share(request=400, limit=400, sm=100)
+    assert [(reason, kind) for _, kind, reason, _ in r.events.sent] == [(REASON_CHANGED, "Normal")]
+    assert "from request 0 limit 0 to request 0.4 limit 0.4" in r.events.sent[0][3]
+
+
+def test_a_parked_pod_woken_without_room_runs_at_request_0_and_its_new_limit_until_the_request_fits() -> None:
+    other = running("q", "u2", request=800, sm=100, annotations=share_annotations(request="0.8", sm="100"))
+    pod = parked("p", "u1")
+    r = rig(other, pod)
+    r.edit(pod.key, request="0.4", limit="0.4")
+    r.changes.run_pending()
+    woken = r.kube.pods[pod.key]
+    written = decode_assignment(woken.annotations[keys.POD_ASSIGNMENT_ANNOTATION])
+    assert written.share == make_share(request=0, limit=400, sm=100)
+    assert (written.node_name, written.gpu_uuid) == ("node-a", "GPU-node-a-0")
+    signature = woken.annotations[keys.POD_ASSIGNMENT_SIGNATURE_ANNOTATION]
+    assert TEST_TRUST.problem(signature, pod_uid="u1", node_name="node-a", assignment=written) is None
+    assert (woken.annotations[keys.GPU_QUOTA_REQUEST], woken.annotations[keys.GPU_QUOTA_LIMIT]) == ("0.4", "0.4")
+    assert ledger_share(r.state, "u1") == make_share(request=0, limit=400, sm=100)
+    [(name, kind, reason, message)] = r.events.sent
+    assert (name, kind, reason) == ("p", "Warning", REASON_WOKEN_WITHOUT_REQUEST)
+    assert message.startswith(f"pod team-a/p woken without its request: {keys.GPU_QUOTA_REQUEST} 0.4 does not fit "
+                              "GPU 0 (GPU-node-a-0)")
+    assert "at most 0.2 of the time is free for it at 100 % SM" in message
+    assert "it runs with request 0 limit 0.4" in message
+    assert asks_for_change(woken, TEST_TRUST)  # the request is still asked for
+    r.watch(attrs.evolve(woken, phase="Running"))  # the same change seen again: tried, not reported again
+    r.changes.run_pending()
+    assert r.share_of(pod.key) == make_share(request=0, limit=400, sm=100)
+    assert len(r.events.sent) == 1
+    r.edit(pod.key, request="0.3")  # another edit: retried, refused like any raise that does not fit
+    r.changes.run_pending()
+    assert r.share_of(pod.key) == make_share(request=0, limit=400, sm=100)
+    assert [reason for _, _, reason, _ in r.events.sent] == [REASON_WOKEN_WITHOUT_REQUEST, REASON_REFUSED]
+    assert "the share stays time 0..0.4" in r.events.sent[-1][3]
+    r.state.delete_pod(other)  # room freed; the pod's next update retries the change
+    r.watch(attrs.evolve(r.kube.pods[pod.key], phase="Running"))
+    r.changes.run_pending()
+    assert r.share_of(pod.key) == make_share(request=300, limit=400, sm=100)
+    assert r.events.sent[-1][2] == REASON_CHANGED
+    assert not asks_for_change(r.kube.pods[pod.key], TEST_TRUST)
+
+
+def test_a_partial_wake_survives_a_concurrent_edit_of_another_annotation() -> None:
+    other = running("q", "u2", request=800, sm=100, annotations=share_annotations(request="0.8", sm="100"))
+    pod = parked("p", "u1")
+    r = rig(other, pod)
+    asked = r.edit(pod.key, request="0.4", limit="0.4")
+    r.kube.pods[pod.key] = attrs.evolve(asked, annotations={**asked.annotations, "team": "vision"},
+                                        resource_version=str(int(asked.resource_version) + 1))  # unseen by the watch
+    r.changes.process(asked)  # a conflict: re-read, still asks for the same share, written in this one go
+    assert r.share_of(pod.key) == make_share(request=0, limit=400, sm=100)
+    assert [reason for _, _, reason, _ in r.events.sent] == [REASON_WOKEN_WITHOUT_REQUEST]
+    r.changes.run_pending()
+    assert [reason for _, _, reason, _ in r.events.sent] == [REASON_WOKEN_WITHOUT_REQUEST]
+
+
+def test_a_parked_pod_binds_on_memory_alone_even_to_a_gpu_full_in_time(kube: FakeKube) -> None:
+    full = pod_record("full", uid="u0", node_name="node-a", assignment=assignment("node-a", request=1000, sm=100))
+    state = synced_state(node_record("node-a", 1), pods=(full,))
+    kube.add(pod_record("p", uid="u1", annotations=share_annotations(request="0", limit="0", sm="100")))
+    assert binder(state, kube).bind(bind_args(kube, "p")) == ""
+    written = decode_assignment(kube.pods["team-a/p"].annotations[keys.POD_ASSIGNMENT_ANNOTATION])
+    assert (written.gpu_uuid, written.share) == ("GPU-node-a-0", make_share(request=0, limit=0, sm=100))
+    entry = state.snapshot().nodes["node-a"]
+    assert entry.state is not None
+    ledger = entry.state.ledgers["GPU-node-a-0"]
+    assert ledger.used_area == 1000 * 100  # the full pod's rectangle alone: the parked pod has none
+    assert ledger.committed_memory >= 2 * GiB  # both pods' memory
+
+
+def test_a_parked_pod_still_needs_its_memory(kube: FakeKube) -> None:
+    full = pod_record("full", uid="u0", node_name="node-a",
+                      assignment=assignment("node-a", request=100, sm=100, mem=16 * GiB))
+    state = synced_state(node_record("node-a", 1), pods=(full,))
+    kube.add(pod_record("p", uid="u1", annotations=share_annotations(request="0", limit="0")))
+    error = binder(state, kube).bind(bind_args(kube, "p"))
+    assert error.startswith("fastgshare: node node-a: ")
+    assert "memory" in error
+    assert keys.POD_ASSIGNMENT_ANNOTATION not in kube.pods["team-a/p"].annotations
