@@ -23,6 +23,11 @@ LABEL org.opencontainers.image.title="fastgshare" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# Debian's NATS server: the store of asynchronous invocations (deploy/queue/nats.yaml runs it from
+# this image, so one image still serves every component).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends nats-server \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/vgpu_hook/build/libfastgshare-hook.so /usr/lib/fastgshare/libfastgshare-hook.so
 # The simulated driver (libcuda, NVML) a node without GPUs runs on when it carries the label
 # fastgshare.caps.in.tum/simulated-gpus: Allocate mounts it into GPU pods there; unused elsewhere.

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The serverless function components on their own: the FaSTFunc CRD, the function controller, the
-# gateway (OpenFaaS provider API), the function namespace fast-gshare-fn and its vGPU quota
-# (function-quota.yaml), and the gateway's Secret basic-auth when absent (as deploy/install.sh makes
-# it: user admin, a random password, never printed). deploy/install.sh
-# installs them together with the rest of fastgshare; this adds or removes only them.
+# gateway (OpenFaaS provider API), NATS and the queue workers (asynchronous invocations), the
+# function namespace fast-gshare-fn and its vGPU quota (function-quota.yaml), and the gateway's
+# Secret basic-auth when absent (as deploy/install.sh makes it: user admin, a random password, never
+# printed). deploy/install.sh installs them together with the rest of fastgshare; this adds or
+# removes only them.
 #
 #   deploy/functions.sh install            apply them and wait until they are up
 #   deploy/functions.sh uninstall          say what it will delete and ask
 #   deploy/functions.sh uninstall --yes    delete without asking (scripts)
 #
 # uninstall deletes every FaSTFunc (its FaSTPods, pods and Service go with it), the gateway, the
-# function controller and the FaSTFunc CRD. It keeps the namespace fast-gshare-fn and what else is
-# in it (FaSTPods written as functions are yours), and the rest of fastgshare. Without --yes and
-# without a terminal to ask on, it deletes nothing and exits 2.
+# function controller, the queue workers and NATS (with the invocations still queued), and the
+# FaSTFunc CRD. It keeps the namespace fast-gshare-fn and what else is in it (FaSTPods written as
+# functions are yours), and the rest of fastgshare. Without --yes and without a terminal to ask on,
+# it deletes nothing and exits 2.
 #
 # The functions below are also sourced by the tests (tests/unit/deploy/test_functions_script.py).
 set -euo pipefail
@@ -20,7 +22,8 @@ set -euo pipefail
 CRD=fastfuncs.fastgshare.caps.in.tum
 NAMESPACE=fastgshare-system
 FUNCTION_NAMESPACE=fast-gshare-fn
-COMPONENTS=(gateway/deployment.yaml gateway/rbac.yaml function-controller/deployment.yaml function-controller/rbac.yaml)
+COMPONENTS=(gateway/deployment.yaml gateway/rbac.yaml function-controller/deployment.yaml function-controller/rbac.yaml
+            queue/worker.yaml queue/nats.yaml queue/networkpolicy.yaml queue/rbac.yaml)
 
 die() {
     echo "functions.sh: $*" >&2
@@ -61,6 +64,7 @@ install() {
     done
     kubectl -n "$NAMESPACE" rollout status deployment/fastgshare-function-controller --timeout="${FASTGSHARE_WAIT_TIMEOUT:-180s}"
     kubectl -n "$NAMESPACE" rollout status deployment/fastgshare-gateway --timeout="${FASTGSHARE_WAIT_TIMEOUT:-180s}"
+    kubectl -n "$NAMESPACE" rollout status deployment/fastgshare-nats --timeout="${FASTGSHARE_WAIT_TIMEOUT:-180s}"
     echo "functions are installed: deploy with fastgshare fn deploy, or POST /system/functions on the gateway"
     echo "(service fastgshare-gateway.$NAMESPACE, port 8080; kubectl -n $NAMESPACE port-forward svc/fastgshare-gateway 8080)"
 }
@@ -73,7 +77,8 @@ uninstall() {
         [ -n "$name" ] && echo "  - FaSTFunc $namespace/$name (and its FaSTPods, pods and Service)"
     done <<<"$listed"
     echo "  - the gateway and the function controller (deployments, service accounts, roles in $NAMESPACE"
-    echo "    and $FUNCTION_NAMESPACE), and the FaSTFunc CRD $CRD"
+    echo "    and $FUNCTION_NAMESPACE), NATS with the asynchronous invocations still queued, the queue"
+    echo "    workers, and the FaSTFunc CRD $CRD"
     echo "It keeps the namespace $FUNCTION_NAMESPACE with anything else in it, and the rest of fastgshare."
     if ! confirmed "$yes"; then
         die "not confirmed, nothing deleted; run deploy/functions.sh uninstall --yes to delete the above"
@@ -103,7 +108,7 @@ main() {
                 esac
             done
             uninstall "$here" "$yes" ;;
-        -h | --help) sed -n '2,15s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" ;;
+        -h | --help) sed -n '2,17s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" ;;
         *) die "usage: deploy/functions.sh install | uninstall [--yes] (got '${action}')" ;;
     esac
 }

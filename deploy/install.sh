@@ -311,6 +311,9 @@ main() {
     wait_ready daemonset/fastgshare-node-agent
     wait_ready deployment/fastgshare-function-controller
     wait_ready deployment/fastgshare-gateway
+    # The queue workers are Ready once they reach NATS by its Service's name; not waited for, so that a
+    # cluster without DNS or kube-proxy (fastgshare cluster up --from-manifests) still installs.
+    wait_ready deployment/fastgshare-nats
     echo "fastgshare is installed; try: kubectl apply -f $here/examples/testfastpod.yaml && kubectl get fstp"
 }
 

@@ -69,8 +69,9 @@ main() {
         [ -n "$name" ] && echo "  - FaSTPod $namespace/$name (and its pods)"
     done <<<"$listed"
     echo "  - everything deploy/ created: namespace $NAMESPACE (controller, scheduler, node agent, MPS"
-    echo "    daemon, function controller, gateway), namespace fast-gshare-fn with every function in it,"
-    echo "    the FaSTPod CRD $CRD and the FaSTFunc CRD, and fastgshare's cluster roles and bindings"
+    echo "    daemon, function controller, gateway, NATS with the queued asynchronous invocations, queue"
+    echo "    workers), namespace fast-gshare-fn with every function in it, the FaSTPod CRD $CRD"
+    echo "    and the FaSTFunc CRD, and fastgshare's cluster roles and bindings"
     echo "    (deploy/functions.sh uninstall removes only the function components)"
     for node in $nodes; do
         echo "  - the $NODE_ANNOTATION and $METRICS_PORT_ANNOTATION annotations of node $node"

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 
 from fastfunc_controller import kube, names
 from fastfunc_controller.controller import Controller
-from fastfunc_controller.metrics_source import GatewayMetrics, check_gateway_url
+from fastfunc_controller.metrics_source import (
+    GatewayMetrics,
+    QueuedDemand,
+    QueueWorkers,
+    check_gateway_url,
+    check_queue_worker_url,
+)
 from fastfunc_controller.prometheus_source import DEFAULT_SCRAPE_INTERVAL_S, PrometheusRates, check_prometheus_url
 from fastgshare import __version__, keys
 from fastgshare_kube.events import EventRecorder
@@ -57,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "request rates that autoscale policies rpr and hpa; repeat it for every gateway "
                              "replica (default: none, and autoscaled functions keep their plan with "
                              "MetricsUnavailable=True)")
+    parser.add_argument("--queue-worker-url", action="append", default=[], metavar="URL",
+                        help="a queue worker (fastgshare-queue-worker) whose /metrics (fastgshare_queue_pending) "
+                             "gives the asynchronous requests queued per function, added to its request rate as "
+                             "pending / the long window; repeat it for every worker, or name a headless Service "
+                             "(each replica is read; the largest count is taken). Direct mode only: with "
+                             "--prometheus-url, Prometheus is asked for the same gauge (default: none)")
     parser.add_argument("--prometheus-url", default="", metavar="URL",
                         help="Prometheus mode, instead of --gateway-url: ask this Prometheus (its /api/v1/query) "
                              "for sum(rate(gateway_function_invocation_started_total{function_name=\"<fn>.<ns>\"}[W])) "
@@ -102,6 +114,22 @@ def namespace_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def source_problem(args: argparse.Namespace) -> str | None:
+    """Why the rate source's flags (direct mode or Prometheus mode) cannot work, else None."""
+    problems = [check_gateway_url(url) for url in args.gateway_url]
+    problems += [check_queue_worker_url(url) for url in args.queue_worker_url]
+    if args.prometheus_url:
+        if args.queue_worker_url:
+            problems.append("--prometheus-url and --queue-worker-url exclude each other; allowed: one of them "
+                            "(with --prometheus-url, the queued requests are read from Prometheus: "
+                            "max(fastgshare_queue_pending{function_name=...}))")
+        if args.gateway_url:
+            problems.append("--prometheus-url and --gateway-url exclude each other; allowed: one of them "
+                            "(--gateway-url: scrape the gateways directly; --prometheus-url: ask Prometheus)")
+        problems.append(check_prometheus_url(args.prometheus_url))
+    return next((problem for problem in problems if problem is not None), None)
+
+
 def check_args(args: argparse.Namespace) -> None:
     if (problem := namespace_problem(args)) is not None:
         raise UsageError(problem)
@@ -109,15 +137,8 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--resync-seconds must be > 0, got {args.resync_seconds}")
     if not 0.1 <= args.scrape_interval_seconds <= 60:
         raise UsageError(f"--scrape-interval-seconds must be 0.1..60, got {args.scrape_interval_seconds}")
-    for url in args.gateway_url:
-        if (problem := check_gateway_url(url)) is not None:
-            raise UsageError(problem)
-    if args.prometheus_url:
-        if args.gateway_url:
-            raise UsageError("--prometheus-url and --gateway-url exclude each other; allowed: one of them "
-                             "(--gateway-url: scrape the gateways directly; --prometheus-url: ask Prometheus)")
-        if (problem := check_prometheus_url(args.prometheus_url)) is not None:
-            raise UsageError(problem)
+    if (problem := source_problem(args)) is not None:
+        raise UsageError(problem)
     if not 0.1 <= args.prometheus_scrape_interval_seconds <= 60:
         raise UsageError("--prometheus-scrape-interval-seconds must be 0.1..60, got "
                          f"{args.prometheus_scrape_interval_seconds}")
@@ -148,7 +169,7 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
                                 retry_period_s=args.retry_period_seconds)
     recorder = EventRecorder(client, component=names.COMPONENT, instance=identity,
                              api_version=keys.FASTFUNC_API_VERSION, kind=keys.FASTFUNC_KIND)
-    metrics: GatewayMetrics | PrometheusRates
+    metrics: GatewayMetrics | PrometheusRates | QueuedDemand
     if args.prometheus_url:
         metrics = PrometheusRates(args.prometheus_url, scrape_interval_s=args.prometheus_scrape_interval_seconds)
     else:
@@ -156,6 +177,8 @@ def run(args: argparse.Namespace, stopping: threading.Event, api: kube.ApiClient
         if not args.gateway_url:
             log.warning("no --gateway-url nor --prometheus-url: functions of policy rpr and hpa read no request rate "
                         "and keep their plan")
+        if args.queue_worker_url:
+            metrics = QueuedDemand(metrics, QueueWorkers(args.queue_worker_url))
     controller = Controller(client, recorder, resync_s=args.resync_seconds, metrics=metrics,
                             tick_s=args.scrape_interval_seconds, free_space=client.free_space)
     health = start_health(args.health_address, lambda: elector is None or not elector.is_leader or controller.healthy)

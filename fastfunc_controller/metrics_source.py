@@ -8,6 +8,13 @@ status codes per ``function_name`` (prometheus_client's text parser), and hands 
 :class:`~.rates.RateTracker`, which differentiates the counters (resets included) and sums the
 gateways. :meth:`~GatewayMetrics.read` answers a function's rate over a long and a short window, or
 one line saying why it cannot (no gateway given, none answers, stale, no two rounds yet).
+
+:class:`QueueWorkers` scrapes each queue worker's ``/metrics`` (``--queue-worker-url``, repeatable,
+each replica behind a headless Service read on its own as the gateways are) for
+``fastgshare_queue_pending``; :class:`QueuedDemand` wraps a rate source (this one or Prometheus
+mode's) and adds the pending requests to its rates (:func:`~.rates.with_pending`). A worker that
+does not answer counts no pending requests (it calls nothing either, so nothing would drain them
+sooner); the rates of the gateways are given as they are, never held back by a worker.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from fastfunc_controller.rates import ARRIVALS, Rates, RateTracker
+from fastfunc_controller.rates import ARRIVALS, QUEUE_PENDING, Rates, RateTracker, pending_of, with_pending
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +58,25 @@ def check_gateway_url(url: str) -> str | None:
         return f"--gateway-url {url!r} is not a URL; allowed: http[s]://HOST[:PORT][/path] (a gateway, e.g. " \
                "http://127.0.0.1:8080)"
     return None
+
+
+def check_queue_worker_url(url: str) -> str | None:
+    """None if ``url`` can be scraped, else one line naming it and what is allowed."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"--queue-worker-url {url!r} is not a URL; allowed: http[s]://HOST[:PORT][/path] (a queue " \
+               "worker's /metrics, e.g. http://127.0.0.1:8081)"
+    return None
+
+
+def pending_counts(text: str) -> dict[str, float]:
+    """``fastgshare_queue_pending`` (requests queued, waiting or running) per ``function_name``."""
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == QUEUE_PENDING and "function_name" in sample.labels:
+                counts[sample.labels["function_name"]] = float(sample.value)
+    return counts
 
 
 def invocation_counts(text: str) -> dict[str, float]:
@@ -153,3 +180,77 @@ class GatewayMetrics:
             if rates is None:
                 return "the gateways' counters have not been read twice yet; the current plan is kept"
             return rates
+
+
+class QueueWorkers:
+    """The queued requests per function from the queue workers' gauges (see the module docstring)."""
+
+    def __init__(self, urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
+                 get: Callable[[str], str] = fetch, resolve: Callable[[str], list[str]] = addresses) -> None:
+        self._urls = {url: metrics_url(url) for url in urls}
+        self._clock = clock
+        self._get = get
+        self._resolve = resolve
+        self._lock = threading.Lock()
+        self._counts: dict[str, dict[str, float]] = {}  # replica -> function -> pending, from its last answer
+        self._read_s: dict[str, float] = {}  # replica -> when it last answered
+        self._failures: dict[str, str] = {}
+
+    def scrape(self) -> None:
+        """One round: every worker replica's gauge, now."""
+        targets = sorted({target for url in self._urls.values() for target in replica_urls(url, self._resolve)})
+        answers: dict[str, dict[str, float]] = {}
+        failures: dict[str, str] = {}
+        for target in targets:
+            try:
+                answers[target] = pending_counts(self._get(target))
+            except (OSError, ValueError, urllib.error.URLError) as error:
+                failures[target] = f"{target}: {getattr(error, 'reason', None) or error}"
+        now = self._clock()
+        with self._lock:
+            for target in failures.keys() - self._failures.keys():
+                log.warning("cannot read the queue worker's metrics at %s; its queued requests count as 0 until "
+                            "it answers", failures[target])
+            for target in self._failures.keys() - failures.keys():
+                log.info("the queue worker's metrics at %s answer again", target)
+            self._failures = failures
+            for target in self._counts.keys() - set(targets):  # a replica gone from the Service
+                del self._counts[target]
+                del self._read_s[target]
+            for target, counts in answers.items():
+                self._counts[target], self._read_s[target] = counts, now
+
+    def pending(self, function_name: str) -> float:
+        """``function_name``'s (``<fn>.<ns>``) queued requests: the largest count of the replicas read
+        within :data:`STALE_S` (each reports the stream's same count), else 0."""
+        with self._lock:
+            now = self._clock()
+            fresh = [counts for target, counts in self._counts.items() if now - self._read_s[target] <= STALE_S]
+            return pending_of(fresh, function_name)
+
+
+class Source(Protocol):
+    """A rate source (the controller's ``RateSource``): :class:`GatewayMetrics`, Prometheus mode's."""
+
+    def scrape(self) -> None: ...
+
+    def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str: ...
+
+
+class QueuedDemand:
+    """``rates``'s rates plus the requests queued for each function as ``workers`` read them
+    (:func:`~.rates.with_pending`, drained within the long window)."""
+
+    def __init__(self, rates: Source, workers: QueueWorkers) -> None:
+        self._rates = rates
+        self._workers = workers
+
+    def scrape(self) -> None:
+        self._rates.scrape()
+        self._workers.scrape()
+
+    def read(self, function_name: str, long_s: float, short_s: float) -> Rates | str:
+        rates = self._rates.read(function_name, long_s, short_s)
+        if not isinstance(rates, Rates):
+            return rates
+        return with_pending(rates, self._workers.pending(function_name), long_s)

@@ -8,7 +8,14 @@ for the reference's PromQL, on the arrivals counter rather than the completions 
 
     sum(rate(gateway_function_invocation_started_total{function_name="<fn>.<ns>"}[10s]))
 
-over the long window and the same over the short (panic) window. ``rate()`` needs two samples in
+over the long window and the same over the short (panic) window, and the requests queued for it
+(asynchronous invocations the queue workers have not finished), the largest of the worker replicas'
+gauges (each reports the stream's same count)::
+
+    max(fastgshare_queue_pending{function_name="<fn>.<ns>"})
+
+added to both rates as ``pending / long window`` (:func:`~.rates.with_pending`; no series: no queued
+requests, as when no queue worker runs or Prometheus does not scrape them). ``rate()`` needs two samples in
 its window, so a window shorter than twice Prometheus's scrape interval of the gateways
 (``--prometheus-scrape-interval-seconds``, default 1) would answer nothing: each window is clamped
 to at least twice that interval (:func:`window_s`). The reference's ``[2s]`` panic window therefore
@@ -43,7 +50,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fastfunc_controller.rates import ARRIVALS, Rates
+from fastfunc_controller.rates import ARRIVALS, QUEUE_PENDING, Rates, with_pending
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +101,11 @@ def rate_query(function_name: str, window: float) -> str:
     """The reference's PromQL on the arrivals counter, summed over the gateways: ``function_name``'s
     (``<fn>.<ns>``) req/s over the last ``window`` seconds."""
     return f"sum(rate({ARRIVALS}{{function_name={label_value(function_name)}}}[{duration(window)}]))"
+
+
+def pending_query(function_name: str) -> str:
+    """``function_name``'s (``<fn>.<ns>``) queued requests: the largest of the queue workers' gauges."""
+    return f"max({QUEUE_PENDING}{{function_name={label_value(function_name)}}})"
 
 
 def parse_vector(body: Mapping[str, Any]) -> float | None:
@@ -198,6 +210,7 @@ class PrometheusRates:
         try:
             long = self._ask(rate_query(function_name, window_s(long_s, self._scrape_interval_s)))
             short = self._ask(rate_query(function_name, window_s(short_s, self._scrape_interval_s)))
+            pending = self._ask(pending_query(function_name))
         except QueryError as error:
             return str(error)
-        return Rates(long=long or 0.0, short=short or 0.0)
+        return with_pending(Rates(long=long or 0.0, short=short or 0.0), pending or 0.0, long_s)

@@ -19,16 +19,31 @@ gateways:
 
 :meth:`RateTracker.rate` is the increase over the last ``window_s`` (the round at or before the
 window's start, else the oldest kept) divided by the time between those rounds: requests per second.
+
+Asynchronous invocations wait in NATS JetStream until a queue worker calls the function through a
+gateway; the workers export ``fastgshare_queue_pending{function_name="<fn>.<ns>"}``, the requests
+stored and not yet acknowledged (waiting or running). They are demand the arrivals counter has not
+seen yet (a queued request reaches a gateway only when a worker calls it), so :func:`with_pending`
+adds them as a rate: ``pending / drain_s``, the rate that serves the backlog within ``drain_s`` (the
+controller's long window), to the long and the short window alike. A function with requests queued
+and no arrivals therefore gets a rate above 0, which plans at least one pod (scale from zero); a
+backlog raises the rate further, a drained queue adds nothing. Every worker replica reports the
+stream's same count, so the replicas' values are combined with ``max`` (:func:`pending_of`), never
+summed. A request being called counts twice for as long as its call runs (pending, and an arrival at
+the gateway): at an async rate ``r`` and call latency ``t`` that adds ``r * t / drain_s``, small
+beside ``r`` unless calls last as long as the window.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 
 import attrs
 
 ARRIVALS = "gateway_function_invocation_started_total"
+QUEUE_PENDING = "fastgshare_queue_pending"  # the queue workers' gauge (fastgshare_queue.metrics.PENDING)
 
 
 @attrs.frozen(kw_only=True)
@@ -97,3 +112,18 @@ class RateTracker:
     def rates(self, function: str, long_s: float, short_s: float) -> Rates | None:
         long, short = self.rate(function, long_s), self.rate(function, short_s)
         return None if long is None or short is None else Rates(long=long, short=short)
+
+
+def pending_of(replicas: Iterable[Mapping[str, float]], function: str) -> float:
+    """``function``'s pending requests as the queue worker replicas report them: the largest count
+    (each reports the stream's same number), 0 where none lists it."""
+    return max((counts.get(function, 0.0) for counts in replicas), default=0.0)
+
+
+def with_pending(rates: Rates, pending: float, drain_s: float) -> Rates:
+    """``rates`` with ``pending`` queued requests added as ``pending / drain_s`` req/s to both windows
+    (see the module docstring); a negative or non-finite count adds nothing."""
+    if not (math.isfinite(pending) and pending > 0) or not drain_s > 0:
+        return rates
+    queued = pending / drain_s
+    return Rates(long=rates.long + queued, short=rates.short + queued)

@@ -155,6 +155,10 @@ def _up(args: argparse.Namespace, console: Console, errors: Console) -> int:
     if running.gateway_url:
         console.print(f"function gateway: {running.gateway_url} (fastgshare fn --gateway {running.gateway_url} ...)",
                       markup=False, highlight=False)
+        if running.nats_url:
+            console.print(f"asynchronous invocations: POST {running.gateway_url}/async-function/<name>; NATS JetStream "
+                          f"{running.nats_url}, queue worker {running.queue_worker_url} (/metrics)",
+                          markup=False, highlight=False)
     else:
         console.print("components: pods in namespace fastgshare-system, installed with deploy/install.sh",
                       markup=False, highlight=False)

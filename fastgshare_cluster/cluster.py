@@ -1,17 +1,19 @@
 """``fastgshare cluster up | down | status``: the whole system on one machine.
 
 ``up`` starts, from the cached binaries, etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler (a ``default-scheduler`` profile and the ``fastgshare-scheduler`` profile with
-our extender), our extender and FaSTPod controller, the function controller and the function
-gateway (on ``127.0.0.1:8080`` by default), containerd with a CNI bridge, a real kubelet, and our
-node agent with simulated GPUs; it installs the FaSTPod and FaSTFunc CRDs, creates the function
-namespace ``fast-gshare-fn`` and imports the pause, tenant and fake-fn images. Our components run
-as their own ServiceAccounts with the shipped RBAC, the admission webhook is registered, and the
-Secrets ``basic-auth`` and ``fastgshare-assignment-key`` exist (:mod:`fastgshare_cluster.identities`,
-:mod:`fastgshare_cluster.admission`). Every process logs
-to ``<state-dir>/logs`` and is recorded with its PID and start time in ``<state-dir>/cluster.json``,
-together with the host state found before ``up``, so that ``down`` (another process, later) stops
-exactly those and puts the host back.
+kube-scheduler (a ``default-scheduler`` profile and the ``fastgshare-scheduler`` profile with our
+extender), our extender and FaSTPod controller, the function controller and the function gateway (on
+``127.0.0.1:8080`` by default), asynchronous invocations (Debian's ``nats-server -js`` on loopback
+with its store under the state directory, and one ``fastgshare-queue-worker``; without
+``nats-server`` they are off, said in one line, and ``/async-function/*`` answers 501), containerd
+with a CNI bridge, a real kubelet, and our node agent with simulated GPUs; it installs the FaSTPod
+and FaSTFunc CRDs, creates the function namespace ``fast-gshare-fn`` and imports the pause, tenant
+and fake-fn images. Our components run as their own ServiceAccounts with the shipped RBAC, the
+admission webhook is registered, and the Secrets ``basic-auth`` and ``fastgshare-assignment-key``
+exist (:mod:`fastgshare_cluster.identities`, :mod:`fastgshare_cluster.admission`). Every process
+logs to ``<state-dir>/logs`` and is recorded with its PID and start time in
+``<state-dir>/cluster.json``, together with the host state found before ``up``, so that ``down``
+(another process, later) stops exactly those and puts the host back.
 
 ``up`` with ``Options.from_manifests`` (``--from-manifests``) runs none of our components as host
 processes: the cluster's default kube-scheduler and the workload controllers run instead, and
@@ -81,10 +83,13 @@ NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 PACKAGES = {"containerd": "containerd", "runc": "runc", "ctr": "containerd", "gcc": "gcc", "openssl": "openssl",
             "busybox": "busybox-static", "ip": "iproute2", "etcd": "etcd-server"}
 CNI_PACKAGE = "containernetworking-plugins"
+# Asynchronous invocations' store: optional. Installed with the others when missing (unless --no-install);
+# without it async is off and the gateway answers 501 on /async-function/*.
+NATS_COMMAND = NATS_PACKAGE = "nats-server"
 # The order ``down`` stops components in: clients of the API first, the node, then the control plane.
-STOP_ORDER = ("fastgshare-gateway", "fastgshare-function-controller", "node-agent", "fastgshare-controller",
-              "kube-scheduler", "fastgshare-extender", "kubelet", "containerd", "node-namespaces",
-              "kube-controller-manager", "kube-apiserver", "etcd")
+STOP_ORDER = ("fastgshare-queue-worker", "fastgshare-gateway", "nats-server", "fastgshare-function-controller",
+              "node-agent", "fastgshare-controller", "kube-scheduler", "fastgshare-extender", "kubelet", "containerd",
+              "node-namespaces", "kube-controller-manager", "kube-apiserver", "etcd")
 # A component of the second and later nodes is named ``<component>@<node>``.
 NODE_SEPARATOR = "@"
 # With more than one node, Kubernetes notices a lost node (the node lifecycle controller) and moves
@@ -147,6 +152,8 @@ class Cluster:
     extender_url: str
     controller_url: str  # /healthz and /metrics
     gateway_url: str = ""  # the function gateway: /function/<name>, /system/*, /metrics
+    nats_url: str = ""  # NATS with JetStream, asynchronous invocations' store ("": async is off)
+    queue_worker_url: str = ""  # the queue worker's /healthz and /metrics
     # Every node, the first (``node_name``) first, with its node agent's state directory.
     node_agent_state_dirs: tuple[tuple[str, Path], ...] = ()
 
@@ -196,6 +203,7 @@ def _cluster_of(state_dir: Path, state: dict[str, Any]) -> Cluster:
                    containerd_socket=Path(state["containerd_socket"]),
                    node_agent_state_dir=Path(state["node_agent_state_dir"]), extender_url=state["extender_url"],
                    controller_url=state.get("controller_url", ""), gateway_url=state.get("gateway_url", ""),
+                   nats_url=state.get("nats_url", ""), queue_worker_url=state.get("queue_worker_url", ""),
                    node_agent_state_dirs=agents)
 
 
@@ -239,6 +247,31 @@ def ensure_packages(install: bool, say: Say) -> None:
                             check=False, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise ClusterError(f"apt-get install {' '.join(missing)} failed:\n{result.stderr.strip()[-2000:]}")
+
+
+NATS_MISSING = (f"{NATS_COMMAND} is not installed (apt-get install {NATS_PACKAGE}): asynchronous invocations are off "
+                "and /async-function/* answers 501")
+
+
+def ensure_nats(install: bool, say: Say) -> str | None:
+    """The ``nats-server`` command, installed with apt-get if missing and ``install``; None (and one
+    line said) when it is not there: asynchronous invocations are then off, the rest runs."""
+    found = shutil.which(NATS_COMMAND)
+    if found is None and install and shutil.which("apt-get") is not None:
+        say(f"installing Debian package: {NATS_PACKAGE}")
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        result = subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", NATS_PACKAGE],
+                                check=False, capture_output=True, text=True, env=env)
+        found = shutil.which(NATS_COMMAND) if result.returncode == 0 else None
+    if found is None:
+        say(NATS_MISSING)
+    return found
+
+
+def nats_command(nats_server: str, store_dir: Path, port: int, monitor_port: int) -> list[str]:
+    """``nats-server`` with JetStream, its store in ``store_dir``, clients on loopback ``port`` and its
+    monitoring (``/healthz``) on loopback ``monitor_port``."""
+    return [nats_server, "-js", "-sd", str(store_dir), "-a", LOOPBACK, "-p", str(port), "-m", str(monitor_port)]
 
 
 def ensure_hook_build(hook_build: Path, simgpu_build: Path, say: Say) -> None:
@@ -329,11 +362,29 @@ def _vgpus(core: Any, name: str) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class _Queue:
+    """The asynchronous invocations' processes one ``up`` started."""
+
+    nats: ManagedProcess
+    nats_monitor_url: str  # nats-server's /healthz
+    nats_url: str
+    worker: ManagedProcess
+    worker_url: str  # /healthz (200 once bound to the stream) and /metrics
+
+    def wait(self) -> None:
+        wait_until(lambda: http_ok(f"{self.nats_monitor_url}/healthz"), what=f"nats-server /healthz on "
+                   f"{self.nats_monitor_url}", timeout_s=60, watched=self.nats)
+        wait_until(lambda: http_ok(f"{self.worker_url}/healthz"), what=f"fastgshare-queue-worker /healthz on "
+                   f"{self.worker_url}", timeout_s=60, watched=self.worker)
+
+
 class _Startup:
     """One ``up``: the processes it started and the state file it keeps current."""
 
-    def __init__(self, options: Options) -> None:
+    def __init__(self, options: Options, nats_server: str | None = None) -> None:
         self.options = options
+        self.nats_server = nats_server  # None: asynchronous invocations are off
         self.dir = options.state_dir
         self.logs = self.dir / "logs"
         self.processes = ProcessSet(die_with_parent=options.die_with_parent)
@@ -658,13 +709,16 @@ class _Startup:
         with plane.api_client() as api:
             core = rest.core_v1(api)
             gateway_url = f"http://{options.gateway_listen}"
+            queue = self.start_queue(gateway_url, identities["gateway-auth"])
             functions = self.start("fastgshare-function-controller", [
                 _command("fastgshare-function-controller"),
                 "--kubeconfig", str(identities["fastgshare-function-controller"]), "--no-leader-elect",
-                "--health-address", f"{LOOPBACK}:{function_health}", "--gateway-url", gateway_url])
+                "--health-address", f"{LOOPBACK}:{function_health}", "--gateway-url", gateway_url,
+                *(["--queue-worker-url", queue.worker_url] if queue else [])])
             gateway = self.start("fastgshare-gateway", [
                 _command("fastgshare-gateway"), "--kubeconfig", str(identities["fastgshare-gateway"]),
-                "--listen", options.gateway_listen, "--basic-auth-dir", str(identities["gateway-auth"])])
+                "--listen", options.gateway_listen, "--basic-auth-dir", str(identities["gateway-auth"]),
+                *(["--nats-url", queue.nats_url] if queue else [])])
             self.step("components started, each as its own ServiceAccount")
             wait_until(lambda: http_ok(f"{extender_url}/readyz"), what="fastgshare-extender /readyz",
                        timeout_s=60, watched=extender)
@@ -678,17 +732,37 @@ class _Startup:
                        what="fastgshare-function-controller /healthz", timeout_s=60, watched=functions)
             wait_until(lambda: http_ok(f"{gateway_url}/healthz"), what=f"fastgshare-gateway /healthz on {gateway_url}",
                        timeout_s=60, watched=gateway)
+            if queue:
+                queue.wait()
+                self.step(f"asynchronous invocations: NATS JetStream on {queue.nats_url}, queue worker "
+                          f"{queue.worker_url}")
             self.wait_for_nodes(core, kubelet)
             self.wait_for_vgpus(core, agent)
         self.state.update({"kubeconfig": str(kubeconfig), "node_name": node.NODE_NAME,
                            "containerd_socket": str(containerd_socket), "node_agent_state_dir": str(agent_state),
                            "extender_url": extender_url, "gpus": options.gpus,
                            "controller_url": f"http://{LOOPBACK}:{controller_health}", "gateway_url": gateway_url,
+                           "nats_url": queue.nats_url if queue else "",
+                           "queue_worker_url": queue.worker_url if queue else "",
                            "up_seconds": round(time.monotonic() - self.started, 1)})
         _write_state(self.dir, self.state)
         self.processes.release()
         return _cluster_of(self.dir, self.state)
 
+
+    def start_queue(self, gateway_url: str, gateway_auth: Path) -> _Queue | None:
+        """NATS with JetStream (its store in ``<state-dir>/nats``) and one queue worker that calls
+        the functions through ``gateway_url`` with the gateway's credentials; None without
+        ``nats-server`` (asynchronous invocations off)."""
+        if self.nats_server is None:
+            return None
+        nats_port, monitor_port, worker_port = free_ports(3)
+        nats = self.start("nats-server", nats_command(self.nats_server, self.dir / "nats", nats_port, monitor_port))
+        nats_url = f"nats://{LOOPBACK}:{nats_port}"
+        worker = self.start("fastgshare-queue-worker", [
+            _command("fastgshare-queue-worker"), "--nats-url", nats_url, "--gateway-url", gateway_url,
+            "--basic-auth-dir", str(gateway_auth), "--listen", f"{LOOPBACK}:{worker_port}"])
+        return _Queue(nats, f"http://{LOOPBACK}:{monitor_port}", nats_url, worker, f"http://{LOOPBACK}:{worker_port}")
 
     def start_node_agent(self, plan: machines.NodePlan, identities: dict[str, Path]) -> None:
         """The node agent of a namespaced node, as the first node's but with the node's own paths:
@@ -739,13 +813,14 @@ def up(options: Options) -> Cluster:
     if node.socket_answers(node.KUBELET_SOCKET):
         raise ClusterError(f"another kubelet serves {node.KUBELET_SOCKET}; only one kubelet can run on a machine")
     ensure_packages(options.install_packages, options.say)
+    nats_server = None if options.from_manifests else ensure_nats(options.install_packages, options.say)
     try:
         binaries = find_binaries()
     except ClusterUnavailable as error:
         raise ClusterError(f"the Kubernetes binaries are missing: {error} (or: make control-plane)") from None
     ensure_hook_build(options.hook_build, options.simgpu_build, options.say)
     options.state_dir.mkdir(parents=True, exist_ok=True)
-    startup = _Startup(options)
+    startup = _Startup(options, nats_server=nats_server)
     try:
         return startup.run(binaries)
     except BaseException as error:
@@ -835,7 +910,8 @@ def _remove(path: Path) -> None:
 
 RESTARTABLE = {"node-agent": "node-agent", "extender": "fastgshare-extender", "controller": "fastgshare-controller",
                "kubelet": "kubelet", "containerd": "containerd", "gateway": "fastgshare-gateway",
-               "function-controller": "fastgshare-function-controller"}
+               "function-controller": "fastgshare-function-controller", "nats": "nats-server",
+               "queue-worker": "fastgshare-queue-worker"}
 
 
 def _process_image(pid: int) -> tuple[list[str], dict[str, str]]:

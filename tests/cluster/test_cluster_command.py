@@ -90,6 +90,9 @@ def test_up_runs_pods_refuses_a_second_up_and_down_leaves_no_residue(state_dir: 
     up_seconds = time.monotonic() - started
     kubeconfig = state_dir / "kubeconfig"
     assert f"export KUBECONFIG={kubeconfig}" in up.stdout, up.stdout
+    # with Debian's nats-server (.ci/run installs it): NATS and a queue worker, down stops them too
+    assert re.search(r"asynchronous invocations: POST http://\S+/async-function/<name>; NATS JetStream "
+                     r"nats://127\.0\.0\.1:\d+, queue worker http://127\.0\.0\.1:\d+", up.stdout), up.stdout
 
     second = run(FASTGSHARE, "cluster", "up", "--state-dir", str(state_dir), check=False)
     assert second.returncode == 1
@@ -98,7 +101,7 @@ def test_up_runs_pods_refuses_a_second_up_and_down_leaves_no_residue(state_dir: 
 
     status = run(FASTGSHARE, "cluster", "status", "--state-dir", str(state_dir))
     for component in ("etcd", "kube-apiserver", "kube-scheduler", "fastgshare-extender", "fastgshare-controller",
-                      "containerd", "kubelet", "node-agent"):
+                      "containerd", "kubelet", "node-agent", "nats-server", "fastgshare-queue-worker"):
         assert re.search(rf"{component}\s.*running", status.stdout), status.stdout
 
     kubectl = [shutil.which("kubectl") or "kubectl", f"--kubeconfig={kubeconfig}"]

@@ -38,7 +38,8 @@ def test_uninstall_with_yes_deletes_the_functions_first_then_the_components_then
                         "kubectl -n team-a delete fastfunc bert --wait=true"]
     deleted_files = [call.split(" -f ")[1].split()[0].removeprefix(f"{REPO}/deploy/") for call in done[2:]]
     assert deleted_files == ["gateway/deployment.yaml", "gateway/rbac.yaml", "function-controller/deployment.yaml",
-                             "function-controller/rbac.yaml", "crd/fastfuncs.yaml"]
+                             "function-controller/rbac.yaml", "queue/worker.yaml", "queue/nats.yaml",
+                             "queue/networkpolicy.yaml", "queue/rbac.yaml", "crd/fastfuncs.yaml"]
     assert not any("namespace.yaml" in call for call in calls)  # fastgshare-system and the functions' namespace stay
 
 

@@ -232,7 +232,7 @@ def test_render_sets_our_image_on_every_component_when_asked_and_leaves_it_other
     rendered = subprocess.run(["kubectl", "kustomize", str(REPO / "deploy")], capture_output=True, text=True,
                               timeout=60, check=True).stdout
     shipped_count = rendered.count("image: ghcr.io/fastgshare/fastgshare:0.1.0")
-    assert shipped_count == 5  # controller, function controller, gateway, extender, node agent
+    assert shipped_count == 7  # controller, function controller, gateway, extender, node agent, NATS, queue worker
 
     def render(*args: str) -> str:
         return subprocess.run(["bash", "-c", f'source "{INSTALL}" && render "$@"', "install.sh", *args],

@@ -35,3 +35,11 @@ def test_a_bad_prometheus_flag_is_one_line(caplog: pytest.LogCaptureFixture, arg
     assert main(argv) == 2
     [record] = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.getMessage().startswith(message)
+
+
+def test_queue_workers_are_read_in_direct_mode_only(caplog: pytest.LogCaptureFixture) -> None:
+    assert main(["--prometheus-url", "http://127.0.0.1:9090", "--queue-worker-url", "http://127.0.0.1:8081"]) == 2
+    assert main(["--queue-worker-url", "127.0.0.1:8081"]) == 2
+    first, second = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert first.startswith("--prometheus-url and --queue-worker-url exclude each other; allowed: one of them")
+    assert second.startswith("--queue-worker-url '127.0.0.1:8081' is not a URL; allowed: http[s]://")

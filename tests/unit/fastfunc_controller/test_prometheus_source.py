@@ -14,6 +14,7 @@ from fastfunc_controller.prometheus_source import (
     check_prometheus_url,
     duration,
     parse_vector,
+    pending_query,
     query_url,
     rate_query,
     window_s,
@@ -125,4 +126,4 @@ def test_windows_are_clamped_to_two_scrape_intervals() -> None:
     source = PrometheusRates("http://p:9090", scrape_interval_s=5, get=prometheus)
     source.scrape()
     assert isinstance(source.read(FN, 15, 2), Rates)
-    assert [expr for _, expr in prometheus.asked[1:]] == [rate_query(FN, 15), rate_query(FN, 10)]
+    assert [expr for _, expr in prometheus.asked[1:]] == [rate_query(FN, 15), rate_query(FN, 10), pending_query(FN)]
