@@ -60,6 +60,7 @@ from fastgshare.autoscaling import (
     settle,
     step,
 )
+from fastgshare.codec import decode_assignment
 from fastgshare.errors import FastGShareError, InvalidShareSpec
 from fastgshare.gpu_models import gpu_model_spec
 from fastgshare.profile import Profile, ProfileError, decode_profile, slo_capacity
@@ -353,6 +354,41 @@ def woken(usable: Usable, children: Sequence[Mapping[str, Any]]) -> bool:
     by_label = usable.by_label()
     return any(keys.FASTPOD_WOKEN_ANNOTATION in ((child.get("metadata") or {}).get("annotations") or {})
                and running_config_label(child) in by_label for child in children)
+
+
+def woken_without_request(usable: Usable, children: Sequence[Mapping[str, Any]],
+                          pods: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
+    """Configuration key -> the uids of its pods that run on their memory alone: their child asks for
+    a time quota request, their signed assignment gives 0 (a wake on a GPU without room, see the
+    extender's ``WokenWithoutRequest``). Each calls for one more pod of its configuration, placed
+    where there is room."""
+    by_label = usable.by_label()
+    asked = {str((child.get("metadata") or {}).get("uid", "")): running_share(child) for child in children}
+    found: dict[str, set[str]] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        owner = next((ref.get("uid") for ref in metadata.get("ownerReferences") or []
+                      if ref.get("controller") and ref.get("kind") == keys.FASTPOD_KIND), None)
+        share = asked.get(str(owner))
+        text = (metadata.get("annotations") or {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
+        if share is None or share.request_permille == 0 or text is None or metadata.get("deletionTimestamp"):
+            continue
+        try:
+            given = decode_assignment(text).share
+        except FastGShareError:
+            continue
+        choice = by_label.get(config_label(share))
+        if given.request_permille == 0 and not given.is_parked and choice is not None:
+            found.setdefault(choice.key, set()).add(str(metadata.get("uid", "")))
+    return found
+
+
+def with_more_pods(state: State, key: str, count: int, now_s: float) -> State:
+    """``state`` with ``count`` more pods of configuration ``key`` (a scale-up at ``now_s``)."""
+    if isinstance(state, HpaState):
+        return attrs.evolve(state, pods=state.pods + count,
+                            recommendations=(*state.recommendations, (now_s, state.pods + count)))
+    return attrs.evolve(state, pods={**state.pods, key: state.pods.get(key, 0) + count}, last_up_s=now_s)
 
 
 def summary(configs: Sequence[Config]) -> str:

@@ -69,7 +69,9 @@ from fastfunc_controller.autoscale import (
     tick,
     usable_configs,
     windows,
+    with_more_pods,
     woken,
+    woken_without_request,
 )
 from fastfunc_controller.metrics_source import NO_GATEWAY
 from fastfunc_controller.plan import (
@@ -163,6 +165,7 @@ class _Scaler:
     last_scale_time: str = ""
     metrics_problem: str = ""
     raises: dict[str, str] = attrs.field(factory=dict)  # vertical steps under way: target config -> child
+    stood_in_for: set[str] = attrs.field(factory=set)  # pods woken without their request, one pod added each
 
 
 @attrs.frozen
@@ -300,6 +303,8 @@ class Controller:
             scaler.last_scale_time = self._now()
             log.info("fastfunc=%s parked pods woken by the gateway: %s", spec.key,
                      summary(desired_configs(usable, pods_of(usable, scaler.state), spec.memory)))
+        if spec.scaling.parked:
+            self._stand_in(fastfunc, spec, scaler, children, now_s)
         if now_s >= scaler.next_tick_s:
             self._tick(fastfunc, spec, scaler, now_s, children)
         self._set_due(spec.key, min(scaler.next_tick_s, now_s + PROFILE_REFRESH_S))
@@ -314,6 +319,30 @@ class Controller:
             if source is not None:
                 scaler.raises[parked.label] = source  # parked in place: its pods keep running
         return attrs.evolve(spec, configs=configs), status
+
+    def _stand_in(self, fastfunc: Mapping[str, Any], spec: FunctionSpec, scaler: _Scaler,
+                  children: list[dict[str, Any]], now_s: float) -> None:
+        """One more pod of a configuration for each of its pods woken on its memory alone (no room for its
+        request on its GPU): the extender places it where there is room; the surplus goes with the next
+        scale-down."""
+        uids = {str(child["metadata"].get("uid", "")) for child in children}
+        pods = self.pods.select(lambda pod: any(ref.get("uid") in uids and ref.get("controller")
+                                                for ref in (pod.get("metadata") or {}).get("ownerReferences") or []),
+                                namespace=spec.namespace)
+        for key, found in woken_without_request(scaler.usable, children, pods).items():
+            new = found - scaler.stood_in_for
+            if not new:
+                continue
+            scaler.stood_in_for |= new
+            before = pods_of(scaler.usable, scaler.state)
+            scaler.state = with_more_pods(scaler.state, key, len(new), now_s)
+            scaler.last_scale_time = self._now()
+            message = (f"{len(new)} woken pods run without their time quota request (no room on their GPU): "
+                       f"{summary(desired_configs(scaler.usable, before, spec.memory))} -> "
+                       f"{summary(desired_configs(scaler.usable, pods_of(scaler.usable, scaler.state), spec.memory))},"
+                       " the new pods where there is room")
+            log.info("fastfunc=%s %s", spec.key, message)
+            self._recorder.event(fastfunc, NORMAL, names.REASON_SCALED, message[0].upper() + message[1:])
 
     def _tick(self, fastfunc: Mapping[str, Any], spec: FunctionSpec, scaler: _Scaler, now_s: float,
               children: list[dict[str, Any]]) -> None:

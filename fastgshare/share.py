@@ -44,7 +44,7 @@ USER_KEYS = (*keys.SHARE_ANNOTATIONS, keys.GPU_CONTAINERS_ANNOTATION, keys.SCHED
 KNOWN_KEYS = frozenset((*USER_KEYS, *keys.SYSTEM_POD_ANNOTATIONS, *keys.SYSTEM_NODE_ANNOTATIONS))
 
 _REQUEST_RANGE = 'a decimal fraction of GPU time, 0 <= request <= 1 (e.g. "0.4")'
-_LIMIT_RANGE = 'a decimal fraction of GPU time, 0 < limit <= 1 (e.g. "0.8")'
+_LIMIT_RANGE = 'a decimal fraction of GPU time, request <= limit <= 1 (0 with request 0 parks the pod; e.g. "0.8")'
 _SM_RANGE = 'an integer percent of the SMs, 1..100 (e.g. "50")'
 
 

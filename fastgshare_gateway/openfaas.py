@@ -288,11 +288,18 @@ def _parse(body: object, default_namespace: str) -> _Deployment:
     return deployment
 
 
+# faas-netes's default HTTP probe (of-watchdog's health path): a pod is not sent requests before its
+# function listens (a model still loading), nor a parked pod woken before it could answer.
+READINESS_PROBE = {"httpGet": {"path": "/_/health", "port": keys.FUNCTION_PORT}, "initialDelaySeconds": 2,
+                   "periodSeconds": 2, "timeoutSeconds": 1, "failureThreshold": 3}
+
+
 def _pod_spec(d: _Deployment) -> dict[str, Any]:
     env = ([{"name": FPROCESS_ENV, "value": d.env_process}] if d.env_process else []) + [
         {"name": key, "value": value} for key, value in sorted(d.env_vars.items()) if key != FPROCESS_ENV]
     container: dict[str, Any] = {"name": CONTAINER_NAME, "image": d.image,
-                                 "ports": [{"name": "http", "containerPort": keys.FUNCTION_PORT}]}
+                                 "ports": [{"name": "http", "containerPort": keys.FUNCTION_PORT}],
+                                 "readinessProbe": dict(READINESS_PROBE)}
     if env:
         container["env"] = env
     resources = {field: amounts for field, amounts in (("limits", d.limits), ("requests", d.requests)) if amounts}

@@ -54,9 +54,10 @@ def profile() -> Profile:
 
 @contextmanager
 def autoscaled_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api, name: str, profile: Profile,
-                        scaling: dict[str, Any]) -> Iterator[str]:
-    """A FaSTFunc ``name`` of the fake-fn (5 ms of GPU time per request) with ``profile`` in its
-    ConfigMap and ``spec.scaling``; deleted, and its pods waited for, afterwards."""
+                        scaling: dict[str, Any], env: dict[str, str] | None = None) -> Iterator[str]:
+    """A FaSTFunc ``name`` of the fake-fn (5 ms of GPU time per request, more settings in ``env``) with
+    ``profile`` in its ConfigMap and ``spec.scaling``; deleted, and its pods waited for, afterwards."""
+    settings = {"FAKE_FN_GPU_MS": "5", **(env or {})}
     custom = kubernetes.client.CustomObjectsApi(real_cluster.api_client())
     core.create_namespaced_config_map(NAMESPACE, {
         "metadata": {"name": f"{name}-profile"}, "data": {"profile.json": encode_profile(profile)}})
@@ -66,7 +67,9 @@ def autoscaled_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api
         "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
                      "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
                      "ports": [{"containerPort": keys.FUNCTION_PORT}],
-                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "5"}]}]},
+                     "readinessProbe": {"httpGet": {"path": "/_/health", "port": keys.FUNCTION_PORT},
+                                        "periodSeconds": 1},
+                     "env": [{"name": key, "value": value} for key, value in settings.items()]}]},
                  "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
                  "profile": {"configMapRef": {"name": f"{name}-profile"}},
                  "scaling": {"policy": "rpr", "intervalSeconds": 2, "headroom": 0.5, **scaling}}})

@@ -80,7 +80,7 @@ def test_the_command_after_the_double_dash_keeps_its_own_flags() -> None:
 
 @pytest.mark.parametrize(("argv", "line"), [
     (["--limit", "1.5"], 'fastgshare run: --limit: "1.5" is out of range; allowed: a decimal fraction of GPU time, '
-                         '0 < limit <= 1 (e.g. "0.8")'),
+                         'request <= limit <= 1 (0 with request 0 parks the pod; e.g. "0.8")'),
     (["--limit", "0"], 'fastgshare run: --limit: "0" gives the command no GPU time; allowed: a decimal fraction of '
                        'GPU time, 0 < limit <= 1 (e.g. "0.8")'),
     (["--request", "0.5", "--limit", "0"], 'fastgshare run: --request: request "0.5" is greater than --limit "0"; '

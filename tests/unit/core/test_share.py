@@ -44,7 +44,8 @@ INVALID = [
     pytest.param(annotations(request=None), keys.GPU_QUOTA_REQUEST,
                  "is required; allowed: a decimal fraction of GPU time, 0 <= request <= 1", id="request-missing"),
     pytest.param(annotations(limit=None), keys.GPU_QUOTA_LIMIT,
-                 "is required; allowed: a decimal fraction of GPU time, 0 < limit <= 1", id="limit-missing"),
+                 "is required; allowed: a decimal fraction of GPU time, request <= limit <= 1 (0 with request 0 parks "
+                 "the pod", id="limit-missing"),
     pytest.param(annotations(mem=None), keys.GPU_MEM, "is required; allowed: a positive whole number of bytes",
                  id="memory-missing"),
     pytest.param(annotations(request="1.5", limit="1"), keys.GPU_QUOTA_REQUEST,
@@ -65,7 +66,7 @@ INVALID = [
     pytest.param(annotations(request=""), keys.GPU_QUOTA_REQUEST, '"" is not a decimal number',
                  id="request-empty"),
     pytest.param(annotations(limit="1.01"), keys.GPU_QUOTA_LIMIT,
-                 '"1.01" is out of range; allowed: a decimal fraction of GPU time, 0 < limit <= 1',
+                 '"1.01" is out of range; allowed: a decimal fraction of GPU time, request <= limit <= 1',
                  id="limit-above-one"),
     pytest.param(annotations(request="0.4", limit="0"), keys.GPU_QUOTA_REQUEST,
                  f'request "0.4" is greater than {keys.GPU_QUOTA_LIMIT} "0"; allowed: request <= limit (a limit of 0 '

@@ -12,6 +12,8 @@ import pytest
 from fastfunc_controller.rates import Rates
 from fastfunc_controller.spec import InvalidFunction, parse_function
 from fastgshare import keys
+from fastgshare.codec import PodAssignment, encode_assignment
+from tests.builders import make_share
 from tests.unit.fastfunc_controller.test_autoscaling_controller import Harness, fastfunc
 
 WAKE = {keys.GPU_QUOTA_REQUEST, keys.GPU_QUOTA_LIMIT}
@@ -134,3 +136,29 @@ def test_a_fixed_share_of_no_time_is_refused_and_points_to_parked() -> None:
     with pytest.raises(InvalidFunction, match=r'spec.fixed.quotaLimit: "0" gives the pods no GPU time; .*'
                                               r"spec.scaling.parked"):
         parse_function(obj)
+
+
+def test_a_pod_woken_without_its_request_gets_one_more_pod_of_its_configuration_once() -> None:
+    run = Harness(fastfunc(minReplicas=0, parked=1))
+    name = scaled_to_zero(run)
+    wake = run.status["parked"]
+    child = children(run)[name]
+    child["metadata"]["annotations"].update({keys.GPU_QUOTA_REQUEST: wake["wakeQuotaRequest"],
+                                             keys.GPU_QUOTA_LIMIT: wake["wakeQuotaLimit"],
+                                             keys.FASTPOD_WOKEN_ANNOTATION: "2026-01-01T00:01:11Z"})
+    run.made.fastpods.upsert(child)
+    run.at(71)
+    assert children(run)[name]["spec"]["replicas"] == 1
+    share = make_share(0, int(float(wake["wakeQuotaLimit"]) * 1000), wake["smPartition"], 2 << 30)
+    assignment = encode_assignment(PodAssignment(node_name="n", gpu_uuid="GPU-0", gpu_index=0, share=share,
+                                                 assigned_at_ms=1))
+    run.made.pods.upsert({"metadata": {"name": f"{name}-abcde", "namespace": "fn", "uid": "pod-1",
+                                       "labels": {keys.FUNCTION_LABEL: "resnet"},
+                                       "annotations": {keys.POD_ASSIGNMENT_ANNOTATION: assignment},
+                                       "ownerReferences": [{"kind": keys.FASTPOD_KIND, "controller": True,
+                                                            "uid": child["metadata"]["uid"], "name": name}]}})
+    run.at(71.5)
+    assert children(run)[name]["spec"]["replicas"] == 2  # one more, placed by the extender where there is room
+    run.at(72)
+    assert children(run)[name]["spec"]["replicas"] == 2  # once per pod
+    assert any("without their time quota request" in e["message"] for e in run.kube.events)
