@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -121,41 +121,58 @@ def fetch(url: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> str:
         return str(response.read(MAX_METRICS_BYTES).decode("utf-8", errors="replace"))
 
 
-class GatewayMetrics:
-    """Request rates per function from the gateways' counters (see the module docstring)."""
+_Parsed = TypeVar("_Parsed")
 
-    def __init__(self, urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
-                 get: Callable[[str], str] = fetch, resolve: Callable[[str], list[str]] = addresses) -> None:
+
+class _Replicas:
+    """The ``/metrics`` of every replica behind some URLs, each name resolved every round."""
+
+    def __init__(self, urls: Sequence[str], *, clock: Callable[[], float], get: Callable[[str], str],
+                 resolve: Callable[[str], list[str]]) -> None:
         self._urls = {url: metrics_url(url) for url in urls}
         self._clock = clock
         self._get = get
         self._resolve = resolve
         self._lock = threading.Lock()
-        self._tracker = RateTracker()
         self._failures: dict[str, str] = {}
-        self._targets_read = 0  # replicas the last round tried
 
     @property
     def urls(self) -> list[str]:
         return list(self._urls)
 
     def _targets(self) -> list[str]:
-        """Each gateway replica's ``/metrics`` this round (a name is resolved every round)."""
+        """Each replica's ``/metrics`` this round."""
         return sorted({target for url in self._urls.values() for target in replica_urls(url, self._resolve)})
+
+    def _read_all(self, parse: Callable[[str], _Parsed]) -> tuple[list[str], dict[str, _Parsed], dict[str, str]]:
+        """One round: the targets, what each that answered gave (``parse`` of its exposition), and a line
+        for each that did not."""
+        targets = self._targets()
+        answers: dict[str, _Parsed] = {}
+        failures: dict[str, str] = {}
+        for target in targets:
+            try:
+                answers[target] = parse(self._get(target))
+            except (OSError, ValueError, urllib.error.URLError) as error:  # HTTPError is an OSError
+                failures[target] = f"{target}: {getattr(error, 'reason', None) or error}"
+        return targets, answers, failures
+
+
+class GatewayMetrics(_Replicas):
+    """Request rates per function from the gateways' counters (see the module docstring)."""
+
+    def __init__(self, urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
+                 get: Callable[[str], str] = fetch, resolve: Callable[[str], list[str]] = addresses) -> None:
+        super().__init__(urls, clock=clock, get=get, resolve=resolve)
+        self._tracker = RateTracker()
+        self._targets_read = 0  # replicas the last round tried
 
     def scrape(self) -> None:
         """One round: every gateway's counters, now."""
         if not self._urls:
             return
-        counts: dict[str, Mapping[str, float] | None] = {}
-        failures: dict[str, str] = {}
-        targets = self._targets()
-        for target in targets:
-            try:
-                counts[target] = invocation_counts(self._get(target))
-            except (OSError, ValueError, urllib.error.URLError) as error:  # HTTPError is an OSError
-                counts[target] = None
-                failures[target] = f"{target}: {getattr(error, 'reason', None) or error}"
+        targets, answers, failures = self._read_all(invocation_counts)
+        counts: dict[str, Mapping[str, float] | None] = {target: answers.get(target) for target in targets}
         now = self._clock()
         with self._lock:
             for target in failures.keys() - self._failures.keys():
@@ -182,30 +199,18 @@ class GatewayMetrics:
             return rates
 
 
-class QueueWorkers:
+class QueueWorkers(_Replicas):
     """The queued requests per function from the queue workers' gauges (see the module docstring)."""
 
     def __init__(self, urls: Sequence[str], *, clock: Callable[[], float] = time.monotonic,
                  get: Callable[[str], str] = fetch, resolve: Callable[[str], list[str]] = addresses) -> None:
-        self._urls = {url: metrics_url(url) for url in urls}
-        self._clock = clock
-        self._get = get
-        self._resolve = resolve
-        self._lock = threading.Lock()
+        super().__init__(urls, clock=clock, get=get, resolve=resolve)
         self._counts: dict[str, dict[str, float]] = {}  # replica -> function -> pending, from its last answer
         self._read_s: dict[str, float] = {}  # replica -> when it last answered
-        self._failures: dict[str, str] = {}
 
     def scrape(self) -> None:
         """One round: every worker replica's gauge, now."""
-        targets = sorted({target for url in self._urls.values() for target in replica_urls(url, self._resolve)})
-        answers: dict[str, dict[str, float]] = {}
-        failures: dict[str, str] = {}
-        for target in targets:
-            try:
-                answers[target] = pending_counts(self._get(target))
-            except (OSError, ValueError, urllib.error.URLError) as error:
-                failures[target] = f"{target}: {getattr(error, 'reason', None) or error}"
+        targets, answers, failures = self._read_all(pending_counts)
         now = self._clock()
         with self._lock:
             for target in failures.keys() - self._failures.keys():

@@ -38,6 +38,17 @@ def scaled_to_zero(run: Harness) -> str:
     return name
 
 
+def woken_by_gateway(run: Harness, name: str) -> dict[str, Any]:
+    """What the gateway writes to the parked child ``name``: the wake quota and the woken mark."""
+    wake = run.status["parked"]
+    child = children(run)[name]
+    child["metadata"]["annotations"].update({keys.GPU_QUOTA_REQUEST: wake["wakeQuotaRequest"],
+                                             keys.GPU_QUOTA_LIMIT: wake["wakeQuotaLimit"],
+                                             keys.FASTPOD_WOKEN_ANNOTATION: "2026-01-01T00:01:11Z"})
+    run.made.fastpods.upsert(child)
+    return child
+
+
 def test_a_function_scaled_to_zero_parks_its_pod_in_place_and_says_what_it_holds() -> None:
     run = Harness(fastfunc(minReplicas=0, parked=1))
     name = scaled_to_zero(run)
@@ -82,12 +93,7 @@ def test_pods_the_gateway_woke_are_taken_as_running_and_not_parked_again() -> No
     run = Harness(fastfunc(minReplicas=0, parked=1))
     name = scaled_to_zero(run)
     wake = run.status["parked"]
-    child = children(run)[name]
-    # what the gateway writes: the wake quota and the woken mark
-    child["metadata"]["annotations"].update({keys.GPU_QUOTA_REQUEST: wake["wakeQuotaRequest"],
-                                             keys.GPU_QUOTA_LIMIT: wake["wakeQuotaLimit"],
-                                             keys.FASTPOD_WOKEN_ANNOTATION: "2026-01-01T00:01:11Z"})
-    run.made.fastpods.upsert(child)
+    woken_by_gateway(run, name)
     run.at(71)  # the change's reconcile, before the next tick reads a rate
     after = children(run)[name]
     assert quota(after) == (wake["wakeQuotaRequest"], wake["wakeQuotaLimit"])
@@ -142,11 +148,7 @@ def test_a_pod_woken_without_its_request_gets_one_more_pod_of_its_configuration_
     run = Harness(fastfunc(minReplicas=0, parked=1))
     name = scaled_to_zero(run)
     wake = run.status["parked"]
-    child = children(run)[name]
-    child["metadata"]["annotations"].update({keys.GPU_QUOTA_REQUEST: wake["wakeQuotaRequest"],
-                                             keys.GPU_QUOTA_LIMIT: wake["wakeQuotaLimit"],
-                                             keys.FASTPOD_WOKEN_ANNOTATION: "2026-01-01T00:01:11Z"})
-    run.made.fastpods.upsert(child)
+    child = woken_by_gateway(run, name)
     run.at(71)
     assert children(run)[name]["spec"]["replicas"] == 1
     share = make_share(0, int(float(wake["wakeQuotaLimit"]) * 1000), wake["smPartition"], 2 << 30)
