@@ -26,7 +26,22 @@ for the GPUs all functions' pods need together). Compared:
   with ``models``). The weights are ``--weights-fraction`` (default 0.556) of the function's smallest
   pod's memory: ASSUMED, since the example profile has no weights size, from the FaST-GShare
   paper's ViT-huge figure (-55.6 % memory: n pods sharing weights w save (n - 1)/n x w, so
-  w >= 0.556); ResNet-50's own fp32 weights would be 0.05 of its 2 GB pods.
+  w >= 0.556); ResNet-50's own fp32 weights would be 0.05 of its 2 GB pods;
+- ``rpr_zero`` and ``rpr_parked`` (with ``--policies``, not in the default run): ``rpr`` with
+  ``minReplicas`` 0 (``rpr`` itself keeps one pod always on, ``minReplicas`` 1). ``rpr_zero`` scales
+  to zero pods once no request arrived for the scale-down delay; a request then waits at the
+  function until the scaler sees it at its next tick (as the function controller does) and the pod
+  it plans is ready (``cold_start_s`` later: pod start and model load). ``rpr_parked``
+  (``spec.scaling.parked: 1``) keeps one pod **parked** where ``rpr_zero`` has none: the awake pod
+  of the most efficient configuration (or, with none, a new one of the most efficient
+  configuration, as a new function starts) stays with its model loaded and its memory held at a
+  time quota request and limit of 0. A request arriving with no awake pod wakes it at once by a
+  live share change, ``--wake-s`` (default 0.1 s, ASSUMED: the real node's figure is measured
+  apart) instead of a cold start; the woken pod becomes the scaler's one pod (of its
+  configuration: a running pod changes its time quota only, and the example profile's pods differ
+  in SM too) and ``rpr`` scales from there. In the fleet packer a parked pod takes its memory and a
+  slot and no time x SM area (a share of quota 0), and it adds nothing to the kappa bound (it
+  serves nothing).
 
 The scalers run as the function controller runs them: each tick :func:`~fastgshare.autoscaling.settle`
 with the ready pods per configuration (a re-plan's kept pods go once the new plan's are ready), then
@@ -42,7 +57,8 @@ step; the CI subset uses a profile with a quota ladder.
 Model: Poisson arrivals (thinning) at each function's rate; each pod a FIFO server taking
 ``1 / maxRps`` s per request (its configuration's saturation throughput, measured one pod per GPU),
 ready ``cold_start_s`` after it is created and costing GPU time from creation to deletion; at most
-8 requests queued at a pod, the rest wait at the function (FIFO) and count as violations after 10 s.
+8 requests queued at a pod, the rest wait at the function (FIFO) and count as violations after 10 s;
+they go to pods at each arrival, tick and pod readiness (a cold start, a wake-up).
 Every policy starts from no pods ready; violations are also given without the requests that
 arrived during the first cold start.
 The rates the scalers see are the arrivals of the last 10 s and 2 s. Each configuration's SLO
@@ -61,6 +77,18 @@ under model sharing; time x SM area; slots; kappa), the ticks at each and ``boun
 each run's ``targets`` says, per non-HPA policy, whether the issue's targets are met (GPU-s <= 0.6 x
 ``hpa_whole_gpu`` on ``ramp``, <= 1/3 on ``fleet``; SLO violations <= 1 %) and the binding bound's ratio.
 
+A run with ``rpr_zero`` or ``rpr_parked`` reports, for every policy it runs, ``from_zero``: the
+**cold episodes** (a request arriving when the function has no awake pod, neither ready nor
+starting; the requests that follow it until it is served are the same episode), how many a parked
+pod served (``woken_parked``), the first request's wait until its service starts (median, p95 and
+max s; one that times out in the function queue counts with the time it waited), the parked pods'
+pod-seconds and memory (GiB·s of their pods' memory, context reserve not included), and
+``gpu_seconds_without_parked`` (the packer's GPU·s with the parked pods left out: ``gpu_seconds``
+counts them). Episodes that begin before ``cold_start_s`` (the first cold start, every policy's)
+are left out; ``cold_episodes_in_first_cold_start`` counts them, ``cold_episodes_open_at_end`` those
+whose first request was still waiting when the run ended. The JSON's top-level ``from_zero`` states
+``wake_s``, ``cold_start_s`` and the parked pods per policy (absent from runs without these policies).
+
 ``--robustness`` (S5, not in the default run) adds ``rpr`` on ``ramp`` and ``bursty`` with kappa
 1.5 and infinity (the same run's requests, other GPU counts), cold starts of 1 and 10 s, and a
 profile error of x0.8 and x1.2 (the planner and dispatcher believe SLO capacities x that factor;
@@ -74,14 +102,19 @@ derived from the given one (seeded: service times and the SLO x a size log-unifo
 each configuration's SLO capacity / size, which this model's scale invariance makes exact; memory x
 log-uniform [0.25, 2]), base rates log-normal (median ``--fleet-median-rps``, sigma 1.5), diurnal
 amplitude U(0.2, 0.8) of period 1800 s with a random phase, bursts at 2 an hour of x U(1.5, 3) for
-U(10, 60) s, and 10 % of the functions sparse (ON/OFF, exponential, mean 10 min each). With
+U(10, 60) s, and 10 % of the functions sparse (ON/OFF, exponential, mean 10 min each: those idle
+to zero under ``rpr_zero``); ``sparse`` (not in the default run; 7200 s): one function with
+the given profile idle most of the time: bursts of U(5, 30) s at a log-uniform rate in [2, 40]
+req/s, separated by idle gaps of U(90, 300) s (all longer than ``rpr``'s 60 s scale-down delay,
+so a ``minReplicas`` 0 policy goes to zero between bursts), the first burst at U(0, 60) s. With
 ``--trace FILE`` (the Azure Functions 2019 invocation counts: ``HashOwner,HashApp,HashFunction,
 Trigger,1..1440``, per-minute counts per function) the first ``--trace-functions`` rows run as a
 fleet, each at its minute's count / 60 req/s, with profiles derived as for ``fleet``.
 
-Run: ``python -m bench.autoscale_sim [--profile FILE] [--traces ramp,bursty,steps,fleet]
+Run: ``python -m bench.autoscale_sim [--profile FILE] [--traces ramp,bursty,steps,fleet,sparse]
 [--seconds S] [--trace FILE] [--gpu MODEL] [--policies P,...] [--kappa K] [--weights-fraction W]
-[--robustness]``. The
+[--wake-s W] [--robustness]``; the parked comparison (``docs/benchmarks/autoscale_sim_parked.json``)
+is ``--traces ramp,bursty,steps,fleet,sparse --policies rpr_zero,rpr,rpr_parked``. The
 example profile is on a V100-16GB: its 2 GB pods pack at most 8 per GPU (memory-bound); with
 ``--gpu V100-32GB`` (the reference prototype's 32 GB GPUs) 16 (the slots).
 """
@@ -138,8 +171,15 @@ HPA_POLICIES = {"hpa_whole_gpu": (HPA_PERIOD_S, HpaSettings()),
                 "hpa_whole_gpu_fast": (2.0, HpaSettings(stabilisation_s=30)),
                 "hpa_fixed": (HPA_PERIOD_S, HpaSettings())}
 MODEL_SHARING = "_model_sharing"  # a policy with this suffix: its base policy, pods of a function share weights
+# rpr with minReplicas 0: policy -> the pods it keeps parked when the scaler would have none (spec.scaling.parked)
+FROM_ZERO = {"rpr_zero": 0, "rpr_parked": 1}
+RPR_FROM_ZERO_SETTINGS = attrs.evolve(RPR_SETTINGS, min_pods=0)
+WAKE_S = 0.1  # a parked pod's wake-up (a live share change raising its quota): assumed, measured on the real node
+WAKE_S_SOURCE = ("assumed (--wake-s): a live share change raising a parked pod's time quota; the real node's "
+                 "figure is measured apart")
+PARKED = "+parked"  # a pod count's key with this suffix: parked pods of that configuration (no time, memory held)
 POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu", "hpa_fixed", "hpa_whole_gpu_fast",
-            "rpr_model_sharing", "rpr_area_model_sharing")
+            "rpr_model_sharing", "rpr_area_model_sharing", *FROM_ZERO)
 DEFAULT_POLICIES = ("rpr", "rpr_area", "time_sharing_only", "hpa_whole_gpu", "rpr_model_sharing")  # others: --policies
 # The weights' share of a pod's memory under model sharing. The example profile states no weights size, so
 # this is assumed from the FaST-GShare paper's ViT-huge figure: sharing the weights saves 55.6 % of the GPU
@@ -184,8 +224,31 @@ def steps(seed: int) -> Trace:
     return lambda t: stages[int(t // 5) % len(stages)]
 
 
-TRACES: dict[str, Callable[[int], Trace]] = {"ramp": lambda seed: ramp, "bursty": bursty, "steps": steps}
-DEFAULT_SECONDS = {"ramp": 720.0, "bursty": 3600.0, "steps": 1000.0, "fleet": 1800.0}
+SPARSE_HORIZON_S = 100_000.0  # the sparse trace's bursts are drawn this far, whatever the run's length
+
+
+def sparse(seed: int) -> Trace:
+    """Idle most of the time (see the module docstring): bursts of U(5, 30) s at a log-uniform rate in
+    [2, 40] req/s, separated by idle gaps of U(90, 300) s; deterministic in ``seed``."""
+    rng = random.Random(f"sparse/{seed}")
+    starts: list[float] = []
+    bursts: list[tuple[float, float]] = []  # (end, rate)
+    t = rng.uniform(0, 60)
+    while t < SPARSE_HORIZON_S:
+        length, rps = rng.uniform(5, 30), math.exp(rng.uniform(math.log(2), math.log(40)))
+        starts.append(t)
+        bursts.append((t + length, rps))
+        t += length + rng.uniform(90, 300)
+
+    def rate(t: float) -> float:
+        i = bisect.bisect_right(starts, t) - 1
+        return bursts[i][1] if i >= 0 and t < bursts[i][0] else 0.0
+    return rate
+
+
+TRACES: dict[str, Callable[[int], Trace]] = {"ramp": lambda seed: ramp, "bursty": bursty, "steps": steps,
+                                             "sparse": sparse}
+DEFAULT_SECONDS = {"ramp": 720.0, "bursty": 3600.0, "steps": 1000.0, "fleet": 1800.0, "sparse": 7200.0}
 
 
 @attrs.frozen
@@ -337,7 +400,7 @@ def make_function(name: str, trace: Trace, profile: Profile, gpu: GpuSpec, capac
                     options={"rpr": dominant, "rpr_area": usable(CostModel.AREA),
                              "time_sharing_only": tuple(o for o in dominant if o.point.sm_partition == 100),
                              "hpa_whole_gpu": (whole,), "hpa_whole_gpu_fast": (whole,),
-                             "hpa_fixed": dominant[:1]})
+                             "hpa_fixed": dominant[:1], **dict.fromkeys(FROM_ZERO, dominant)})
 
 
 # --- the simulation ------------------------------------------------------------------------
@@ -366,15 +429,25 @@ class Result:
     vertical_steps: int = 0  # in-place quota changes of a configuration's pods (no pod created)
     pods_resized: int = 0  # pods those changes resized
     rebalances: int = 0  # make-before-break re-plans
+    # scaling from zero: each cold episode's (first request's arrival, its wait until service starts or it
+    # timed out, whether a parked pod was woken for it, whether it timed out)
+    cold_episodes: list[tuple[float, float, bool, bool]] = attrs.field(factory=list)
+    parked_seconds: float = 0.0  # parked pods x s
+    parked_memory_byte_seconds: float = 0.0  # their memory x s
 
 
 class Simulation:
     """One function's pods, requests and scaler state under one policy."""
 
-    def __init__(self, function: Function, policy: str, *, cold_start_s: float, seed: int) -> None:
+    def __init__(self, function: Function, policy: str, *, cold_start_s: float, seed: int,
+                 wake_s: float = WAKE_S) -> None:
         self.function, self.options, self.slo = function, function.options[base_policy(policy)], function.slo
         self.cold_start_s, self.rng = cold_start_s, random.Random(seed)
-        self.live: dict[str, Pod] = {}
+        self.live: dict[str, Pod] = {}  # the awake pods (ready or starting)
+        self.parked: dict[str, Pod] = {}  # parked pods: memory held, no GPU time, serve nothing until woken
+        self.parked_wanted, self.wake_s = FROM_ZERO.get(base_policy(policy), 0), wake_s
+        self.ready_at: list[float] = []  # when pods created or woken since the caller last looked are ready
+        self.cold_since: float | None = None  # the arrival of the open cold episode's first request
         self.dispatcher = Dispatcher()
         self.waiting: collections.deque[float] = collections.deque()
         self.arrivals: collections.deque[float] = collections.deque()
@@ -413,6 +486,7 @@ class Simulation:
                 self._serial += 1
                 name = f"{self.function.name}/{key}-{self._serial}"
                 self.live[name] = Pod(name=name, option=by_key[key], created=now, ready=now + self.cold_start_s)
+                self.ready_at.append(now + self.cold_start_s)
                 self.result.pods_created += 1
                 changed = True
             for pod in reversed(mine[wanted.get(key, 0):]):  # the newest go first
@@ -424,6 +498,41 @@ class Simulation:
     def live_counts(self) -> collections.Counter[str]:
         return collections.Counter(p.option.point.key for p in self.live.values())
 
+    def pod_counts(self) -> collections.Counter[str]:
+        """The awake pods per configuration and the parked ones (keys with :data:`PARKED`)."""
+        return self.live_counts() + collections.Counter(p.option.point.key + PARKED for p in self.parked.values())
+
+    def park_or_wake(self, wanted: dict[str, int], now: float) -> None:
+        """With ``wanted`` empty, keep the parked pods the policy wants: the awake pods of the most efficient
+        configurations go parked (no pod created), else new pods of the most efficient configuration are
+        created parked. With pods wanted, a parked pod of a wanted configuration is woken (a live share
+        change: ready ``wake_s`` later, no cold start) and the others go."""
+        if not wanted:
+            awake = sorted(self.live.values(), key=lambda p: (-p.option.efficiency, p.created, p.name))
+            best = max(self.options, key=lambda o: (o.efficiency, o.capacity_rps))
+            while len(self.parked) < self.parked_wanted:
+                if awake:
+                    pod = awake.pop(0)
+                    del self.live[pod.name]
+                else:
+                    self._serial += 1
+                    name = f"{self.function.name}/{best.point.key}-{self._serial}"
+                    pod = Pod(name=name, option=best, created=now, ready=now + self.cold_start_s)
+                    self.result.pods_created += 1
+                self.parked[pod.name] = pod
+            return
+        for pod in list(self.parked.values()):
+            del self.parked[pod.name]
+            if wanted.get(pod.option.point.key, 0) > self.live_counts()[pod.option.point.key]:
+                self._wake(pod, now)
+            else:
+                pod.deleted = now
+
+    def _wake(self, pod: Pod, now: float) -> None:
+        pod.ready = max(pod.ready, now + self.wake_s)
+        self.live[pod.name] = pod
+        self.ready_at.append(pod.ready)
+
     def ready_counts(self, now: float) -> collections.Counter[str]:
         return collections.Counter(p.option.point.key for p in self.live.values() if p.ready <= now)
 
@@ -432,12 +541,30 @@ class Simulation:
         self.arrivals.append(now)
         self.result.requests += 1
         self.result.warmup_requests += now < self.cold_start_s
+        if not self.live and self.cold_since is None:  # no awake pod: a cold episode begins
+            self.cold_since = now
+            woken = bool(self.parked)
+            if woken:  # the request wakes a parked pod at once, which becomes the scaler's one pod
+                name = min(self.parked, key=lambda n: (-self.parked[n].option.efficiency, n))
+                pod = self.parked.pop(name)
+                self._wake(pod, now)
+                self.scaler = attrs.evolve(self.scaler, pods={pod.option.point.key: 1}, keep={}, last_up_s=now)
+            self.result.cold_episodes.append((now, math.nan, woken, False))
         self.waiting.append(now)
         self.drain(now)
 
+    def _first_served(self, arrived: float, start: float, *, timed_out: bool = False) -> None:
+        """Close the open cold episode when its first request (arrived at ``arrived``) starts service."""
+        if self.cold_since is not None and arrived == self.cold_since:
+            at, _, woken, _ = self.result.cold_episodes[-1]
+            self.result.cold_episodes[-1] = (at, start - arrived, woken, timed_out)
+            self.cold_since = None
+
     def drain(self, now: float) -> None:
         while self.waiting and now - self.waiting[0] > FUNCTION_QUEUE_TIMEOUT_S:
-            self._violated(self.waiting.popleft())
+            arrived = self.waiting.popleft()
+            self._first_served(arrived, now, timed_out=True)
+            self._violated(arrived)
         while self.waiting:
             ready = [p for p in self.live.values() if p.ready <= now]
             for pod in ready:
@@ -449,6 +576,7 @@ class Simulation:
             if chosen is None:
                 return
             pod, arrived = self.live[chosen], self.waiting.popleft()
+            self._first_served(arrived, max(now, pod.free_at))
             pod.free_at = max(now, pod.free_at) + 1 / pod.option.point.max_rps
             heapq.heappush(pod.finishes, pod.free_at)
             latency = pod.free_at - arrived
@@ -481,10 +609,13 @@ class Simulation:
         else:
             self.scaler = settle(self.scaler, self.ready_counts(now))  # the kept pods go once the new are ready
             before = self.scaler
+            scaling = RPR_FROM_ZERO_SETTINGS if policy in FROM_ZERO else RPR_SETTINGS
             self.scaler = step(before, self.options, rate_long=rate_long, rate_short=self.rate(now, 2), now_s=now,
-                               settings=RPR_SETTINGS, starting=any(p.ready > now for p in self.live.values()))
+                               settings=scaling, starting=any(p.ready > now for p in self.live.values()))
             self.result.rebalances += self.scaler.last_rebalance_s != before.last_rebalance_s
             wanted = running(self.scaler)
+        if self.parked_wanted:
+            self.park_or_wake(wanted, now)
         self.scale_to(wanted, now)
         by_key = {o.point.key: o for o in self.options}
         target = wanted if policy in HPA_POLICIES else self.scaler.pods  # rpr: the target alone, without kept pods
@@ -492,6 +623,9 @@ class Simulation:
         self.result.ticks_capacity_below_rate += planned + 1e-9 < rate_long
         self.result.area_seconds += sum(p.option.point.quota_request * p.option.point.sm_partition / 100
                                         for p in self.live.values()) * TICK_S
+        self.result.parked_seconds += len(self.parked) * TICK_S
+        self.result.parked_memory_byte_seconds += sum(p.option.point.memory_bytes
+                                                      for p in self.parked.values()) * TICK_S
 
 
 def base_policy(policy: str) -> str:
@@ -538,15 +672,17 @@ class Fleet:
             reserve = self._empty.gpu.context_reserve_bytes
             for i, key, n in counts:
                 function = self.functions[i]
-                point = function.points[key]
-                share = ShareSpec(request_permille=round(point.quota_request * 1000),
-                                  limit_permille=round(point.quota_limit * 1000), sm_percent=point.sm_partition,
-                                  memory_bytes=point.memory_bytes)
+                parked = key.endswith(PARKED)  # a quota of 0: its memory and a slot, no time x SM area, no speed
+                point = function.points[key.removesuffix(PARKED)]
+                share = ShareSpec(request_permille=0 if parked else round(point.quota_request * 1000),
+                                  limit_permille=0 if parked else round(point.quota_limit * 1000),
+                                  sm_percent=point.sm_partition, memory_bytes=point.memory_bytes)
                 names = [f"{function.name}/{key}-{j}" for j in range(n)]
                 shares.extend((name, share) for name in names)
                 if self.sharing:
                     models.update(dict.fromkeys(names, SharedModel(function.name, self.weights[i])))
-                speed += function.capacity[key] * n / function.capacity[function.whole.point.key]
+                if not parked:
+                    speed += function.capacity[point.key] * n / function.capacity[function.whole.point.key]
                 memory += n * (point.memory_bytes - self.weights[i] + reserve)
                 area += n * math.prod(self._empty.rectangle_size(share))
                 if n:
@@ -569,12 +705,14 @@ class Fleet:
 def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuSpec, seed: int,
         cold_start_s: float, kappa: float = KAPPA, other_kappas: Sequence[float] = (),
         weights_fraction: float = WEIGHTS_FRACTION, record: list[tuple[int, dict[str, int]]] | None = None,
-        ) -> dict[str, object]:
+        wake_s: float = WAKE_S, from_zero: bool = False) -> dict[str, object]:
     """One policy on all ``functions`` together for ``seconds``: the summary of every request and the GPUs
     (also under ``other_kappas``: kappa enters only the GPU count, so one run gives them all). A
     ``*_model_sharing`` policy packs with each function's weights (``weights_fraction`` of its pods'
-    memory) held once per GPU. ``record`` gets each tick's GPU count and lower bounds."""
-    sims = [Simulation(f, policy, cold_start_s=cold_start_s, seed=seed + 1_000_003 * i)
+    memory) held once per GPU. ``record`` gets each tick's GPU count and lower bounds. With ``from_zero``
+    the summary has ``from_zero``: cold episodes, first-request waits and parked pods (``wake_s``: a
+    parked pod's wake-up)."""
+    sims = [Simulation(f, policy, cold_start_s=cold_start_s, seed=seed + 1_000_003 * i, wake_s=wake_s)
             for i, f in enumerate(functions)]
     sharing = policy.endswith(MODEL_SHARING)
     fleet_gpus = Fleet(functions, gpu, weights_fraction=weights_fraction if sharing else None)
@@ -584,16 +722,32 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
     arrivals = [(_next_arrival(f.trace, peak, 0.0, sim.rng, seconds), i)
                 for i, (f, peak, sim) in enumerate(zip(functions, peaks, sims, strict=True))]
     heapq.heapify(arrivals)
-    next_tick, gpu_seconds, peak_gpus = 0.0, 0.0, 0
+    next_tick, gpu_seconds, peak_gpus, awake_gpu_seconds = 0.0, 0.0, 0, 0.0
     others = dict.fromkeys(other_kappas, 0.0)
-    while min(next_tick, arrivals[0][0]) < seconds:
-        if next_tick <= arrivals[0][0]:
+    # (when a pod is ready, function): the requests waiting for it start then, also between ticks and arrivals
+    # (a woken pod, a cold start of a fraction of a second); first, so a tick at the same time sees them served
+    readiness: list[tuple[float, int]] = []
+
+    def collect_ready(i: int) -> None:
+        for ready in sims[i].ready_at:
+            heapq.heappush(readiness, (ready, i))
+        sims[i].ready_at.clear()
+
+    while min(next_tick, arrivals[0][0], readiness[0][0] if readiness else math.inf) < seconds:
+        if readiness and readiness[0][0] <= min(next_tick, arrivals[0][0]):
+            now, i = heapq.heappop(readiness)
+            sims[i].drain(now)
+        elif next_tick <= arrivals[0][0]:
             now = next_tick
-            for sim in sims:
+            for i, sim in enumerate(sims):
                 sim.tick(policy, now)
-            counts = tuple((i, key, n) for i, sim in enumerate(sims) for key, n in sorted(sim.live_counts().items()))
+                collect_ready(i)
+            counts = tuple((i, key, n) for i, sim in enumerate(sims) for key, n in sorted(sim.pod_counts().items()))
             gpus = fleet_gpus.gpus(counts, kappa)
             gpu_seconds += gpus * TICK_S
+            if from_zero:
+                awake = tuple(c for c in counts if not c[1].endswith(PARKED))
+                awake_gpu_seconds += (gpus if awake == counts else fleet_gpus.gpus(awake, kappa)) * TICK_S
             bounds = fleet_gpus.lower_bounds(counts, kappa)
             for name, bound in bounds.items():
                 bound_seconds[name] += bound * TICK_S
@@ -607,8 +761,24 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
         else:
             now, i = arrivals[0]
             sims[i].arrive(now)
+            collect_ready(i)
             heapq.heapreplace(arrivals, (_next_arrival(functions[i].trace, peaks[i], now, sims[i].rng, seconds), i))
     results = [sim.result for sim in sims]
+    summary = _summary(results, seconds=seconds, gpu_seconds=gpu_seconds, peak_gpus=peak_gpus,
+                       bound_seconds=bound_seconds, bound_ticks=bound_ticks)
+    if sharing:
+        summary["model_sharing"] = {"weights_fraction": weights_fraction, "source": WEIGHTS_SOURCE}
+    if others:
+        summary["gpu_seconds_at_kappa"] = {_kappa_name(k): round(v) for k, v in others.items()}
+    if from_zero:
+        summary["from_zero"] = _from_zero_summary(results, cold_start_s=cold_start_s, wake_s=wake_s,
+                                                  awake_gpu_seconds=awake_gpu_seconds)
+    return summary
+
+
+def _summary(results: Sequence[Result], *, seconds: float, gpu_seconds: float, peak_gpus: int,
+             bound_seconds: dict[str, float], bound_ticks: dict[str, int]) -> dict[str, object]:
+    """Every request's and the GPUs' figures of one run."""
     latencies = sorted(x for r in results for x in r.latencies) or [0.0]
     requests = sum(r.requests for r in results)
     violations = sum(r.violations for r in results)
@@ -633,11 +803,29 @@ def run(functions: Sequence[Function], seconds: float, policy: str, *, gpu: GpuS
         "gpu_seconds_lower_bounds": {name: round(v) for name, v in bound_seconds.items()},
         "ticks_at_lower_bound": bound_ticks,
         "bound_by": max(BOUNDS, key=lambda name: (bound_seconds[name], -BOUNDS.index(name)))}
-    if sharing:
-        summary["model_sharing"] = {"weights_fraction": weights_fraction, "source": WEIGHTS_SOURCE}
-    if others:
-        summary["gpu_seconds_at_kappa"] = {_kappa_name(k): round(v) for k, v in others.items()}
     return summary
+
+
+def _from_zero_summary(results: Sequence[Result], *, cold_start_s: float, wake_s: float,
+                       awake_gpu_seconds: float) -> dict[str, object]:
+    """Cold episodes (those after the first cold start), their first requests' waits, the parked pods."""
+    episodes = [e for r in results for e in r.cold_episodes if e[0] >= cold_start_s and not math.isnan(e[1])]
+    waits = sorted(wait for _, wait, _, _ in episodes)
+
+    def at(q: float) -> float | None:
+        return round(waits[int(q * (len(waits) - 1))], 3) if waits else None
+
+    return {"wake_s": wake_s, "cold_episodes": len(episodes),
+            "woken_parked": sum(woken for _, _, woken, _ in episodes),
+            "first_request_wait_s": {"median": round(statistics.median(waits), 3) if waits else None,
+                                     "p95": at(0.95), "max": at(1.0)},
+            "first_request_timed_out": sum(timed_out for *_, timed_out in episodes),
+            "cold_episodes_in_first_cold_start": sum(e[0] < cold_start_s for r in results for e in r.cold_episodes),
+            "cold_episodes_open_at_end": sum(e[0] >= cold_start_s and math.isnan(e[1])
+                                             for r in results for e in r.cold_episodes),
+            "parked_pod_seconds": round(sum(r.parked_seconds for r in results)),
+            "parked_memory_gib_seconds": round(sum(r.parked_memory_byte_seconds for r in results) / 2**30),
+            "gpu_seconds_without_parked": round(awake_gpu_seconds)}
 
 
 def _kappa_name(kappa: float) -> str:
@@ -661,9 +849,10 @@ def _setup(profile: Profile, seed: int, gpu_model: str | None) -> tuple[GpuSpec,
 
 
 def _compare(functions: Sequence[Function], seconds: float, gpu: GpuSpec, *, seed: int, cold_start_s: float,
-             policies: Sequence[str], kappa: float, weights_fraction: float) -> dict[str, object]:
+             policies: Sequence[str], kappa: float, weights_fraction: float, wake_s: float) -> dict[str, object]:
+    from_zero = any(policy in FROM_ZERO for policy in policies)  # then every policy reports its cold episodes
     results = {policy: run(functions, seconds, policy, gpu=gpu, seed=seed, cold_start_s=cold_start_s, kappa=kappa,
-                           weights_fraction=weights_fraction)
+                           weights_fraction=weights_fraction, wake_s=wake_s, from_zero=from_zero)
                for policy in policies}
     for result in results.values():
         result["gpu_seconds_ratio_vs_hpa"] = _ratio({"a": result, **results}, "a", "hpa_whole_gpu", "gpu_seconds")
@@ -703,12 +892,13 @@ def targets(trace_name: str, compared: dict[str, object]) -> dict[str, object]:
 
 def simulate(profile: Profile, trace_name: str, seconds: float, *, seed: int, cold_start_s: float = 5.0,
              gpu_model: str | None = None, policies: Sequence[str] = DEFAULT_POLICIES,
-             kappa: float = KAPPA, weights_fraction: float = WEIGHTS_FRACTION) -> dict[str, object]:
-    """One single-function trace (``ramp``, ``bursty``, ``steps``) under every policy."""
+             kappa: float = KAPPA, weights_fraction: float = WEIGHTS_FRACTION,
+             wake_s: float = WAKE_S) -> dict[str, object]:
+    """One single-function trace (``ramp``, ``bursty``, ``steps``, ``sparse``) under every policy."""
     gpu, capacities = _setup(profile, seed, gpu_model)
     function = make_function(profile.function, TRACES[trace_name](seed), profile, gpu, capacities)
     compared = _compare([function], seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
-                        kappa=kappa, weights_fraction=weights_fraction)
+                        kappa=kappa, weights_fraction=weights_fraction, wake_s=wake_s)
     return {"trace": trace_name, "seconds": seconds, "gpu": gpu.model, "functions": 1,
             "slo_capacity_rps": {k: round(v, 1) for k, v in capacities.items()},
             **compared, "targets": targets(trace_name, compared)}
@@ -717,13 +907,13 @@ def simulate(profile: Profile, trace_name: str, seconds: float, *, seed: int, co
 def simulate_fleet(profile: Profile, fleet_functions: Sequence[FleetFunction], seconds: float, *, trace_name: str,
                    seed: int, cold_start_s: float = 5.0, gpu_model: str | None = None,
                    policies: Sequence[str] = DEFAULT_POLICIES, kappa: float = KAPPA,
-                   weights_fraction: float = WEIGHTS_FRACTION) -> dict[str, object]:
+                   weights_fraction: float = WEIGHTS_FRACTION, wake_s: float = WAKE_S) -> dict[str, object]:
     """Many functions (the ``fleet`` trace or a trace file) under every policy, packed together."""
     gpu, capacities = _setup(profile, seed, gpu_model)
     functions = [make_function(f.name, f.trace, profile, gpu, capacities, size=f.size, memory_scale=f.memory_scale)
                  for f in fleet_functions]
     compared = _compare(functions, seconds, gpu, seed=seed, cold_start_s=cold_start_s, policies=policies,
-                        kappa=kappa, weights_fraction=weights_fraction)
+                        kappa=kappa, weights_fraction=weights_fraction, wake_s=wake_s)
     return {"trace": trace_name, "seconds": seconds, "gpu": gpu.model, "functions": len(functions),
             **compared, "targets": targets(trace_name, compared)}
 
@@ -785,6 +975,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--kappa", type=float, default=KAPPA, help="the co-location cap ('inf' for none)")
     parser.add_argument("--weights-fraction", type=float, default=WEIGHTS_FRACTION,
                         help="model sharing: the weights' share of each pod's memory, in [0, 1)")
+    parser.add_argument("--wake-s", type=float, default=WAKE_S,
+                        help="rpr_parked: seconds a parked pod takes to wake (a live share change), >= 0")
     parser.add_argument("--robustness", action="store_true",
                         help="also S5: rpr on ramp and bursty under kappa, cold-start and profile-error variations")
     args = parser.parse_args(argv)
@@ -794,9 +986,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not 0 <= args.weights_fraction < 1:
         parser.error(f"--weights-fraction {args.weights_fraction}: must be in [0, 1) "
                      "(the weights' share of a pod's memory)")
+    if not (math.isfinite(args.wake_s) and args.wake_s >= 0):
+        parser.error(f"--wake-s {args.wake_s}: must be a finite number of seconds >= 0 (a parked pod's wake-up)")
     profile = decode_profile(args.profile.read_text())
     common = {"seed": args.seed, "cold_start_s": args.cold_start_seconds, "gpu_model": args.gpu,
-              "policies": policies, "kappa": args.kappa, "weights_fraction": args.weights_fraction}
+              "policies": policies, "kappa": args.kappa, "weights_fraction": args.weights_fraction,
+              "wake_s": args.wake_s}
     runs = []
     for name in filter(None, args.traces.split(",")):
         seconds = args.seconds or DEFAULT_SECONDS[name]
@@ -816,6 +1011,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "model_sharing": {"weights_fraction": args.weights_fraction, "source": WEIGHTS_SOURCE,
                           "policies": [p for p in policies if p.endswith(MODEL_SHARING)]},
         "fleet": {"functions": args.fleet_functions, "median_rps": args.fleet_median_rps}, "runs": runs}
+    if from_zero := [p for p in policies if p in FROM_ZERO]:  # absent otherwise: the default run's JSON stays as it was
+        report["from_zero"] = {"policies": from_zero, "parked_pods": {p: FROM_ZERO[p] for p in from_zero},
+                               "wake_s": args.wake_s, "wake_s_source": WAKE_S_SOURCE,
+                               "cold_start_s": args.cold_start_seconds}
     if args.robustness:
         report["robustness"] = [row for name in ("ramp", "bursty")
                                 for row in robustness(profile, name, args.seconds or DEFAULT_SECONDS[name],

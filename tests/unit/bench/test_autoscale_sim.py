@@ -15,6 +15,7 @@ import pytest
 import fastgshare.autoscaling
 from bench import autoscale_sim
 from bench.autoscale_sim import (
+    PARKED,
     POLICIES,
     PROFILE,
     Simulation,
@@ -28,6 +29,7 @@ from bench.autoscale_sim import (
     run,
     simulate,
     simulate_fleet,
+    sparse,
 )
 from fastgshare.autoscaling import running
 from fastgshare.gpu_models import gpu_model_spec
@@ -89,7 +91,9 @@ def test_a_reduced_fleet_packs_every_policy_and_keeps_the_invariants() -> None:
     first = simulate_fleet(PROFILE_DOC, made, 240, trace_name="fleet", seed=2, policies=POLICIES)
     alone = simulate_fleet(PROFILE_DOC, fleet(2, 240, functions=10), 240, trace_name="fleet", seed=2,
                            policies=("rpr",))["rpr"]
-    assert alone == {**first["rpr"], "gpu_seconds_ratio_vs_hpa": None}  # type: ignore[dict-item]  # no HPA ran
+    with_zero = dict(first["rpr"])  # type: ignore[call-overload]
+    assert with_zero.pop("from_zero")["cold_episodes"] == 0  # reported beside rpr_zero and rpr_parked
+    assert alone == {**with_zero, "gpu_seconds_ratio_vs_hpa": None}  # no HPA ran
     assert first["functions"] == 10
     results = [first[policy] for policy in POLICIES]
     assert len({r["requests"] for r in results}) == 1  # type: ignore[index]
@@ -266,3 +270,89 @@ def test_the_weights_fraction_sets_how_much_model_sharing_saves(capsys: pytest.C
     with pytest.raises(SystemExit):
         main([*argv, "--weights-fraction", "1"])
     assert "--weights-fraction 1.0: must be in [0, 1)" in capsys.readouterr().err
+
+
+FROM_ZERO = ("rpr_zero", "rpr", "rpr_parked")
+
+
+def test_the_sparse_trace_is_seeded_and_idles_longer_than_the_scale_down_delay() -> None:
+    rate, again = sparse(5), sparse(5)
+    samples = [rate(t / 2) for t in range(14_400)]
+    assert samples == [again(t / 2) for t in range(14_400)]
+    assert all(r == 0 or 2 <= r <= 40 for r in samples)
+    starts = [i for i in range(1, len(samples)) if samples[i] and not samples[i - 1]]
+    ends = [i for i in range(1, len(samples)) if samples[i - 1] and not samples[i]]
+    assert len(starts) >= 10
+    gaps = [(start - end) / 2 for end, start in zip(ends, starts[1:], strict=False)]
+    assert min(gaps) > autoscale_sim.RPR_SETTINGS.scale_down_delay_s  # every gap lets rpr_zero go to zero
+    assert sum(samples) / 2 < 0.25 * max(samples) * 3600  # idle most of the time
+
+
+def test_a_parked_pod_holds_its_memory_and_wakes_in_wake_s_for_the_first_request() -> None:
+    gpu = gpu_model_spec("V100-16GB")
+    capacities = {p.key: model_capacity(p, PROFILE_DOC.slo or Slo(percentile=95, latency_ms=69), 1)
+                  for p in PROFILE_DOC.points}
+    function = make_function("f", lambda t: 0.0, PROFILE_DOC, gpu, capacities)
+    sim = Simulation(function, "rpr_parked", cold_start_s=5, seed=1, wake_s=0.25)
+    for now in range(12):
+        sim.tick("rpr_parked", float(now))
+    assert not sim.live  # nothing awake, one pod parked (created: no pod was running), its model loaded by 5 s
+    ((name, pod),) = sim.parked.items()
+    assert (pod.option.point.key, pod.ready, sim.result.pods_created) == ("q40-s12", 5.0, 1)
+    assert sim.pod_counts() == {"q40-s12" + PARKED: 1}
+    assert sim.result.parked_seconds == 12
+    sim.arrive(20.0)  # no awake pod: a cold episode; the parked pod wakes at once
+    assert (sim.live[name], sim.parked, sim.ready_at[-1]) == (pod, {}, 20.25)
+    assert (sim.scaler.pods, sim.scaler.last_up_s) == ({"q40-s12": 1}, 20.0)  # the scaler's one pod, as scaled up
+    sim.arrive(20.1)  # still waking: the same episode
+    sim.drain(20.25)
+    assert [(at, round(wait, 9), woken, timed_out) for at, wait, woken, timed_out in sim.result.cold_episodes] == [
+        (20.0, 0.25, True, False)]
+    assert (len(sim.result.latencies), sim.result.pods_created) == (2, 1)  # both served by the woken pod
+    fleet_gpus = autoscale_sim.Fleet([function], gpu)
+    parked = fleet_gpus.lower_bounds(((0, "q40-s12" + PARKED, 9),))  # no time x SM area, no speed; memory, slots
+    assert (parked["area"], parked["kappa"], parked["memory"], parked["slots"]) == (0, 0, 2, 1)
+    assert fleet_gpus.gpus(((0, "q40-s12" + PARKED, 9),)) == 2  # 9 x 2 GB on 16 GB GPUs
+    assert fleet_gpus.lower_bounds(((0, "q40-s12", 9),))["area"] > 0
+
+
+def test_parked_pods_cut_the_first_request_wait_from_a_cold_start_to_wake_s(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--traces", "sparse", "--seconds", "1800", "--seed", "2", "--policies", ",".join(FROM_ZERO),
+            "--wake-s", "0.2"]
+    main(argv)
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["from_zero"]["wake_s"] == 0.2
+    assert printed["from_zero"]["parked_pods"] == {"rpr_zero": 0, "rpr_parked": 1}
+    (only,) = printed["runs"]
+    zero, always, parked = (only[p] for p in FROM_ZERO)
+    assert zero["requests"] == always["requests"] == parked["requests"] > 0
+    assert always["from_zero"]["cold_episodes"] == 0  # minReplicas 1: one pod always awake
+    assert zero["from_zero"]["cold_episodes"] >= 3
+    assert zero["from_zero"]["woken_parked"] == 0
+    assert zero["from_zero"]["first_request_wait_s"]["median"] >= 5  # the cold start, after the scaler's tick
+    assert parked["from_zero"]["woken_parked"] == parked["from_zero"]["cold_episodes"] >= 3
+    assert parked["from_zero"]["first_request_wait_s"] == {"median": 0.2, "p95": 0.2, "max": 0.2}
+    assert parked["from_zero"]["parked_memory_gib_seconds"] == 2 * parked["from_zero"]["parked_pod_seconds"] > 0
+    assert zero["from_zero"]["parked_pod_seconds"] == always["from_zero"]["parked_pod_seconds"] == 0
+    # one function on one GPU: the parked pod keeps its GPU counted, not its time
+    assert parked["gpu_seconds"] == always["gpu_seconds"] == 1800
+    assert parked["from_zero"]["gpu_seconds_without_parked"] < parked["gpu_seconds"]
+    assert zero["gpu_seconds"] < always["gpu_seconds"]
+    assert parked["area_seconds"] < always["area_seconds"]
+    for argument in ("-1", "nan"):
+        with pytest.raises(SystemExit):
+            main([*argv, "--wake-s", argument])
+        assert "--wake-s" in capsys.readouterr().err
+
+
+def test_the_from_zero_policies_leave_the_other_policies_results_as_they_were() -> None:
+    alone = simulate(PROFILE_DOC, "ramp", 120, seed=2, policies=("rpr", "hpa_whole_gpu"))
+    assert "from_zero" not in alone["rpr"]  # type: ignore[operator]
+    beside = simulate(PROFILE_DOC, "ramp", 120, seed=2, policies=("rpr", "hpa_whole_gpu", *FROM_ZERO[::2]))
+    for policy in ("rpr", "hpa_whole_gpu"):
+        reported = dict(beside[policy])  # type: ignore[call-overload]
+        assert reported.pop("from_zero")["cold_episodes"] == 0
+        assert reported == alone[policy]
+    # a ramp never idles: scaled from zero only at the start, the three serve the same requests alike
+    assert beside["rpr_zero"]["from_zero"]["cold_episodes"] == 0  # type: ignore[index]
+    assert beside["rpr_parked"]["from_zero"]["parked_pod_seconds"] <= 5  # type: ignore[index]
