@@ -15,7 +15,7 @@ from the moment it is sent to its answer. The functions take turns, one episode 
 neither's pod start loads the node during the other's request. Each episode waits out the
 autoscaler's 10 s rate window and the 3 s scale-down delay, so a run takes about 15 minutes.
 
-Run: ``python -m bench.parked [--episodes 20] [--load-ms 3000] [--state-dir DIR]``.
+Run: ``python -m bench.parked [--episodes 20] [--load-ms 3000] [--state-dir DIR] [--keep-logs]``.
 """
 
 from __future__ import annotations
@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=20, help="cold episodes per function (default: %(default)s)")
     parser.add_argument("--load-ms", type=int, default=3000, help="the model's load time (default: %(default)s)")
     parser.add_argument("--state-dir", type=Path, default=None, help="default: a temporary directory")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the components' logs in the state dir")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print(json.dumps({"error": "needs root (it starts a kubelet)"}))
@@ -162,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         result["cold_over_parked_median"] = round(result["cold_start"]["median_ms"] / max(parked_median, 0.1), 1)
         failed = False
     finally:
-        cluster.down(state_dir, say=lambda _text: None, keep_logs=failed)
-        if failed:
+        cluster.down(state_dir, say=lambda _text: None, keep_logs=failed or args.keep_logs)
+        if failed or args.keep_logs:
             print(f"logs kept in {state_dir / 'logs'}", file=sys.stderr)
     print(json.dumps(result, indent=2))
     return 0

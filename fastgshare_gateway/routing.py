@@ -51,6 +51,7 @@ class Functions:
         self._clock = clock
         self._waking: dict[FunctionKey, float] = {}  # a wake-up sent: until when it counts as on its way
         self._waking_parked: dict[FunctionKey, float] = {}  # the same for parked pods
+        self._wake_wanted: set[FunctionKey] = set()  # a request found parked pods before status.parked
         self._index = EndpointIndex(default_namespace)
         self._fastfuncs: dict[FunctionKey, FunctionSettings] = {}
         self._injected: dict[FunctionKey, list[Endpoint]] = {}
@@ -78,10 +79,14 @@ class Functions:
         metadata = fastfunc.get("metadata") or {}
         key = (str(namespace or metadata.get("namespace", "")), str(metadata.get("name", "")))
         self._fastfuncs[key] = settings_of(fastfunc)
+        if key in self._wake_wanted:
+            self.arriving(key)
 
     def remove_fastfunc(self, key: FunctionKey) -> None:
         self._fastfuncs.pop(key, None)
         self._waking.pop(key, None)
+        self._waking_parked.pop(key, None)
+        self._wake_wanted.discard(key)
 
     def settings(self, key: FunctionKey) -> FunctionSettings | None:
         """The function's FaSTFunc settings; None when it is no FaSTFunc (a FaSTPod, endpoints injected)."""
@@ -121,11 +126,17 @@ class Functions:
         return hold.timeout_s
 
     def arriving(self, key: FunctionKey) -> None:
-        """A request for ``key`` is about to wait for a pod: when all its pods are parked, wake them (once)."""
-        settings = self._fastfuncs.get(key)
+        """A request for ``key`` is about to wait for a pod: when all its pods are parked, wake them (once).
+        Pods seen parked before the FaSTFunc's ``status.parked`` says what they wake to: the wake-up goes
+        when it does (:meth:`upsert_fastfunc`)."""
         endpoints = self._endpoints(key)
-        if settings is None or settings.parked is None or not endpoints or not all(e.parked for e in endpoints):
+        if not endpoints or not all(e.parked for e in endpoints):
             return
+        settings = self._fastfuncs.get(key)
+        if settings is None or settings.parked is None:
+            self._wake_wanted.add(key)
+            return
+        self._wake_wanted.discard(key)
         until = self._waking_parked.get(key)
         if (until is not None and self._clock() < until) or self.parked_waker is None:
             return
@@ -157,6 +168,7 @@ class Functions:
                 self._waking.pop(key, None)  # woken
             if any(not endpoint.parked for endpoint in endpoints):
                 self._waking_parked.pop(key, None)
+                self._wake_wanted.discard(key)
             if pool is not None:
                 pool.set_endpoints(endpoints)
                 self.observe(key)

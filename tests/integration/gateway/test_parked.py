@@ -80,3 +80,26 @@ def test_a_child_woken_meanwhile_is_left_alone() -> None:
             assert (await client.get(f"{url}/function/fn")).status == 200
             assert len(store.wakes) == 1  # a 422 is no failure to retry: the single flight holds
     asyncio.run(scenario())
+
+
+def test_a_request_that_finds_parked_pods_before_the_status_says_so_wakes_them_when_it_does() -> None:
+    async def scenario() -> None:
+        store = MemoryStore([parked_child()])
+        gate = asyncio.Event()
+        async with serving(echo_app("parked", gate=gate)) as pod, gateway(store=store) as (gw, url), \
+                aiohttp.ClientSession() as client:
+            not_yet = fastfunc()
+            del not_yet["status"]  # the controller has not written status.parked yet
+            gw.functions.upsert_fastfunc(not_yet, NS)
+            gw.functions.set_endpoints(FN, [Endpoint("parked", pod, parked=True)])
+            request = asyncio.create_task(client.get(f"{url}/function/fn"))
+            await asyncio.sleep(0.2)
+            assert store.wakes == []  # nothing to wake it to yet
+            gw.functions.upsert_fastfunc(fastfunc(), NS)  # the status arrives: the wake-up goes, unasked
+            async with asyncio.timeout(10):
+                while not store.wakes:
+                    await asyncio.sleep(0.01)
+            gate.set()
+            assert (await request).status == 200
+            assert len(store.wakes) == 1
+    asyncio.run(scenario())
