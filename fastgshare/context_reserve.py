@@ -7,9 +7,9 @@ None of it passes through the hook's allocation calls, so a pod's ``gpu_mem`` do
 the extender charges each pod ``gpu_mem`` plus the reserve its GPU publishes
 (:attr:`fastgshare.inventory.GpuDevice.context_reserve_bytes`).
 
-``auto`` picks a figure per generation, from the GPU's model name. The figures are estimates,
-to be replaced by what the GPU-day script's part ``c_context_memory`` measures
-(``bench/gpu/memory.py``, docs/benchmarks.md): the local-memory reservation (SMs x resident threads
+``auto`` picks a figure per generation, from the GPU's model name. Hopper's is measured (the GPU-day
+script's part ``c_context_memory`` on an H200, ``bench/gpu/memory.py``, docs/benchmarks.md); the
+others are estimates, to be replaced by what that part measures on them: the local-memory reservation (SMs x resident threads
 per SM x the default 1 KiB stack) of the generation's largest data-centre part, plus about
 150 MiB for the context itself and lazily loaded modules (CUDA 12), rounded up. A model no pattern
 knows gets the largest figure. The simulated GPU charges no context memory, so ``auto`` is 0
@@ -42,8 +42,9 @@ class Generation:
 
 # First match wins; the names are NVML's (e.g. "Tesla V100-SXM2-16GB", "NVIDIA H100 80GB HBM3").
 GENERATIONS: tuple[Generation, ...] = (
-    # H100 SXM: 132 SMs x 2048 threads x 1 KiB = 264 MiB, + ~150 MiB -> 512 MiB (H200, GH200 alike).
-    Generation("Hopper", re.compile(r"\bG?H(?:100|200|800|20)\b", re.IGNORECASE), 512 * MiB),
+    # Measured: 527 MiB a process on an H200 (driver 580.159.04, CUDA 13; the GPU day's c_context_memory,
+    # docs/benchmarks.md), rounded up to 544 MiB (H100, GH200 alike: 132 SMs x 2048 threads x 1 KiB).
+    Generation("Hopper", re.compile(r"\bG?H(?:100|200|800|20)\b", re.IGNORECASE), 544 * MiB),
     # L40S: 142 SMs x 1536 threads x 1 KiB = 213 MiB, + ~150 MiB -> 384 MiB.
     Generation("Ada", re.compile(r"\bL(?:4|20|40S?)\b|\bRTX 40[5-9]0|\bAda\b", re.IGNORECASE), 384 * MiB),
     # A100: 108 SMs x 2048 threads x 1 KiB = 216 MiB, + ~150 MiB -> 384 MiB.

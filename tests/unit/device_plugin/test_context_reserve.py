@@ -67,13 +67,13 @@ def test_each_model_belongs_to_its_generation(model: str, generation: str) -> No
 def test_a_model_no_pattern_knows_gets_the_largest_figure() -> None:
     assert generation_of("NVIDIA B200") is None
     gpu = attrs.evolve(make_gpu(), model="NVIDIA B200", memory_bytes=180 * GiB)
-    assert ContextReserve(None).for_gpu(gpu, simulated=False) == UNKNOWN_MODEL_RESERVE == 512 * MiB
+    assert ContextReserve(None).for_gpu(gpu, simulated=False) == UNKNOWN_MODEL_RESERVE == 544 * MiB
 
 
 def test_auto_charges_real_gpus_by_generation_and_simulated_ones_nothing() -> None:
     v100, h100 = make_gpu(0), attrs.evolve(make_gpu(1), model="NVIDIA H100 80GB HBM3", memory_bytes=80 * GiB)
     real = with_context_reserve((v100, h100), ContextReserve(None), simulated=False)
-    assert [gpu.context_reserve_bytes for gpu in real] == [320 * MiB, 512 * MiB]
+    assert [gpu.context_reserve_bytes for gpu in real] == [320 * MiB, 544 * MiB]
     simulated = with_context_reserve((v100, h100), ContextReserve(None), simulated=True)
     assert [gpu.context_reserve_bytes for gpu in simulated] == [0, 0]
 
