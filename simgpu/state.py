@@ -99,11 +99,11 @@ def _parse(data: bytes) -> FakeGpuSnapshot:
     procs = []
     for index in range(procs_used):
         (pid, status, sm_units, waiting, running, _reserved, wait_since_ns, sm_held, kernels, busy_ns, wait_ns,
-         first_start_ns, last_end_ns, mem_used, ctx_syncs, graph_launches) = _PROC.unpack_from(
+         first_start_ns, last_end_ns, proc_mem_used, ctx_syncs, graph_launches) = _PROC.unpack_from(
             data, header_size + index * proc_size)
         if status != STATUS_FREE:
             procs.append(ProcRecord(pid, status, sm_units, waiting, running, wait_since_ns, sm_held, kernels, busy_ns,
-                                    wait_ns, first_start_ns, last_end_ns, mem_used, ctx_syncs, graph_launches,
+                                    wait_ns, first_start_ns, last_end_ns, proc_mem_used, ctx_syncs, graph_launches,
                                     slot=index))
     return FakeGpuSnapshot(sm_total, sm_free, mem_total, mem_used, running_kernels, busy_since_ns,
                            device_busy_ns, uuid, tuple(procs))

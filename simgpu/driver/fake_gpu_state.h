@@ -8,8 +8,8 @@
  * tenants exit (the Python reader: fastgshare_cli/fake_gpu.py).
  *
  * Liveness: a process holds its slot i through a POSIX record lock (fcntl F_SETLK, F_WRLCK; not an
- * OFD lock) on byte i of <dir>/fake_gpu.lock (FAKE_GPU_LOCK_FILE; its contents are unused, it may
- * be empty), taken under the state lock when the slot is marked ALIVE. The kernel releases it when
+ * OFD lock) on byte i of <dir>/fake_gpu.lock (FAKE_GPU_LOCK_FILE; those bytes' contents are unused,
+ * and the file may be empty until a process exports IPC memory, below), taken under the state lock when the slot is marked ALIVE. The kernel releases it when
  * the process exits (also on SIGKILL, before it is a zombie) in whatever PID namespace it runs, so
  * a slot that is ALIVE but whose byte nobody holds (F_GETLK answers F_UNLCK) belongs to a dead
  * process and is reaped. Tenants of one fake GPU may therefore each have their own PID namespace.
@@ -17,6 +17,25 @@
  * visible there): that is how a host-side tool maps a slot to a host pid. A reader must only ask
  * (F_GETLK), never lock, and must not be a process that holds a slot: closing any descriptor of
  * the lock file drops all of the closing process's locks on it.
+ *
+ * The lock file also holds the GPU's IPC memory (ipc_memory.c), so that processes in containers,
+ * which get just these two files bind-mounted, share it too. Its layout (no reader outside the
+ * driver; contents beyond the IPC table are the shared allocations' bytes, sparse):
+ *   [0, 256)                 slot lock bytes (above); their contents are unused
+ *   [4096, 4096 + 1024)      exporter lock bytes: the exporter of IPC entry i holds a write lock on
+ *                            byte 4096 + i while the allocation lives (the kernel drops it when the
+ *                            process dies: the handle is refused from then on)
+ *   [8192, 8192 + 1024)      importer lock bytes: every process that has entry i open holds a read
+ *                            lock on byte 8192 + i (shared), so the bytes outlive the exporter until
+ *                            the last importer closes or dies
+ *   [65536, 65536 + 32768)   the IPC table: 1024 entries of 32 bytes, guarded by the state lock:
+ *                            off 0 u32 state (0 free, 1 exported, 2 retired: freed by its exporter,
+ *                            still mapped by importers), 4 u32 generation (counts the entry's uses,
+ *                            so a stale handle is refused), 8 u64 offset of the bytes in this file,
+ *                            16 u64 span (bytes reserved there, 2 MiB granular), 24 u64 reserved
+ *   [2 MiB, ...)             the bytes of exported allocations, each at its entry's offset; an
+ *                            entry's range is punched out (FALLOC_FL_PUNCH_HOLE) when it is reused
+ *                            or its last user is gone
  *
  * Byte order is the host's (little-endian on every platform this runs on); all offsets below are
  * fixed and checked by _Static_assert, so a reader may use them directly.
@@ -86,6 +105,24 @@
 #define FAKE_GPU_SM_UNITS 100u
 #define FAKE_GPU_STATE_SIZE (FAKE_GPU_HEADER_SIZE + FAKE_GPU_PROC_SIZE * FAKE_GPU_MAX_PROCS)
 
+/* The lock file's IPC layout (above). */
+#define FAKE_GPU_IPC_ENTRIES 1024u
+#define FAKE_GPU_IPC_EXPORTER_LOCKS 4096u
+#define FAKE_GPU_IPC_IMPORTER_LOCKS 8192u
+#define FAKE_GPU_IPC_TABLE 65536u
+#define FAKE_GPU_IPC_DATA (UINT64_C(2) << 20)
+#define FAKE_GPU_IPC_FREE 0u
+#define FAKE_GPU_IPC_EXPORTED 1u
+#define FAKE_GPU_IPC_RETIRED 2u
+
+struct fake_gpu_ipc_entry {
+    uint32_t state;
+    uint32_t generation;
+    uint64_t offset;
+    uint64_t span;
+    uint64_t reserved;
+};
+
 #define FAKE_GPU_PROC_FREE 0u
 #define FAKE_GPU_PROC_ALIVE 1u
 #define FAKE_GPU_PROC_EXITED 2u
@@ -139,6 +176,9 @@ struct fake_gpu_state {
     struct fake_gpu_proc procs[FAKE_GPU_MAX_PROCS];
 };
 
+_Static_assert(sizeof(struct fake_gpu_ipc_entry) == 32, "IPC entry size");
+_Static_assert(FAKE_GPU_MAX_PROCS <= FAKE_GPU_IPC_EXPORTER_LOCKS, "slot bytes before the IPC bytes");
+_Static_assert(FAKE_GPU_IPC_TABLE + 32 * FAKE_GPU_IPC_ENTRIES <= FAKE_GPU_IPC_DATA, "IPC table before data");
 _Static_assert(sizeof(struct fake_gpu_proc) == FAKE_GPU_PROC_SIZE, "process slot size");
 _Static_assert(offsetof(struct fake_gpu_proc, wait_since_ns) == 24, "slot layout");
 _Static_assert(offsetof(struct fake_gpu_proc, kernels) == 40, "slot layout");

@@ -13,7 +13,9 @@
  *
  * Every allocation is real memory of the process, mmap'd with MAP_NORESERVE (a 16 GiB pool costs
  * nothing until touched), and a device pointer is its address (unified addressing): data written
- * by a copy is there to be read back. The v1 ABIs' pointers lie below 4 GiB. A VMM allocation is a
+ * by a copy is there to be read back. The v1 ABIs' pointers lie below 4 GiB. An allocation exported
+ * with cuIpcGetMemHandle (ipc_memory.c) has its bytes moved into the GPU's shared lock file, mapped
+ * MAP_SHARED at the same address (fake_mem_share); an imported one is an OBJ_IMPORT mapping. A VMM allocation is a
  * shared mapping that cuMemMap maps again into the reserved range (mremap), so every mapping of one
  * handle shows the same bytes; a reserved range is PROT_NONE until mapped.
  *
@@ -33,6 +35,7 @@
 #include "fake_memory.h"
 
 #include "gpu_state.h"
+#include "ipc_memory.h"
 #include "served.h"
 #include "stream_queue.h"
 
@@ -84,7 +87,8 @@ struct CUmemPoolHandle_st {
     uint64_t used, used_high; /* bytes of its live allocations; reserved = used (nothing cached) */
 };
 
-enum object_kind { OBJ_DEVPTR, OBJ_VA, OBJ_HANDLE, OBJ_MAPPING, OBJ_HOST, OBJ_REGISTERED };
+/* OBJ_IMPORT: another process's allocation mapped here by cuIpcOpenMemHandle (ipc_memory.c). */
+enum object_kind { OBJ_DEVPTR, OBJ_VA, OBJ_HANDLE, OBJ_MAPPING, OBJ_HOST, OBJ_REGISTERED, OBJ_IMPORT };
 
 struct object {
     enum object_kind kind;
@@ -99,6 +103,7 @@ struct object {
     CUmemoryPool pool;              /* DEVPTR from a stream-ordered allocation */
     unsigned int flags;             /* HOST, REGISTERED: the host memory flags */
     unsigned char managed, legacy_ipc, sync_memops;
+    unsigned char exported;         /* DEVPTR: its bytes live in the IPC memory file (ipc_memory.c) */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* guards everything below */
@@ -132,7 +137,8 @@ static struct object *memory_at_locked(uint64_t address)
 {
     for (size_t i = 0; i < object_count; i++) {
         const struct object *o = &objects[i];
-        int memory = o->kind == OBJ_DEVPTR || o->kind == OBJ_MAPPING || o->kind == OBJ_HOST || o->kind == OBJ_REGISTERED;
+        int memory = o->kind == OBJ_DEVPTR || o->kind == OBJ_MAPPING || o->kind == OBJ_HOST || o->kind == OBJ_REGISTERED ||
+                     o->kind == OBJ_IMPORT;
         if (memory && o->key <= address && address - o->key < o->size)
             return &objects[i];
     }
@@ -144,7 +150,8 @@ static int overlaps_memory_locked(uint64_t start, uint64_t size)
 {
     for (size_t i = 0; i < object_count; i++) {
         const struct object *o = &objects[i];
-        int memory = o->kind == OBJ_DEVPTR || o->kind == OBJ_MAPPING || o->kind == OBJ_HOST || o->kind == OBJ_REGISTERED;
+        int memory = o->kind == OBJ_DEVPTR || o->kind == OBJ_MAPPING || o->kind == OBJ_HOST || o->kind == OBJ_REGISTERED ||
+                     o->kind == OBJ_IMPORT;
         if (memory && o->key < start + size && start < o->key + o->size)
             return 1;
     }
@@ -307,10 +314,12 @@ static CUresult free_linear(uint64_t dptr)
     if (r != CUDA_SUCCESS)
         return r;
     uint64_t bytes = 0;
+    int exported = 0;
     pthread_mutex_lock(&lock);
     struct object *o = find_locked(OBJ_DEVPTR, dptr);
     if (o != NULL) {
         bytes = o->size;
+        exported = o->exported;
         pool_account_locked(o->pool, bytes, 0);
         remove_locked(o);
     }
@@ -318,6 +327,8 @@ static CUresult free_linear(uint64_t dptr)
     if (o == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     munmap((void *)(uintptr_t)dptr, (size_t)bytes);
+    if (exported)
+        fake_ipc_allocation_freed(dptr); /* its handles are refused from now on */
     fgpu_mem_release(bytes);
     return CUDA_SUCCESS;
 }
@@ -1504,6 +1515,86 @@ CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
         return CUDA_ERROR_INVALID_VALUE;
     *pFlags = o.flags;
     return CUDA_SUCCESS;
+}
+
+/* --- IPC memory (ipc_memory.c) -------------------------------------------------------------- */
+
+int fake_mem_exportable(uint64_t dptr, uint64_t *size)
+{
+    pthread_mutex_lock(&lock);
+    const struct object *o = find_locked(OBJ_DEVPTR, dptr);
+    int ok = o != NULL && o->legacy_ipc;
+    if (ok)
+        *size = o->size;
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
+/* Copies the pages of [from, from + bytes) that may hold data into to: the resident ones that are
+ * not all zeros (a page never written reads as zeros, and the file's hole already does). Without
+ * mincore's answer, every page is read. */
+static void copy_written_pages(unsigned char *to, const unsigned char *from, uint64_t bytes)
+{
+    uint64_t page = page_size(), pages = (bytes + page - 1) / page;
+    unsigned char *resident = malloc((size_t)pages);
+    if (resident != NULL && mincore((void *)from, (size_t)bytes, resident) != 0) {
+        free(resident);
+        resident = NULL;
+    }
+    static const unsigned char zeros[65536];
+    for (uint64_t i = 0; i < pages; i++) {
+        if (resident != NULL && !(resident[i] & 1))
+            continue;
+        uint64_t at = i * page, len = bytes - at < page ? bytes - at : page;
+        int zero = 1;
+        for (uint64_t z = 0; zero && z < len; z += sizeof zeros)
+            zero = memcmp(from + at + z, zeros, (size_t)(len - z < sizeof zeros ? len - z : sizeof zeros)) == 0;
+        if (!zero)
+            memcpy(to + at, from + at, (size_t)len);
+    }
+    free(resident);
+}
+
+int fake_mem_share(uint64_t dptr, int fd, uint64_t offset, uint64_t span)
+{
+    pthread_mutex_lock(&lock);
+    struct object *o = find_locked(OBJ_DEVPTR, dptr);
+    int rc = -1;
+    uint64_t bytes = o != NULL ? round_up(o->size, page_size()) : 0;
+    if (o != NULL && o->exported) {
+        rc = 0;
+    } else if (o != NULL && bytes <= span) {
+        void *file = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+        if (file != MAP_FAILED) {
+            copy_written_pages(file, (const unsigned char *)(uintptr_t)dptr, o->size);
+            munmap(file, (size_t)bytes);
+            void *at = mmap((void *)(uintptr_t)dptr, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                            fd, (off_t)offset);
+            if (at == (void *)(uintptr_t)dptr) {
+                o->exported = 1;
+                rc = 0;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int fake_mem_add_import(uint64_t ptr, uint64_t size)
+{
+    pthread_mutex_lock(&lock);
+    struct object *o = add_locked((struct object){.kind = OBJ_IMPORT, .key = ptr, .size = size});
+    pthread_mutex_unlock(&lock);
+    return o != NULL ? 0 : -1;
+}
+
+void fake_mem_remove_import(uint64_t ptr)
+{
+    pthread_mutex_lock(&lock);
+    struct object *o = find_locked(OBJ_IMPORT, ptr);
+    if (o != NULL)
+        remove_locked(o);
+    pthread_mutex_unlock(&lock);
 }
 
 /* --- what the copies and the pointer queries learn (fake_memory.h) ---------------------------- */

@@ -45,6 +45,25 @@ int fake_mem_set_sync_memops(uint64_t ptr, int value);
 CUresult fake_device_alloc(uint64_t bytes, int v1, uint64_t *dptr);
 CUresult fake_device_free(uint64_t dptr);
 
+/* IPC memory (ipc_memory.c). */
+
+/* The size of the allocation whose base is dptr, when it may be exported with cuIpcGetMemHandle
+ * (cuMemAlloc and cuMemAllocPitch memory: not managed, stream-ordered, VMM or host memory): 0 with
+ * *size, else -1. */
+int fake_mem_exportable(uint64_t dptr, uint64_t *size);
+
+/* Moves the bytes of the allocation at dptr into [offset, offset + span) of the file fd (span: at
+ * least its size in pages) and maps that file range at the same address, MAP_SHARED, so that other
+ * processes mapping the range see and change the same bytes; the allocation is marked exported, and
+ * its cuMemFree tells ipc_memory.c. 0 (also when it already was), or -1 when it could not. The caller
+ * has waited for every stream (no queued copy may touch the allocation meanwhile). */
+int fake_mem_share(uint64_t dptr, int fd, uint64_t offset, uint64_t span);
+
+/* An imported mapping at [ptr, ptr + size): device memory to the copies and pointer queries, not
+ * counted in the pool, and not freed by cuMemFree. 0, or -1 when the table cannot grow. */
+int fake_mem_add_import(uint64_t ptr, uint64_t size);
+void fake_mem_remove_import(uint64_t ptr);
+
 /* A CUDA array's storage, row-major: rows of `pitch` bytes, `height` rows a slice, `depth` slices. */
 struct fake_array_layout {
     unsigned char *data; /* NULL when it has none (sparse or deferred-mapping arrays) */

@@ -527,6 +527,21 @@ void fgpu_count_ctx_sync(void)
     state_unlock(s);
 }
 
+void fgpu_state_lock(void)
+{
+    state_lock(g_state);
+}
+
+void fgpu_state_unlock(void)
+{
+    state_unlock(g_state);
+}
+
+int fgpu_lock_file(void)
+{
+    return g_state != NULL ? g_lock_fd : -1;
+}
+
 void fgpu_uuid(uint8_t out[16])
 {
     memcpy(out, g_state->uuid, sizeof g_state->uuid); /* immutable after creation */

@@ -41,6 +41,13 @@ void fgpu_mem_release(uint64_t bytes);
 void fgpu_mem_info(uint64_t *free_bytes, uint64_t *total_bytes);
 
 void fgpu_count_ctx_sync(void);
+
+/* For the IPC table (ipc_memory.c), which lives in the lock file beside the slot bytes: the state
+ * lock (guards the table as it guards the state), and the lock file's descriptor (-1 before
+ * fgpu_attach). The descriptor must never be closed: that would drop this process's slot lock. */
+void fgpu_state_lock(void);
+void fgpu_state_unlock(void);
+int fgpu_lock_file(void);
 void fgpu_uuid(uint8_t out[16]);
 
 /* Called in the child after fork(): the child is not attached (like the real driver, CUDA
