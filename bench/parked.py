@@ -11,9 +11,10 @@ GPU time per request, both with ``minReplicas: 0``:
 
 Each *cold episode* waits until the function is at zero (``parked-fn``: its one pod ready with a
 signed assignment of limit 0; ``cold-fn``: no pod left), then times one request through the gateway
-from the moment it is sent to its answer. The functions take turns, one episode at a time, so that
-neither's pod start loads the node during the other's request. Each episode waits out the
-autoscaler's 10 s rate window and the 3 s scale-down delay, so a run takes about 15 minutes.
+from the moment it is sent to its answer. The functions run one after the other, each alone on the
+node (the first is deleted before the second is made), so that neither's pod starts and deletions
+load the node during the other's requests. Each episode waits out the autoscaler's 10 s rate window
+and the 3 s scale-down delay, so a run takes about 10 minutes.
 
 Run: ``python -m bench.parked [--episodes 20] [--load-ms 3000] [--state-dir DIR] [--keep-logs]``.
 """
@@ -145,13 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                 core.create_namespaced_config_map(NAMESPACE, configmap)
                 custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
                                                        keys.FASTFUNC_PLURAL, fastfunc(name, parked, args.load_ms))
-            seen: dict[str, list[tuple[int, float, str]]] = {name: [] for name in FUNCTIONS}
-            for _ in range(args.episodes):
-                for name, parked in FUNCTIONS.items():
+                answers = []
+                for _ in range(args.episodes):
                     wait_at_zero(core, name, bool(parked))
-                    seen[name].append(request(f"{running.gateway_url}/function/{name}"))
-            for name, parked in FUNCTIONS.items():
-                answers = seen[name]
+                    answers.append(request(f"{running.gateway_url}/function/{name}"))
+                custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                                       keys.FASTFUNC_PLURAL, name)
+                wait_at_zero(core, name, parked=False)  # its pods gone before the next function starts
                 result["parked" if parked else "cold_start"] = {
                     "function": name, **summary([ms for _, ms, _ in answers]),
                     "failed": sum(1 for status, _, _ in answers if status != 200),
