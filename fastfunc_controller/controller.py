@@ -301,8 +301,10 @@ class Controller:
             # The gateway woke the parked pods for a request: they serve now, within the scale-down delay.
             scaler.state = start(usable, children, now_s)
             scaler.last_scale_time = self._now()
-            log.info("fastfunc=%s parked pods woken by the gateway: %s", spec.key,
-                     summary(desired_configs(usable, pods_of(usable, scaler.state), spec.memory)))
+            woke = summary(desired_configs(usable, pods_of(usable, scaler.state), spec.memory))
+            log.info("fastfunc=%s parked pods woken by the gateway: %s", spec.key, woke)
+            self._recorder.event(fastfunc, NORMAL, names.REASON_WOKEN,
+                                 f"The gateway woke the parked pods for a request: {woke} runs")
         if spec.scaling.parked:
             self._stand_in(fastfunc, spec, scaler, children, now_s)
         if now_s >= scaler.next_tick_s:

@@ -33,6 +33,7 @@ REASON_PROFILE_INVALID: Final = "ProfileInvalid"  # a bad document, no SLO, noth
 REASON_RATES_READ: Final = "RatesRead"
 REASON_NO_RATES: Final = "NoRates"
 REASON_SCALED: Final = "Scaled"  # the autoscaler changed the plan
+REASON_WOKEN: Final = "Woken"  # the gateway woke the function's parked pods
 REASON_NOT_NEEDED: Final = "NotNeeded"  # policy fixed needs no profile
 REASON_ALL_READY: Final = "AllReplicasReady"
 REASON_REPLICAS_UNAVAILABLE: Final = "ReplicasUnavailable"

@@ -98,6 +98,8 @@ def test_pods_the_gateway_woke_are_taken_as_running_and_not_parked_again() -> No
     after = children(run)[name]
     assert quota(after) == (wake["wakeQuotaRequest"], wake["wakeQuotaLimit"])
     assert keys.FASTPOD_WOKEN_ANNOTATION not in after["metadata"]["annotations"]  # taken: the mark goes
+    assert [e["message"] for e in run.kube.events if e["reason"] == "Woken"] == [
+        f"The gateway woke the parked pods for a request: {name.removeprefix('resnet-')}x1 runs"]
     run.at(71.5)
     assert run.status["parkedReplicas"] == 0
     assert run.status["configSummary"].startswith("q")
