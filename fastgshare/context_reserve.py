@@ -9,11 +9,12 @@ the extender charges each pod ``gpu_mem`` plus the reserve its GPU publishes
 
 ``auto`` picks a figure per generation, from the GPU's model name. Hopper's is measured (the GPU-day
 script's part ``c_context_memory`` on an H200, ``bench/gpu/memory.py``, docs/benchmarks.md); the
-others are estimates, to be replaced by what that part measures on them: the local-memory reservation (SMs x resident threads
-per SM x the default 1 KiB stack) of the generation's largest data-centre part, plus about
-150 MiB for the context itself and lazily loaded modules (CUDA 12), rounded up. A model no pattern
-knows gets the largest figure. The simulated GPU charges no context memory, so ``auto`` is 0
-there; a quantity given to the flag applies to every GPU, simulated or not.
+others are estimates, to be replaced by what that part measures on them: the local-memory
+reservation (SMs x resident threads per SM x the default 1 KiB stack) of the generation's
+largest data-centre part, plus about 150 MiB for the context itself and lazily loaded modules
+(CUDA 12), rounded up. A model no pattern knows gets the largest figure. The simulated GPU charges
+no context memory, so ``auto`` is 0 there; a quantity given to the flag applies to every GPU,
+simulated or not.
 """
 
 from __future__ import annotations

@@ -154,7 +154,8 @@ def test_a_parked_pod_shows_as_parked_and_the_memory_parked_pods_hold_is_said() 
     parked = [pod("resnet-q40-s12-abcde", 1, 0, 0, 12, 2 * GiB), pod("resnet-q40-s12-fghij", 1, 0, 0, 12, 2 * GiB)]
     (node,) = build_view([NodeFacts(name=NODE, inventory=INVENTORY)], [*PODS, *parked], SAMPLES)
     shown = {p.name: p for p in node.gpus[1].pods}
-    assert shown["resnet-q40-s12-abcde"].parked and not shown["gpt2-serving-0"].parked
+    assert shown["resnet-q40-s12-abcde"].parked
+    assert not shown["gpt2-serving-0"].parked
     assert node.gpus[1].free_memory_bytes == 16 * GiB - 4 * GiB - 4 * GiB  # parked pods hold their memory
     assert node.gpus[1].free_area == pytest.approx(0.9)  # and no time x SM area
     table = render_table([node])
