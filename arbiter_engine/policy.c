@@ -251,14 +251,16 @@ static void set_last_grant_end(client *c, int64_t end)
 static int64_t earn(client *c, int64_t now, int64_t window)
 {
     int64_t limit = c->share.limit_permille;
+    if (limit == 0) /* parked: earns nothing, loses nothing; the gap is earned at the share it wakes to */
+        return c->credit;
     int64_t cap = limit * window;
     if (!c->credit_started) {
         c->credit = cap;
     } else if (now > c->credit_at) {
         int64_t gap = now - c->credit_at;
         /* min(cap, credit + gap * limit) without overflowing on a long idle gap */
-        if (limit == 0 || c->credit >= cap)
-            c->credit = limit == 0 ? min64(cap, c->credit) : cap;
+        if (c->credit >= cap)
+            c->credit = cap;
         else if (gap >= (cap - c->credit) / limit + 1)
             c->credit = cap;
         else

@@ -14,7 +14,9 @@ FaST-GShare's token scheduler, with its starvation and overshoot holes closed):
   1 never throttles;
 - and while its *credit* is not negative: credit is earned at the limit's rate (a limit of 0.25
   earns 0.25 ns a ns), at most one window's limit of it (a new client starts with that), and
-  every grant's real use is spent from it. The window alone cannot hold a client whose kernels
+  every grant's real use is spent from it. A parked client (limit 0) is never eligible; its credit
+  stands still until it is woken, and the time since it last earned is then earned at the new
+  limit (still at most a window's limit). The window alone cannot hold a client whose kernels
   run past its tokens to the limit: each token is admitted up to half a minimum token under the
   limit and then takes a whole kernel, and an overrun older than the window is forgotten (10 ms
   kernels at a limit of 0.25 got 113 % of it, a 20 ms kernel at 0.1 180 %); the credit pays
@@ -106,7 +108,12 @@ class _Client:
         self.credit += (old_end - end) * keys.TIME_UNITS
 
     def earn(self, now_ns: int, window_ns: int) -> int:
-        """Bring the credit up to ``now_ns`` (at most a window's limit) and return it."""
+        """Bring the credit up to ``now_ns`` (at most a window's limit) and return it. A parked client
+        (limit 0) runs nothing, so it earns nothing and loses nothing: its credit, and the time since
+        it was last brought up, wait for the share it is woken to (else the time it was idle before it
+        was parked would be lost, and a debt could never be paid back)."""
+        if self.share.limit_permille == 0:
+            return self.credit
         cap = self.share.limit_permille * window_ns
         if self.credit_at is None:
             self.credit = cap

@@ -300,3 +300,31 @@ def test_a_use_reported_near_the_int64_limit_is_charged_up_to_now_in_both() -> N
         arbiter.request("a", 50 * MS, 2**63 - 1)
         answers.append((arbiter.usage_ns("a", 50 * MS), arbiter.schedule(50 * MS)))
     assert answers[1] == answers[0]
+
+
+def test_a_parked_pod_woken_again_and_again_is_granted_at_once_in_both() -> None:
+    """A pod parked (limit 0) between requests and woken to 0.4 each time: the idle time before it
+    was parked counts, so no debt builds up over the wakes (it grew to a 60 ms wait per wake)."""
+    on, off = TimeShare(400, 400, 40), TimeShare(0, 0, 40)
+    for arbiter in _both():
+        arbiter.add_client("p", on)
+        now = 1_000 * MS
+        arbiter.request("p", now, 0)
+        assert arbiter.schedule(now).grants
+        waits = []
+        for _ in range(6):
+            now += 300 * MS  # idle, holding its last token, then parked
+            arbiter.update_share("p", off)
+            arbiter.schedule(now)
+            now += 10 * MS
+            arbiter.request("p", now, 40 * MS)  # a request while parked: nothing is granted
+            assert not arbiter.schedule(now).grants
+            now += 40 * MS
+            arbiter.update_share("p", on)  # woken
+            decision, woken = arbiter.schedule(now), now
+            while not decision.grants:
+                assert decision.wake_at_ns is not None
+                now = decision.wake_at_ns
+                decision = arbiter.schedule(now)
+            waits.append(now - woken)
+        assert waits == [0] * 6, type(arbiter).__name__
