@@ -29,6 +29,10 @@ configuration that fits nowhere gives way to the next most efficient ones that d
 (the scaler raises the time quota of one configuration's pods) is taken only when every such pod
 has room on its GPU; the child is then patched in place (``plan(raised=...)``), else pods are added.
 A re-plan runs make-before-break: the old children keep their pods until the new ones report ready.
+**Parked pods** (``spec.scaling.parked``): when the scaler runs no pod, the plan parks a child in place
+(:func:`~.autoscale.parked_config`: time quota 0/0, through ``plan(raised=...)``); a child the gateway
+marked woken is taken as running (the scaler restarts from what runs, one ``Woken`` event); each pod
+woken without its request (no room on its GPU) adds one pod of its configuration (``_stand_in``).
 A third thread scrapes the rate source every ``tick_s`` and enqueues each function whose interval
 is due, so all decisions and writes stay in the one worker.
 
@@ -331,7 +335,9 @@ class Controller:
         pods = self.pods.select(lambda pod: any(ref.get("uid") in uids and ref.get("controller")
                                                 for ref in (pod.get("metadata") or {}).get("ownerReferences") or []),
                                 namespace=spec.namespace)
-        for key, found in woken_without_request(scaler.usable, children, pods).items():
+        short = woken_without_request(scaler.usable, children, pods)
+        scaler.stood_in_for &= set().union(*short.values())  # given their request since, or gone
+        for key, found in short.items():
             new = found - scaler.stood_in_for
             if not new:
                 continue
