@@ -301,9 +301,11 @@ def test_a_drained_node_has_its_pods_moved_with_their_shares_and_uncordon_return
     apply(real_cluster, namespace, fastpod("drained", {**HALF_GPU, keys.SCHEDULING_POLICY_ANNOTATION: "spread"},
                                            TENANT, replicas=3))
     pods = running_pods(core, namespace, 3)
-    target = real_cluster.node_names[2]
+    # Spread may put two pods of a burst on one node (extenders do not see kube-scheduler's assumed pods,
+    # docs/cluster.md): drain a node other than this host that got one.
+    target = next((node for node in real_cluster.node_names[1:] if any(p.spec.node_name == node for p in pods)), "")
     moved = {p.metadata.uid for p in pods if p.spec.node_name == target}
-    assert moved, f"no pod on {target}: {[describe_pod(p) for p in pods]}"
+    assert moved, f"no pod off this host: {[describe_pod(p) for p in pods]}"
     kubectl(real_cluster, "drain", target, "--ignore-daemonsets", "--timeout=120s")
     try:
         assert core.read_node(target).spec.unschedulable
