@@ -21,10 +21,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fastgshare import keys
 from fastgshare_cluster.cluster import Cluster
-from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import LOOPBACK, free_ports, wait_until
-from tests.cluster.real_node import apply, real_node_core, share_annotations  # noqa: F401 - the fixture core
-from tests.cluster.test_real_node_functions import NAMESPACE, custom, function_namespace, running  # noqa: F401
+from tests.cluster.real_node import apply, real_node_core  # noqa: F401 - the fixture core
+from tests.cluster.test_real_node_functions import (  # noqa: F401 - the fixture function_namespace
+    NAMESPACE,
+    custom,
+    fake_fn_fastpod,
+    function_namespace,
+    running,
+)
 
 pytestmark = pytest.mark.realnode
 
@@ -92,18 +97,7 @@ def test_an_async_call_reaches_the_function_and_its_answer_the_callback(
     argv = Path(f"/proc/{controller['pid']}/cmdline").read_bytes().split(b"\0")
     assert real_cluster.queue_worker_url.encode() in argv
 
-    fastpod = {
-        "apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
-        "metadata": {"name": "async-echo", "labels": {keys.OPENFAAS_SCALE_MIN_LABEL: "1",
-                                                      keys.OPENFAAS_SCALE_MAX_LABEL: "1"},
-                     "annotations": share_annotations(0.3, 0.5, 50, "256Mi")},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "async-echo"}},
-                 "podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
-                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
-                     "env": [{"name": "FAKE_FN_GPU_MS", "value": "2"}]}]}},
-    }
-    apply(real_cluster, function_namespace, fastpod)
+    apply(real_cluster, function_namespace, fake_fn_fastpod("async-echo"))
     running(core, f"{keys.FASTPOD_NAME_LABEL}=async-echo", 1)
 
     callback_url = f"http://{LOOPBACK}:{callbacks.server_address[1]}/done"

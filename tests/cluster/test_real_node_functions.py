@@ -81,22 +81,26 @@ def invocations(cluster: Cluster, function_name: str) -> dict[str, float]:
     return found
 
 
-def test_a_fastpod_written_like_the_originals_function_is_served_by_the_gateway(
-        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, function_namespace: str) -> None:
-    """The original FaST-GShare's user flow: a plain FaSTPod in fast-gshare-fn with OpenFaaS scale
-    labels and fixed replicas is a function at /function/<fastpod-name>."""
-    fastpod = {
+def fake_fn_fastpod(name: str) -> dict[str, Any]:
+    """A FaSTPod ``name`` of the fake-fn (2 ms of GPU time a request) written as the original's user flow
+    writes a function: OpenFaaS scale labels, one fixed replica; in fast-gshare-fn it is a function."""
+    return {
         "apiVersion": keys.FASTPOD_API_VERSION, "kind": keys.FASTPOD_KIND,
-        "metadata": {"name": "resnet-like", "labels": {keys.OPENFAAS_SCALE_MIN_LABEL: "1",
-                                                       keys.OPENFAAS_SCALE_MAX_LABEL: "1"},
+        "metadata": {"name": name, "labels": {keys.OPENFAAS_SCALE_MIN_LABEL: "1", keys.OPENFAAS_SCALE_MAX_LABEL: "1"},
                      "annotations": share_annotations(0.3, 0.5, 50, "256Mi")},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "resnet-like"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
                  "podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
                      "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
                      "ports": [{"containerPort": keys.FUNCTION_PORT}],
                      "env": [{"name": "FAKE_FN_GPU_MS", "value": "2"}]}]}},
     }
-    apply(real_cluster, function_namespace, fastpod)
+
+
+def test_a_fastpod_written_like_the_originals_function_is_served_by_the_gateway(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, function_namespace: str) -> None:
+    """The original FaST-GShare's user flow: a plain FaSTPod in fast-gshare-fn with OpenFaaS scale
+    labels and fixed replicas is a function at /function/<fastpod-name>."""
+    apply(real_cluster, function_namespace, fake_fn_fastpod("resnet-like"))
     running(core, f"{keys.FASTPOD_NAME_LABEL}=resnet-like", 1)
     answer = invoke(real_cluster, "resnet-like", b"a picture")
     assert answer["echo"] == "a picture"
