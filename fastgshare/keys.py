@@ -28,6 +28,10 @@ SHARE_ANNOTATIONS: Final = (GPU_QUOTA_REQUEST, GPU_QUOTA_LIMIT, GPU_SM_PARTITION
 GPU_CONTAINERS_ANNOTATION: Final = f"{ANNOTATION_PREFIX}gpu_containers"
 # Optional per-pod override of the extender's placement policy ("binpack" or "spread").
 SCHEDULING_POLICY_ANNOTATION: Final = f"{ANNOTATION_PREFIX}scheduling_policy"
+# Model sharing (fastgshare.model): the function's model, JSON {"function", "name", "bytes", "path"},
+# written by the function controller on its pods from FaSTFunc spec.model. The pod's GPU holds the
+# weights once (the node's model store); the pod maps them through the hook (fastgshare_model_open).
+MODEL_ANNOTATION: Final = f"{ANNOTATION_PREFIX}model"
 
 # --- what the components write for each other ------------------------------------------
 # Node: the node agent's GPU inventory (versioned JSON, see fastgshare.codec).
@@ -128,6 +132,8 @@ ENV_LD_PRELOAD: Final = "LD_PRELOAD"
 ENV_ARBITER_SOCKET: Final = "FASTGSHARE_ARBITER_SOCKET"
 ENV_POD: Final = "FASTGSHARE_POD"  # "<namespace>/<name>", for logs and the trusted-env demo mode
 ENV_GPU_UUID: Final = "FASTGSHARE_GPU_UUID"
+# The node agent's model socket in the container (the hook's fastgshare_model_open connects to it).
+ENV_MODEL_SOCKET: Final = "FASTGSHARE_MODEL_SOCKET"
 # Downward-API env the controller gives GPU containers (the pod's own name and namespace).
 ENV_POD_NAME: Final = "FASTGSHARE_POD_NAME"
 ENV_POD_NAMESPACE: Final = "FASTGSHARE_POD_NAMESPACE"
@@ -144,6 +150,8 @@ ENV_FAKE_GPU_MEMORY: Final = "FASTGSHARE_FAKE_GPU_MEMORY"
 CONTAINER_HOOK_PATH: Final = "/usr/local/fastgshare/lib/libfastgshare-hook.so"
 CONTAINER_RUN_DIR: Final = "/var/run/fastgshare"
 ARBITER_SOCKET_NAME: Final = "arbiter.sock"
+# The node agent's model socket (pods ask it for their model's IPC handle), next to the arbiter's.
+MODEL_SOCKET_NAME: Final = "model.sock"
 DEFAULT_MPS_PIPE_DIRECTORY: Final = "/tmp/nvidia-mps"
 # The MPS control daemon's pipe in its pipe directory: there while the daemon runs (node agent, simgpu/mps.py).
 MPS_CONTROL_PIPE: Final = "control"

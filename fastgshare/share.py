@@ -40,7 +40,8 @@ _FRACTION = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+")
 _INTEGER = re.compile(r"[0-9]+")
 
 # Every fastgshare/ annotation key: what users write, then what the components write for each other.
-USER_KEYS = (*keys.SHARE_ANNOTATIONS, keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION)
+USER_KEYS = (*keys.SHARE_ANNOTATIONS, keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION,
+             keys.MODEL_ANNOTATION)
 KNOWN_KEYS = frozenset((*USER_KEYS, *keys.SYSTEM_POD_ANNOTATIONS, *keys.SYSTEM_NODE_ANNOTATIONS))
 
 _REQUEST_RANGE = 'a decimal fraction of GPU time, 0 <= request <= 1 (e.g. "0.4")'
