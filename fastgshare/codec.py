@@ -22,6 +22,7 @@ import attrs
 
 from fastgshare.errors import CodecError, FastGShareError
 from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.model import HeldModel
 from fastgshare.jsontext import load_bounded
 from fastgshare.share import ShareSpec
 
@@ -59,6 +60,8 @@ def encode_node_inventory(inventory: NodeInventory) -> str:
                 "healthy": gpu.healthy,
                 "mps": gpu.mps_enabled,
                 "contextReserveBytes": gpu.context_reserve_bytes,
+                **({"heldModels": [{"identity": held.identity, "key": held.key, "bytes": held.bytes}
+                                   for held in gpu.held_models]} if gpu.held_models else {}),
             }
             for gpu in inventory.gpus
         ],
@@ -89,7 +92,21 @@ def _decode_gpu(raw: object, where: str) -> GpuDevice:
         healthy=_field(raw, "healthy", bool, where),
         mps_enabled=_field(raw, "mps", bool, where),
         context_reserve_bytes=_optional_field(raw, "contextReserveBytes", int, where, 0),
+        held_models=_decode_held_models(_optional_field(raw, "heldModels", list, where, []), where),
     ))
+
+
+def _decode_held_models(raw: list[object], where: str) -> tuple[HeldModel, ...]:
+    held = []
+    for position, entry in enumerate(raw):
+        at = f"{where} heldModels[{position}]"
+        if not isinstance(entry, dict):
+            raise CodecError(f"{at}: expected an object, got {type(entry).__name__}")
+        size = _field(entry, "bytes", int, at)
+        if size <= 0:
+            raise CodecError(f"{at}: bytes must be > 0, got {size}")
+        held.append(HeldModel(identity=_field(entry, "identity", str, at), key=_field(entry, "key", str, at), bytes=size))
+    return tuple(held)
 
 
 # --- pod assignment ----------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each GPU carries its CUDA context reserve: the GPU memory every pod on it is charged next to its
 ``gpu_mem`` for what a CUDA context holds outside the pod's allocations (the agent's
-``--context-reserve``; 0 where nothing is charged, as on the simulated GPU).
+``--context-reserve``; 0 where nothing is charged, as on the simulated GPU), and the models the
+node's model store holds on it.
 
 Also the compact GPU spec users and the simulated inventory use, ``"2x80GiB:132sm"``
 (count, memory, SM count; an optional ``:mps`` or ``:nomps`` suffix, MPS on by default,
@@ -18,6 +19,7 @@ import attrs
 
 from fastgshare import keys
 from fastgshare.errors import InvalidInventory
+from fastgshare.model import HeldModel
 from fastgshare.quantity import parse_bytes
 
 
@@ -33,6 +35,9 @@ class GpuDevice:
     healthy: bool = True
     mps_enabled: bool = False
     context_reserve_bytes: int = 0  # charged per pod on this GPU, next to the pod's gpu_mem
+    # The models the node's store holds on this GPU (fastgshare.model): charged once each, also in
+    # the grace period after their last pod left.
+    held_models: tuple[HeldModel, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = []

@@ -210,7 +210,7 @@ def test_unknown_fastgshare_annotations_suggest_the_nearest_key() -> None:
         "fastgshare/sm_partition: unknown annotation; did you mean fastgshare/gpu_sm_partition?",
         "fastgshare/zzz: unknown annotation; allowed: fastgshare/gpu_quota_request, fastgshare/gpu_quota_limit, "
         "fastgshare/gpu_sm_partition, fastgshare/gpu_mem, fastgshare/gpu_containers, "
-        "fastgshare/scheduling_policy"]
+        "fastgshare/scheduling_policy, fastgshare/model"]
 
 
 HOSTILE = [
