@@ -194,6 +194,9 @@ def remove_cgroup(name: str) -> list[str]:
 LEFTOVER_PROGRAMS = frozenset({
     "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd",
     "fastgshare-extender", "fastgshare-controller", "fastgshare-node-agent"})
+# Python modules run with ``-m`` that outlive their parent by design: the node agent's model-store
+# workers (a session of their own, so that the agent's restart leaves the weights in place).
+LEFTOVER_MODULES = frozenset({"device_plugin.models.worker"})
 SHIM_PREFIX = "containerd-shim"
 
 
@@ -202,6 +205,8 @@ def _is_leftover(argv: list[bytes]) -> bool:
     if not names:
         return False
     if names[0].startswith("python") and len(names) > 1:
+        if names[1] == "-m" and len(argv) > 2:
+            return argv[2].decode(errors="replace") in LEFTOVER_MODULES
         return names[1] in LEFTOVER_PROGRAMS
     return names[0] in LEFTOVER_PROGRAMS or names[0].startswith(SHIM_PREFIX)
 

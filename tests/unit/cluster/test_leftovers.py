@@ -59,3 +59,30 @@ def test_the_caller_and_its_ancestors_are_never_killed(tmp_path: Path) -> None:
     result = subprocess.run(["bash", "-c", f"{sys.executable} -c \"{script}\"; echo shell-alive"],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.stdout.split() == ["alive", "shell-alive"], result
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
+def test_a_model_store_worker_naming_the_state_dir_is_killed_and_another_python_module_is_not(tmp_path: Path) -> None:
+    """The node agent's model-store workers run in a session of their own (they outlive the agent by
+    design), so ``down`` finds them by their module and the state directory on their command line."""
+    state = tmp_path / "state"
+    state.mkdir()
+    fake_worker = tmp_path / "device_plugin" / "models"
+    fake_worker.mkdir(parents=True)
+    for package in (tmp_path / "device_plugin", fake_worker):
+        (package / "__init__.py").write_text("")
+    (fake_worker / "worker.py").write_text("import time\ntime.sleep(300)\n")
+    (tmp_path / "other.py").write_text("import time\ntime.sleep(300)\n")
+    worker = subprocess.Popen([sys.executable, "-m", "device_plugin.models.worker", "--socket", f"{state}/m.sock"],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    other = subprocess.Popen([sys.executable, "-m", "other", str(state)], cwd=tmp_path,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    try:
+        kill_leftovers(state)
+        assert exited_within(worker, 5)
+        assert not exited_within(other, 0.5), "another python -m program naming the state dir was killed"
+    finally:
+        for process in (worker, other):
+            process.kill()
+            process.wait()
