@@ -10,6 +10,23 @@
  * the request body's length; echo: its first FAKE_FN_ECHO_MAX bytes, each byte outside printable
  * ASCII as \u00XX). GET /_/health answers 200 "OK" (the GPU context is set up before listening).
  *
+ * Weights (optional): with FAKE_FN_MODEL or FAKE_FN_MODEL_FILE the process holds a model's bytes on
+ * the GPU, and each answer also carries
+ *   "model": {"name", "bytes", "offset", "length", "fnv1a64"}
+ * a window of the weights read back from the GPU (cuMemcpyDtoH) after the inference: offset =
+ * (seq * 65537 * 4096) mod bytes, rounded down to a multiple of 4096; length = min(4096, bytes -
+ * offset); fnv1a64 the FNV-1a 64 hash of those bytes as 16 lowercase hex digits. A test hashes the
+ * same window of the file and compares.
+ *   FAKE_FN_MODEL=<name>      map the pod's model, shared by every pod on the GPU, at start (before
+ *                             listening), through the hook's fastgshare_model_open (resolved with
+ *                             dlsym(RTLD_DEFAULT), vgpu_hook/include/fastgshare_model.h): the node
+ *                             agent's model store holds the bytes and the pod is charged nothing
+ *                             for them. Without the hook, or when the call fails: one line, exit 1.
+ *   FAKE_FN_MODEL_FILE=<path> load the weights from this file instead, a copy of its own ("without
+ *                             sharing"): cuMemAlloc (charged to the pod like any allocation) and
+ *                             cuMemcpyHtoD. The model's name is FAKE_FN_MODEL if set, else the file's
+ *                             base name. A missing or empty file: one line, exit 1.
+ *
  * Settings, by environment (a bad value: one line naming it and what is allowed, exit 64):
  *   FAKE_FN_GPU_MS            GPU time per request in ms, decimal, 0..60000 (default 5)
  *   FAKE_FN_KERNEL_US         length of one kernel in us, 1..1000000 (default 1000); a request runs
@@ -38,14 +55,17 @@
  * (malformed), 408 (too slow), 413, 417, 431 or 501, with a one-line text body, and the connection
  * closes; a failed launch answers 500. One thread per connection, all sharing one context.
  *
- * Stdout: {"event": "ready", "pid", "port", "gpu_ms", "kernel_us", "pod"} once listening, and
+ * Stdout: {"event": "ready", "pid", "port", "gpu_ms", "kernel_us", "pod"} once listening (with a model
+ * also "model": {"name", "bytes", "shared"}, shared true for FAKE_FN_MODEL, false for the file), and
  * {"event": "stopped", "requests"} after SIGTERM or SIGINT (it stops accepting, lets the requests in
- * flight finish, at most 5 s, and exits 0). Exit 1: the GPU or the socket could not be set up.
+ * flight finish, at most 5 s, and exits 0). Exit 1: the GPU, the model or the socket could not be set up.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <cuda.h>
+#include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -60,6 +80,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,7 +98,19 @@ struct config {
     double gpu_ms;
     struct in_addr host;
     char pod[256];
+    const char *model_name; /* FAKE_FN_MODEL, else the file's base name; NULL: no model */
+    const char *model_file; /* FAKE_FN_MODEL_FILE; NULL: map the shared one */
 };
+
+/* The weights on the GPU (FAKE_FN_MODEL or FAKE_FN_MODEL_FILE); bytes 0: none. */
+static struct {
+    CUdeviceptr ptr;
+    size_t bytes;
+} model;
+
+/* fastgshare_model_open of vgpu_hook/include/fastgshare_model.h, found at run time in the hook. */
+typedef int (*model_open_fn)(const char *name, CUdeviceptr *ptr, size_t *bytes);
+typedef const char *(*model_error_fn)(void);
 
 static struct config cfg;
 static CUcontext ctx;
@@ -253,6 +286,16 @@ static void read_config(void)
     cfg.echo_max = env_uint("FAKE_FN_ECHO_MAX", 256, 0, 65536, "bytes, 0..65536");
     cfg.memory = env_size("FAKE_FN_MEMORY");
     cfg.load_ms = env_uint("FAKE_FN_LOAD_MS", 0, 0, 600000, "milliseconds, 0..600000");
+    const char *model_name = getenv("FAKE_FN_MODEL"), *model_file = getenv("FAKE_FN_MODEL_FILE");
+    if (model_file != NULL && *model_file != '\0') {
+        cfg.model_file = model_file;
+        const char *slash = strrchr(model_file, '/');
+        cfg.model_name = slash != NULL ? slash + 1 : model_file;
+        if (*cfg.model_name == '\0')
+            bad_setting("FAKE_FN_MODEL_FILE", model_file, "the path of a file (not a directory)");
+    }
+    if (model_name != NULL && *model_name != '\0')
+        cfg.model_name = model_name;
     const char *host = getenv("FAKE_FN_HOST");
     if (host == NULL || *host == '\0')
         host = "0.0.0.0";
@@ -278,6 +321,69 @@ static void read_config(void)
         }                                                                                          \
     } while (0)
 
+/* FAKE_FN_MODEL: the node's shared copy, through the hook. */
+static int open_shared_model(void)
+{
+    model_open_fn open_model = (model_open_fn)dlsym(RTLD_DEFAULT, "fastgshare_model_open");
+    model_error_fn model_error = (model_error_fn)dlsym(RTLD_DEFAULT, "fastgshare_model_error");
+    if (open_model == NULL || model_error == NULL) {
+        fprintf(stderr, "fake-fn: FAKE_FN_MODEL=%s: no fastgshare_model_open in this process (it comes from the "
+                "fastgshare hook, LD_PRELOAD=libfastgshare-hook.so; or set FAKE_FN_MODEL_FILE to load a copy)\n",
+                cfg.model_name);
+        return -1;
+    }
+    int code = open_model(cfg.model_name, &model.ptr, &model.bytes);
+    if (code != 0) {
+        fprintf(stderr, "fake-fn: FAKE_FN_MODEL=%s: fastgshare_model_open failed (%d): %s\n", cfg.model_name, code,
+                model_error());
+        return -1;
+    }
+    return 0;
+}
+
+/* FAKE_FN_MODEL_FILE: a copy of its own, read in pieces and copied to the GPU. */
+static int load_model_file(void)
+{
+    enum { PIECE = 8 << 20 };
+    struct stat st;
+    int fd = open(cfg.model_file, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        fprintf(stderr, "fake-fn: FAKE_FN_MODEL_FILE=%s: %s\n", cfg.model_file,
+                fd < 0 ? strerror(errno) : !S_ISREG(st.st_mode) ? "not a regular file" : "the file is empty");
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    off_t size = st.st_size;
+    char *piece = malloc(PIECE);
+    CUresult r = piece == NULL ? CUDA_ERROR_OUT_OF_MEMORY : cuMemAlloc(&model.ptr, (size_t)size);
+    size_t done = 0;
+    while (r == CUDA_SUCCESS && done < (size_t)size) {
+        size_t want = (size_t)size - done < PIECE ? (size_t)size - done : PIECE;
+        ssize_t n = read(fd, piece, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "fake-fn: FAKE_FN_MODEL_FILE=%s: reading it failed at byte %zu: %s\n", cfg.model_file,
+                    done, n < 0 ? strerror(errno) : "the file got shorter");
+            free(piece);
+            close(fd);
+            return -1;
+        }
+        r = cuMemcpyHtoD(model.ptr + done, piece, (size_t)n);
+        done += (size_t)n;
+    }
+    free(piece);
+    close(fd);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "fake-fn: FAKE_FN_MODEL_FILE=%s: copying %lld bytes to the GPU failed: %s\n", cfg.model_file,
+                (long long)size, error_name(r));
+        return -1;
+    }
+    model.bytes = (size_t)size;
+    return 0;
+}
+
 static int setup_gpu(void)
 {
     CUdevice dev;
@@ -295,6 +401,8 @@ static int setup_gpu(void)
         CUdeviceptr memory;
         SETUP(cuMemAlloc(&memory, (size_t)cfg.memory)); /* held for the process's life */
     }
+    if (cfg.model_name != NULL && (cfg.model_file != NULL ? load_model_file() : open_shared_model()) != 0)
+        return -1;
     if (cfg.load_ms > 0) { /* stands for reading the weights and copying them to the GPU */
         struct timespec load = {(time_t)(cfg.load_ms / 1000), (long)(cfg.load_ms % 1000) * 1000000L};
         while (nanosleep(&load, &load) != 0 && errno == EINTR && !stopping)
@@ -775,6 +883,28 @@ static int read_body(struct conn *c, struct request *req, const char **message)
 
 /* --- one connection ----------------------------------------------------------------------- */
 
+/* The answer's "model" field: the window of the weights for request `seq`, read back and hashed. */
+static void model_window(struct text *body, long seq)
+{
+    unsigned char window[4096];
+    unsigned long long offset = ((unsigned long long)seq * 65537ULL * 4096ULL) % model.bytes / 4096 * 4096;
+    size_t length = model.bytes - offset < sizeof window ? (size_t)(model.bytes - offset) : sizeof window;
+    CUresult r = cuCtxSetCurrent(ctx);
+    if (r == CUDA_SUCCESS)
+        r = cuMemcpyDtoH(window, model.ptr + offset, length);
+    text_str(body, ", \"model\": {\"name\": ");
+    text_json(body, cfg.model_name, strlen(cfg.model_name));
+    text_fmt(body, ", \"bytes\": %zu, \"offset\": %llu, \"length\": %zu, ", model.bytes, offset, length);
+    if (r != CUDA_SUCCESS) {
+        text_fmt(body, "\"error\": \"cuMemcpyDtoH failed: %s\"}", error_name(r));
+        return;
+    }
+    uint64_t hash = UINT64_C(0xcbf29ce484222325);
+    for (size_t i = 0; i < length; i++)
+        hash = (hash ^ window[i]) * UINT64_C(0x100000001b3);
+    text_fmt(body, "\"fnv1a64\": \"%016llx\"}", (unsigned long long)hash);
+}
+
 /* Answers one inference request; 1 when the connection stays open for the next request. */
 static int answer_inference(int fd, const struct request *req)
 {
@@ -807,6 +937,8 @@ static int answer_inference(int fd, const struct request *req)
         text_fmt(&body, ", \"gpu_ms\": %.3f, \"kernels\": %llu, \"wall_ms\": %.3f, \"bytes\": %zu, \"echo\": ",
                  (double)cfg.gpu_us / 1000.0, kernels, wall_ms, req->body_len);
         text_json(&body, req->body ? req->body : "", req->body_len < cfg.echo_max ? req->body_len : cfg.echo_max);
+        if (model.bytes > 0)
+            model_window(&body, seq);
         text_str(&body, "}\n");
     }
     int keep = 0;
@@ -965,6 +1097,11 @@ int main(void)
     text_fmt(&ready, "{\"event\": \"ready\", \"pid\": %d, \"port\": %u, \"gpu_ms\": %.3f, \"kernel_us\": %llu, \"pod\": ",
              (int)getpid(), (unsigned)port, (double)cfg.gpu_us / 1000.0, cfg.kernel_us);
     text_json(&ready, cfg.pod, strlen(cfg.pod));
+    if (model.bytes > 0) {
+        text_str(&ready, ", \"model\": {\"name\": ");
+        text_json(&ready, cfg.model_name, strlen(cfg.model_name));
+        text_fmt(&ready, ", \"bytes\": %zu, \"shared\": %s}", model.bytes, cfg.model_file ? "false" : "true");
+    }
     text_str(&ready, "}\n");
     fputs(ready.data ? ready.data : "{\"event\": \"ready\"}\n", stdout);
     fflush(stdout);

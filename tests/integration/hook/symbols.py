@@ -31,5 +31,7 @@ def hooked_symbols() -> list[HookedSymbol]:
 
 
 def exported_names() -> set[str]:
-    """What the hook library must export: every wrapper, and the dlsym and dlvsym overrides."""
-    return {row.symbol for row in hooked_symbols()} | {"dlsym", "dlvsym"}
+    """What the hook library must export: every wrapper, the dlsym and dlvsym overrides, and the model
+    API a function calls to map its model's weights (vgpu_hook/include/fastgshare_model.h)."""
+    return {row.symbol for row in hooked_symbols()} | {"dlsym", "dlvsym", "fastgshare_model_open",
+                                                       "fastgshare_model_close", "fastgshare_model_error"}
