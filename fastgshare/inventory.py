@@ -23,6 +23,10 @@ from fastgshare.model import HeldModel
 from fastgshare.quantity import parse_bytes
 
 
+def _held_tuple(models: Iterable[HeldModel]) -> tuple[HeldModel, ...]:
+    return tuple(models)
+
+
 @attrs.frozen(kw_only=True)
 class GpuDevice:
     """One physical GPU as the node agent sees it."""
@@ -37,7 +41,7 @@ class GpuDevice:
     context_reserve_bytes: int = 0  # charged per pod on this GPU, next to the pod's gpu_mem
     # The models the node's store holds on this GPU (fastgshare.model): charged once each, also in
     # the grace period after their last pod left.
-    held_models: tuple[HeldModel, ...] = attrs.field(default=(), converter=tuple)
+    held_models: tuple[HeldModel, ...] = attrs.field(default=(), converter=_held_tuple)
 
     def __attrs_post_init__(self) -> None:
         problems = []

@@ -4,7 +4,13 @@ A :class:`GpuLedger` holds the pods placed on one GPU with their shares and keep
 budgets: pod slots, memory bytes, and the 2-D time x SM bin (see :mod:`fastgshare.packing`).
 Each pod's memory is its ``gpu_mem`` plus the GPU's CUDA context reserve
 (:attr:`fastgshare.inventory.GpuDevice.context_reserve_bytes`): what its context holds outside
-the allocations ``gpu_mem`` limits. Best-effort pods (request 0) take only a slot and memory. On
+the allocations ``gpu_mem`` limits. A pod may declare its function's model
+(:class:`fastgshare.model.ModelRef`): the node's model store holds its weights once per GPU, so
+the ledger charges each distinct model (by :attr:`~fastgshare.model.ModelRef.identity`) once,
+while any pod of it is on the GPU or the store still holds it
+(:attr:`~fastgshare.inventory.GpuDevice.held_models`, also in its grace period): a pod whose
+model is already on the GPU needs only its ``gpu_mem`` and reserve, the first one brings the
+model's bytes too. Best-effort pods (request 0) take only a slot and memory. On
 a GPU without MPS, pods cannot run concurrently, so every rectangle is the full SM height: their
 requests must sum to <= 1.
 
@@ -28,6 +34,7 @@ answers between GPUs in the same state.
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 from collections.abc import Callable, Hashable, Mapping
 
@@ -36,6 +43,7 @@ import attrs
 from fastgshare import keys
 from fastgshare.errors import LedgerError
 from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.model import HeldModel, ModelRef
 from fastgshare.packing import BIN, MaxRectsBin, Rect, pack
 from fastgshare.quantity import format_bytes
 from fastgshare.share import ShareSpec, format_fraction
@@ -48,6 +56,17 @@ class Rejection(enum.Enum):
     NO_SLOT = "no-slot"
     MEMORY = "memory"
     COMPUTE = "compute"
+
+
+@attrs.frozen(kw_only=True)
+class ModelUsage:
+    """One model charged on a GPU: its bytes (once), the pods of it there, whether the store holds it."""
+
+    key: str  # ModelRef.key: namespace/function/name
+    identity: str  # ModelRef.identity
+    bytes: int
+    pods: int
+    held: bool  # published by the node's store (GpuDevice.held_models)
 
 
 @attrs.frozen
@@ -99,6 +118,12 @@ _EMPTY_LAYOUT_ID = intern_key(("layout", ()))
 _FIT_MEMO: dict[tuple[int, int, int], bool] = {}
 
 
+@functools.lru_cache(maxsize=4096)
+def model_identity(model: ModelRef) -> str:
+    """``model.identity``, remembered (it is JSON made on every call; checks ask for it on every GPU)."""
+    return model.identity
+
+
 def _remember_fit(key: tuple[int, int, int], fits: bool) -> None:
     if len(_FIT_MEMO) >= INTERN_LIMIT:
         _FIT_MEMO.clear()
@@ -114,6 +139,11 @@ class GpuLedger:
         self.gpu = gpu
         self.slots = slots
         self._pods: dict[str, ShareSpec] = {}
+        self._models: dict[str, ModelRef] = {}  # pod key -> the model it declares (pods without one: absent)
+        self._model_pods: dict[str, int] = {}  # model identity -> pods of it on this GPU (> 0)
+        self._model_refs: dict[str, ModelRef] = {}  # model identity -> the model, while a pod of it is here
+        self._held: dict[str, HeldModel] = {model.identity: model for model in gpu.held_models}
+        self._model_memory = sum(model.bytes for model in self._held.values())  # each model charged once
         self._layout: dict[str, Rect] = {}
         self._overcommitted = False
         self._used_memory = 0
@@ -138,8 +168,39 @@ class GpuLedger:
 
     @property
     def used_memory(self) -> int:
-        """The pods' ``gpu_mem``, summed (their context reserves not included)."""
+        """The pods' ``gpu_mem``, summed (their context reserves and models not included)."""
         return self._used_memory
+
+    @property
+    def model_memory(self) -> int:
+        """The models on the GPU, each counted once: those its pods declare and those its store holds."""
+        return self._model_memory
+
+    @property
+    def pod_models(self) -> Mapping[str, ModelRef]:
+        """The model each pod declares, by pod key (pods without one are left out)."""
+        return dict(self._models)
+
+    @property
+    def models(self) -> tuple[ModelUsage, ...]:
+        """Every model charged on the GPU, by key: its bytes, its pods here, whether the store holds it."""
+        usages = [ModelUsage(key=model.key, identity=identity, bytes=model.bytes,
+                             pods=self._model_pods[identity], held=identity in self._held)
+                  for identity, model in self._model_refs.items()]
+        usages += [ModelUsage(key=held.key, identity=identity, bytes=held.bytes, pods=0, held=True)
+                   for identity, held in self._held.items() if identity not in self._model_pods]
+        return tuple(sorted(usages, key=lambda usage: (usage.key, usage.identity)))
+
+    def holds_model(self, model: ModelRef | None) -> bool:
+        """Whether ``model`` is already charged here (a pod of it is on the GPU, or the store holds it)."""
+        if model is None:
+            return False
+        identity = model_identity(model)
+        return identity in self._model_pods or identity in self._held
+
+    def model_charge(self, model: ModelRef | None) -> int:
+        """What one more pod of ``model`` adds for the model itself: its bytes, 0 if already charged here."""
+        return 0 if model is None or self.holds_model(model) else model.bytes
 
     @property
     def reserved_memory(self) -> int:
@@ -148,17 +209,19 @@ class GpuLedger:
 
     @property
     def committed_memory(self) -> int:
-        """The pods' ``gpu_mem`` and their context reserves."""
-        return self._used_memory + self.reserved_memory
+        """The pods' ``gpu_mem``, their context reserves and the models (each once)."""
+        return self._used_memory + self.reserved_memory + self._model_memory
 
     @property
     def free_memory(self) -> int:
-        """What one more pod's ``gpu_mem`` and context reserve must fit in (negative if over-committed)."""
+        """What one more pod's ``gpu_mem``, context reserve and model (if not here yet) must fit in
+        (negative if over-committed)."""
         return self.gpu.memory_bytes - self.committed_memory
 
-    def memory_charge(self, share: ShareSpec) -> int:
-        """What a pod with ``share`` takes of this GPU's memory: its ``gpu_mem`` and one context reserve."""
-        return share.memory_bytes + self.gpu.context_reserve_bytes
+    def memory_charge(self, share: ShareSpec, model: ModelRef | None = None) -> int:
+        """What a pod with ``share`` (of ``model``) adds to this GPU's memory: its ``gpu_mem``, one
+        context reserve, and the model's bytes unless the model is already on the GPU."""
+        return share.memory_bytes + self.gpu.context_reserve_bytes + self.model_charge(model)
 
     @property
     def free_slots(self) -> int:
@@ -176,14 +239,15 @@ class GpuLedger:
     @property
     def summary_id(self) -> int:
         """An id of everything :meth:`check` and the placement policies read from this ledger
-        (all of the GPU but its uuid, the slots, pods, memory, area, layout): ledgers with equal
+        (all of the GPU but its uuid, the slots, pods, memory, area, layout, the models charged): ledgers with equal
         ids give equal answers, messages included."""
         if not self._summary_id:
             gpu = self.gpu
             self._summary_id = intern_key((
                 "gpu", gpu.index, gpu.model, gpu.memory_bytes, gpu.sm_count, gpu.healthy, gpu.mps_enabled,
                 gpu.context_reserve_bytes, self.slots, len(self._pods), self._used_memory, self._used_area,
-                self._overcommitted, self._layout_id))
+                self._overcommitted, self._layout_id, self._model_memory,
+                tuple(sorted(self._model_pods.keys() | self._held.keys()))))
         return self._summary_id
 
     @property
@@ -206,12 +270,12 @@ class GpuLedger:
         return share.request_permille, height
 
     # --- deciding --------------------------------------------------------------------
-    def check(self, share: ShareSpec) -> Fit:
-        """Whether a pod with ``share`` fits now, and if not the most basic reason why."""
+    def check(self, share: ShareSpec, model: ModelRef | None = None) -> Fit:
+        """Whether a pod with ``share`` (declaring ``model``) fits now, and if not the most basic reason why."""
         gpu = self.gpu
         if (not gpu.healthy or len(self._pods) >= self.slots
-                or self.memory_charge(share) > self.free_memory):
-            fit, _ = self._evaluate(share)  # the refusal and its message
+                or self.memory_charge(share, model) > self.free_memory):
+            fit, _ = self._evaluate(share, model)  # the refusal and its message
             return fit
         if share.request_permille == 0:  # best effort
             return FITS
@@ -220,12 +284,13 @@ class GpuLedger:
             return Fit(Rejection.COMPUTE, self._compute_message(share))
         return FITS
 
-    def fits(self, share: ShareSpec) -> bool:
-        return self.check(share).ok
+    def fits(self, share: ShareSpec, model: ModelRef | None = None) -> bool:
+        return self.check(share, model).ok
 
     # --- changing --------------------------------------------------------------------
-    def add(self, pod_key: str, share: ShareSpec, *, force: bool = False) -> Rect | None:
-        """Record a pod; return its rectangle (``None`` for best-effort pods).
+    def add(self, pod_key: str, share: ShareSpec, *, model: ModelRef | None = None,
+            force: bool = False) -> Rect | None:
+        """Record a pod (declaring ``model``, if any); return its rectangle (``None`` for best-effort pods).
 
         Raises :class:`LedgerError` if it does not fit, unless ``force`` is set: a pod the
         cluster already runs is recorded whatever the budgets say, and the ledger then
@@ -233,11 +298,13 @@ class GpuLedger:
         """
         if pod_key in self._pods:
             raise LedgerError(f"pod {pod_key} is already on GPU {self.gpu.uuid}")
-        fit, layout = self._evaluate(share, pod_key)
+        fit, layout = self._evaluate(share, model, pod_key)
         if not fit.ok and not force:
             raise LedgerError(f"pod {pod_key} does not fit GPU {self.gpu.uuid}: {fit.message}")
         self._pods[pod_key] = share
         self._used_memory += share.memory_bytes
+        if model is not None:
+            self._add_model(pod_key, model)
         if not share.is_best_effort:
             width, height = self.rectangle_size(share)
             self._used_area += width * height
@@ -254,6 +321,7 @@ class GpuLedger:
             raise LedgerError(f"pod {pod_key} is not on GPU {self.gpu.uuid}")
         share = self._pods.pop(pod_key)
         self._used_memory -= share.memory_bytes
+        self._remove_model(pod_key)
         if not share.is_best_effort:
             width, height = self.rectangle_size(share)
             self._used_area -= width * height
@@ -270,6 +338,11 @@ class GpuLedger:
     def copy(self) -> GpuLedger:
         clone = GpuLedger(self.gpu, self.slots)
         clone._pods = dict(self._pods)
+        clone._models = dict(self._models)
+        clone._model_pods = dict(self._model_pods)
+        clone._model_refs = dict(self._model_refs)
+        clone._held = self._held
+        clone._model_memory = self._model_memory
         clone._layout = dict(self._layout)
         clone._overcommitted = self._overcommitted
         clone._used_memory = self._used_memory
@@ -279,24 +352,54 @@ class GpuLedger:
         return clone
 
     # --- internals -------------------------------------------------------------------
+    def _add_model(self, pod_key: str, model: ModelRef) -> None:
+        identity = model_identity(model)
+        if not self.holds_model(model):
+            self._model_memory += model.bytes
+        self._models[pod_key] = model
+        self._model_pods[identity] = self._model_pods.get(identity, 0) + 1
+        self._model_refs.setdefault(identity, model)
+
+    def _remove_model(self, pod_key: str) -> None:
+        model = self._models.pop(pod_key, None)
+        if model is None:
+            return
+        identity = model_identity(model)
+        left = self._model_pods[identity] - 1
+        if left:
+            self._model_pods[identity] = left
+            return
+        del self._model_pods[identity]
+        del self._model_refs[identity]
+        if identity not in self._held:  # the store still holds it: still charged
+            self._model_memory -= model.bytes
+
     def _compute_pods(self) -> dict[str, ShareSpec]:
         return {key: share for key, share in self._pods.items() if not share.is_best_effort}
 
-    def _evaluate(self, share: ShareSpec, pod_key: str = "") -> tuple[Fit, dict[str, Rect] | None]:
+    def _evaluate(self, share: ShareSpec, model: ModelRef | None = None,
+                  pod_key: str = "") -> tuple[Fit, dict[str, Rect] | None]:
         """The fit verdict and, when it fits, the layout with the new pod in it."""
         if not self.gpu.healthy:
             return Fit(Rejection.UNHEALTHY, f"GPU {self.gpu.index} is unhealthy"), None
         if self.free_slots < 1:
             return Fit(Rejection.NO_SLOT, f"GPU {self.gpu.index} has all {self.slots} slots taken"), None
-        if self.memory_charge(share) > self.free_memory:
-            return Fit(Rejection.MEMORY, f"needs {format_bytes(share.memory_bytes)}{self._reserve_words()}, GPU "
-                       f"{self.gpu.index} has {format_bytes(max(self.free_memory, 0))} free"), None
+        if self.memory_charge(share, model) > self.free_memory:
+            return Fit(Rejection.MEMORY, f"needs {format_bytes(share.memory_bytes)}{self._model_words(model)}"
+                       f"{self._reserve_words()}, GPU {self.gpu.index} has {format_bytes(max(self.free_memory, 0))} "
+                       "free"), None
         if share.is_best_effort:
             return FITS, dict(self._layout)
         layout = None if self._overcommitted else self._place(self.rectangle_size(share), pod_key)
         if layout is None:
             return Fit(Rejection.COMPUTE, self._compute_message(share)), None
         return FITS, layout
+
+    def _model_words(self, model: ModelRef | None) -> str:
+        """`` + model ns/fn/vit 4 GiB (not on this GPU yet)`` when the pod brings its model; else ""."""
+        if model is None or self.holds_model(model):
+            return ""
+        return f" + model {model.key} {format_bytes(model.bytes)} (not on this GPU yet)"
 
     def _reserve_words(self) -> str:
         reserve = self.gpu.context_reserve_bytes
@@ -356,14 +459,18 @@ class GpuLedger:
 
 
 class NodeState:
-    """The ledgers of all GPUs of one node, in GPU index order."""
+    """The ledgers of all GPUs of one node, in GPU index order.
 
-    def __init__(self, inventory: NodeInventory) -> None:
+    With ``held_models`` False the GPUs are taken without the models their store holds (what the
+    node offers once every model's grace period has run out: a refusal then is for good).
+    """
+
+    def __init__(self, inventory: NodeInventory, *, held_models: bool = True) -> None:
         self.inventory = inventory
-        self.ledgers: dict[str, GpuLedger] = {
-            gpu.uuid: GpuLedger(gpu, inventory.slots_per_gpu)
-            for gpu in sorted(inventory.gpus, key=lambda g: g.index)
-        }
+        gpus = sorted(inventory.gpus, key=lambda g: g.index)
+        if not held_models:
+            gpus = [attrs.evolve(gpu, held_models=()) if gpu.held_models else gpu for gpu in gpus]
+        self.ledgers: dict[str, GpuLedger] = {gpu.uuid: GpuLedger(gpu, inventory.slots_per_gpu) for gpu in gpus}
 
     @property
     def name(self) -> str:

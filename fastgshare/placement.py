@@ -7,6 +7,19 @@ interference. Both are deterministic: equal inputs give equal answers, ties go t
 GPU index.
 
 Node scores are integers 0..10, the range kube-scheduler extenders use.
+
+Model sharing (:mod:`fastgshare.model`): a pod that declares a model costs a GPU that already
+holds it (a pod of it there, or the node's store keeps it) only its own ``gpu_mem`` and context
+reserve. The policies prefer such a GPU, each in its own way:
+
+- ``binpack`` makes it the *first* key among the GPUs of a node that fit, ahead of the fill, and
+  gives the node a score bonus of the model's share of the GPU's memory (at least one point): a
+  pod that joins its model saves the model's bytes, which is what packing is for when memory
+  binds, as it does for inference pods. Choosing a fuller GPU instead would load a second copy.
+- ``spread`` makes it the first *tie-breaker*, after the fill, and gives no bonus: spread exists
+  to keep pods apart, and the pods of one function are the ones that interfere most when they
+  run together, so their memory saving must not undo it. Pods of different models spread as
+  before; between GPUs equally loaded the one holding the model wins.
 """
 
 from __future__ import annotations
@@ -19,6 +32,7 @@ import attrs
 
 from fastgshare.errors import InvalidPolicy
 from fastgshare.ledger import Fit, GpuLedger, NodeState, Rejection
+from fastgshare.model import ModelRef
 from fastgshare.packing import BIN
 from fastgshare.quantity import format_bytes
 from fastgshare.share import ShareSpec, format_fraction
@@ -53,6 +67,7 @@ class GpuChoice:
     area_after: float
     memory_after: float
     best_effort: bool
+    holds_model: bool = False  # the pod's model is already on the GPU: it costs nothing more there
 
     @property
     def fill_after(self) -> float:
@@ -74,35 +89,38 @@ class NodeVerdict:
         return self.choice is not None
 
 
-def evaluate_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLICY) -> NodeVerdict:
-    """Pick the GPU of ``node`` that ``policy`` prefers for ``share``, or say why none fits."""
+def evaluate_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLICY,
+                  model: ModelRef | None = None) -> NodeVerdict:
+    """Pick the GPU of ``node`` that ``policy`` prefers for ``share`` (of ``model``), or say why none fits."""
     candidates: list[GpuChoice] = []
     refusals: list[tuple[GpuLedger, Fit]] = []
     for ledger in node.ledgers.values():
-        fit = ledger.check(share)
+        fit = ledger.check(share, model)
         if fit.ok:
-            candidates.append(_choice(ledger, share))
+            candidates.append(_choice(ledger, share, model))
         else:
             refusals.append((ledger, fit))
     if not candidates:
-        return NodeVerdict(node.name, None, tuple(refusals), _refusal_reason(node, share, refusals))
+        return NodeVerdict(node.name, None, tuple(refusals), _refusal_reason(node, share, refusals, model))
     return NodeVerdict(node.name, max(candidates, key=_gpu_preference(policy)), tuple(refusals), "")
 
 
 def choose_gpu(
-    ledgers: Iterable[GpuLedger], share: ShareSpec, policy: Policy = DEFAULT_POLICY
+    ledgers: Iterable[GpuLedger], share: ShareSpec, policy: Policy = DEFAULT_POLICY,
+    model: ModelRef | None = None,
 ) -> GpuLedger | None:
-    """The ledger ``policy`` prefers among those ``share`` fits, or ``None``."""
-    by_uuid = {ledger.gpu.uuid: ledger for ledger in ledgers if ledger.fits(share)}
+    """The ledger ``policy`` prefers among those ``share`` (of ``model``) fits, or ``None``."""
+    by_uuid = {ledger.gpu.uuid: ledger for ledger in ledgers if ledger.fits(share, model)}
     if not by_uuid:
         return None
-    best = max((_choice(ledger, share) for ledger in by_uuid.values()), key=_gpu_preference(policy))
+    best = max((_choice(ledger, share, model) for ledger in by_uuid.values()), key=_gpu_preference(policy))
     return by_uuid[best.uuid]
 
 
-def score_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLICY) -> int:
-    """0..10: how much ``policy`` likes placing ``share`` on ``node`` (0 if it does not fit)."""
-    verdict = evaluate_node(node, share, policy)
+def score_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLICY,
+               model: ModelRef | None = None) -> int:
+    """0..10: how much ``policy`` likes placing ``share`` (of ``model``) on ``node`` (0 if it does not fit)."""
+    verdict = evaluate_node(node, share, policy, model)
     if verdict.choice is None:
         return 0
     healthy = sum(1 for ledger in node.ledgers.values() if ledger.gpu.healthy)
@@ -114,29 +132,41 @@ def score_node(node: NodeState, share: ShareSpec, policy: Policy = DEFAULT_POLIC
         raw = 0.75 * fill + 0.25 * (1 - empty_fraction)
     else:
         raw = 0.75 * (1 - fill) + 0.25 * empty_fraction
-    return max(0, min(MAX_SCORE, math.floor(raw * MAX_SCORE + 0.5)))
+    score = max(0, min(MAX_SCORE, math.floor(raw * MAX_SCORE + 0.5)))
+    if policy is Policy.BINPACK and model is not None and verdict.choice.holds_model:
+        score = min(MAX_SCORE, score + model_bonus(model, chosen))
+    return score
 
 
-def _choice(ledger: GpuLedger, share: ShareSpec) -> GpuChoice:
+def model_bonus(model: ModelRef, ledger: GpuLedger) -> int:
+    """The points ``binpack`` adds to a node whose chosen GPU already holds the pod's model: the
+    model's share of that GPU's memory (the memory the placement saves), on the 0..10 scale, at least 1."""
+    return max(1, math.floor(model.bytes / ledger.gpu.memory_bytes * MAX_SCORE + 0.5))
+
+
+def _choice(ledger: GpuLedger, share: ShareSpec, model: ModelRef | None = None) -> GpuChoice:
     width, height = ledger.rectangle_size(share)
     area = 0 if share.is_best_effort else width * height
     return GpuChoice(
         uuid=ledger.gpu.uuid,
         index=ledger.gpu.index,
         area_after=(ledger.used_area + area) / BIN.area,
-        memory_after=(ledger.committed_memory + ledger.memory_charge(share)) / ledger.gpu.memory_bytes,
+        memory_after=(ledger.committed_memory + ledger.memory_charge(share, model)) / ledger.gpu.memory_bytes,
         best_effort=share.is_best_effort,
+        holds_model=ledger.holds_model(model),
     )
 
 
-def _gpu_preference(policy: Policy) -> Callable[[GpuChoice], tuple[float, float, int]]:
-    """A sort key; the maximum is the preferred GPU."""
+def _gpu_preference(policy: Policy) -> Callable[[GpuChoice], tuple[bool | float | int, ...]]:
+    """A sort key; the maximum is the preferred GPU. Holding the pod's model comes first under
+    ``binpack`` and right after the fill under ``spread`` (see the module's docstring)."""
     if policy is Policy.BINPACK:
-        return lambda c: (c.fill_after, c.memory_after, -c.index)
-    return lambda c: (-c.fill_after, -c.memory_after, -c.index)
+        return lambda c: (c.holds_model, c.fill_after, c.memory_after, -c.index)
+    return lambda c: (-c.fill_after, c.holds_model, -c.memory_after, -c.index)
 
 
-def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuLedger, Fit]]) -> str:
+def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuLedger, Fit]],
+                    model: ModelRef | None = None) -> str:
     """One line a user can act on, summarising why each GPU refused."""
     if not node.ledgers:
         return "node has no GPUs in its inventory"
@@ -151,8 +181,8 @@ def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuL
         parts.append(f"GPU {_indexes(full)} out of pod slots")
     if memory := by_kind.get(Rejection.MEMORY):
         largest = max(max(ledger.free_memory, 0) for ledger, _ in memory)
-        parts.append(f"needs {format_bytes(share.memory_bytes)} of GPU memory{_reserve_words(memory)}, largest free "
-                     f"{format_bytes(largest)}")
+        parts.append(f"needs {format_bytes(share.memory_bytes)} of GPU memory{_model_words(model, memory)}"
+                     f"{_reserve_words(memory)}, largest free {format_bytes(largest)}")
     if compute := by_kind.get(Rejection.COMPUTE):
         if all(ledger.gpu.mps_enabled and not ledger.overcommitted for ledger, _ in compute):
             parts.append(f"no GPU with {share.sm_percent} percent of its SMs free for "
@@ -160,6 +190,18 @@ def _refusal_reason(node: NodeState, share: ShareSpec, refusals: list[tuple[GpuL
         else:
             parts.extend(fit.message for _, fit in compute)
     return "; ".join(parts)
+
+
+def _model_words(model: ModelRef | None, refusals: list[tuple[GpuLedger, Fit]]) -> str:
+    """`` + model ns/fn/vit 4 GiB (on none of them yet)``, or naming the GPUs that lack it where some
+    hold it; "" where the pod declares none or every GPU refusing it holds it."""
+    if model is None:
+        return ""
+    lacking = [(ledger, fit) for ledger, fit in refusals if not ledger.holds_model(model)]
+    if not lacking:
+        return ""
+    where = "on none of them yet" if len(lacking) == len(refusals) else f"not yet on GPU {_indexes(lacking)}"
+    return f" + model {model.key} {format_bytes(model.bytes)} ({where})"
 
 
 def _reserve_words(refusals: list[tuple[GpuLedger, Fit]]) -> str:

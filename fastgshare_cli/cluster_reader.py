@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fastgshare import keys
 from fastgshare.codec import decode_assignment, decode_node_inventory
 from fastgshare.errors import CodecError, FastGShareError
+from fastgshare.model import pod_model
 from fastgshare_cli.inspection import GpuSample, NodeFacts, NodeSamples, PodFacts, PodSample
 from fastgshare_kube import rest
 from fastgshare_kube.errors import UNREACHABLE, ApiError
@@ -191,8 +192,9 @@ def _pods(core: Any, node: str | None) -> list[PodFacts]:
             assignment = decode_assignment(text)
         except CodecError:
             continue  # the extender never wrote it; `fastgshare check` explains such pods
-        found.append(PodFacts(namespace=str(metadata.get("namespace")), name=str(metadata.get("name")), phase=phase,
-                              assignment=assignment))
+        namespace = str(metadata.get("namespace"))
+        found.append(PodFacts(namespace=namespace, name=str(metadata.get("name")), phase=phase,
+                              assignment=assignment, model=pod_model(metadata.get("annotations") or {}, namespace)))
     return found
 
 

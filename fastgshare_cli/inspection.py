@@ -7,7 +7,12 @@ reader (:mod:`fastgshare_cli.cluster_reader`) gathered, rendered as a table or J
 - *Free* is what the extender's ledger would leave: the node's GPUs (its ``gpu_info``) with every
   assigned, unfinished pod added, so the figures are the ones placement decisions use (guaranteed
   time × SMs, as a fraction of the GPU's area; memory in bytes, each pod charged its ``gpu_mem``
-  and the GPU's CUDA context reserve, which is shown too).
+  and the GPU's CUDA context reserve, which is shown too, and each model on the GPU once).
+- *Models* (model sharing, :mod:`fastgshare.model`): the weights the node's store holds once per GPU
+  for the pods of one function, each on its own line under its GPU's row (``model ns/fn/name   4 GiB
+  4 pods``) and in the JSON as ``models: [{key, bytes, pods}]``: the
+  models the pods declare (their ``fastgshare/model`` annotation) and those the store still holds
+  (the inventory's ``heldModels``, also in their grace period, with 0 pods).
 - *Achieved* is the node agent's ``fastgshare_pod_gpu_time_share`` (GPU time over the last 10 s)
   and ``fastgshare_pod_gpu_memory_used_bytes``. A pod whose achieved share is below its request by
   more than :data:`BELOW_REQUEST_MARGIN` is marked: it was idle, or it was starved (the wait and
@@ -23,6 +28,7 @@ import attrs
 from fastgshare.codec import PodAssignment
 from fastgshare.inventory import NodeInventory
 from fastgshare.ledger import NodeState
+from fastgshare.model import ModelRef
 from fastgshare.quantity import format_bytes
 from fastgshare.share import format_fraction
 
@@ -45,6 +51,7 @@ class PodFacts:
     name: str
     phase: str
     assignment: PodAssignment
+    model: ModelRef | None = None  # what its fastgshare/model annotation declares
 
     @property
     def key(self) -> str:
@@ -103,6 +110,15 @@ class PodView:
 
 
 @attrs.frozen(kw_only=True)
+class ModelView:
+    """One model on one GPU: charged once, however many of its pods are there."""
+
+    key: str  # namespace/function/name
+    bytes: int
+    pods: int  # every pod of it on the GPU, also those a --namespace leaves out
+
+
+@attrs.frozen(kw_only=True)
 class GpuView:
     uuid: str
     index: int
@@ -116,6 +132,7 @@ class GpuView:
     memory_allocated_bytes: int | None
     pod_count: int  # every pod on the GPU, also those a --namespace leaves out of ``pods``
     pods: tuple[PodView, ...]
+    models: tuple[ModelView, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -143,7 +160,7 @@ def _node_view(node: NodeFacts, pods: list[PodFacts], samples: NodeSamples, name
     state = NodeState(node.inventory)
     for pod in pods:
         if pod.assignment.gpu_uuid in state.ledgers:
-            state.ledgers[pod.assignment.gpu_uuid].add(pod.key, pod.assignment.share, force=True)
+            state.ledgers[pod.assignment.gpu_uuid].add(pod.key, pod.assignment.share, model=pod.model, force=True)
     gpus = []
     for uuid, ledger in state.ledgers.items():
         gpu_sample = samples.gpus.get(uuid, GpuSample())
@@ -156,7 +173,8 @@ def _node_view(node: NodeFacts, pods: list[PodFacts], samples: NodeSamples, name
             free_memory_bytes=max(0, ledger.free_memory), context_reserve_bytes=ledger.gpu.context_reserve_bytes,
             busy_share=gpu_sample.busy_share,
             memory_allocated_bytes=gpu_sample.memory_allocated_bytes, pod_count=len(on_gpu),
-            pods=tuple(_pod_view(pod, samples.pods.get((pod.key, uuid), PodSample())) for pod in shown)))
+            pods=tuple(_pod_view(pod, samples.pods.get((pod.key, uuid), PodSample())) for pod in shown),
+            models=tuple(ModelView(key=usage.key, bytes=usage.bytes, pods=usage.pods) for usage in ledger.models)))
     return NodeView(name=node.name, problem=node.problem, metrics_error=node.metrics_error, gpus=tuple(gpus))
 
 
@@ -182,6 +200,7 @@ def to_json(view: Sequence[NodeView]) -> dict[str, object]:
             "freeMemoryBytes": gpu.free_memory_bytes, "contextReserveBytes": gpu.context_reserve_bytes,
             "busyShare": gpu.busy_share,
             "memoryAllocatedBytes": gpu.memory_allocated_bytes, "podCount": gpu.pod_count,
+            "models": [{"key": model.key, "bytes": model.bytes, "pods": model.pods} for model in gpu.models],
             "pods": [{
                 "namespace": pod.namespace, "name": pod.name, "phase": pod.phase,
                 "configured": {"request": pod.request, "limit": pod.limit, "smPercent": pod.sm_percent,
@@ -199,6 +218,7 @@ def to_json(view: Sequence[NodeView]) -> dict[str, object]:
 GPU_COLUMNS = ("NODE", "GPU", "MODEL", "HEALTH", "PODS", "BUSY", "FREE AREA", "FREE MEMORY", "CTX RESERVE",
                "MEMORY HELD")
 PARKED_MARK = "parked"
+MODEL_MARK = "model"
 POD_COLUMNS = ("POD", "NODE", "GPU", "REQUEST", "LIMIT", "ACHIEVED", "SM", "MEMORY", "MEM USED")
 WIDE_POD_COLUMNS = (*POD_COLUMNS, "PHASE", "THROTTLED", "MEAN WAIT")
 
@@ -206,7 +226,7 @@ WIDE_POD_COLUMNS = (*POD_COLUMNS, "PHASE", "THROTTLED", "MEAN WAIT")
 def gpu_rows(view: Sequence[NodeView]) -> list[tuple[str, ...]]:
     """One row per GPU: its pods, how busy it was, the area and memory the ledger has free, the context
     reserve each pod is charged and the memory its pods hold; a node without a usable inventory gets a
-    row saying why."""
+    row saying why. (:func:`render_table` puts each GPU's models under its row.)"""
     rows: list[tuple[str, ...]] = []
     for node in view:
         if node.problem:
@@ -244,11 +264,14 @@ def pod_rows(view: Sequence[NodeView], *, wide: bool = False, qualify: bool = Tr
 def render_table(view: Sequence[NodeView], *, wide: bool = False, qualify: bool = True) -> str:
     """The GPUs, then the pods, as kubectl prints tables: left-aligned columns three spaces apart;
     then a line for each node whose metrics could not be read."""
-    parts = [_columns(GPU_COLUMNS, gpu_rows(view))]
+    parts = [_gpu_table(view)]
     pods = pod_rows(view, wide=wide, qualify=qualify)
     parts.append(_columns(WIDE_POD_COLUMNS if wide else POD_COLUMNS, pods) if pods else "No GPU pods.")
     notes = [f"node {node.name}: no metrics ({node.metrics_error}); ACHIEVED and MEM USED show -"
              for node in view if node.metrics_error and node.gpus]
+    if any(gpu.models for node in view for gpu in node.gpus):
+        notes.append(f"{MODEL_MARK} rows: the weights the node's model store holds once on the GPU above for the pods "
+                     "of one function,\n  charged once in its FREE MEMORY (0 pods: kept for its grace period).")
     parked = [pod for node in view for gpu in node.gpus for pod in gpu.pods if pod.parked]
     if parked:
         notes.append(f"{PARKED_MARK}: {len(parked)} pods with no GPU time (time quota 0/0) hold "
@@ -260,10 +283,41 @@ def render_table(view: Sequence[NodeView], *, wide: bool = False, qualify: bool 
     return "\n\n".join(parts) + ("\n\n" + "\n".join(notes) if notes else "") + "\n"
 
 
+def model_lines(gpu: GpuView) -> list[str]:
+    """The GPU's models, one line each: ``model team-a/vit-fn/vit   4 GiB   4 pods``."""
+    return [f"{MODEL_MARK} {model.key}   {format_bytes(model.bytes)}   {model.pods} pod{'' if model.pods == 1 else 's'}"
+            for model in gpu.models]
+
+
+def _gpu_table(view: Sequence[NodeView]) -> str:
+    """The GPU rows in columns, each GPU's :func:`model_lines` under its row from the MODEL column on
+    (outside the columns, so a long model key does not widen the table)."""
+    rows = gpu_rows(view)
+    under: list[list[str]] = []
+    for node in view:
+        if node.problem:
+            under.append([])
+        under.extend(model_lines(gpu) for gpu in node.gpus)
+    widths = _widths(GPU_COLUMNS, rows)
+    indent = " " * (widths[0] + widths[1] + 6)
+    lines = [_line(GPU_COLUMNS, widths)]
+    for row, models in zip(rows, under, strict=True):
+        lines.append(_line(row, widths))
+        lines.extend(indent + text for text in models)
+    return "\n".join(lines)
+
+
 def _columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-    return "\n".join("   ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-                     for line in (header, *rows))
+    widths = _widths(header, rows)
+    return "\n".join(_line(line, widths) for line in (header, *rows))
+
+
+def _widths(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[int]:
+    return [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+
+def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    return "   ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
 
 
 def _share(value: float | None) -> str:

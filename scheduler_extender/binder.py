@@ -132,7 +132,7 @@ class Binder:
         try:
             request = pod_request(pod, self._default_policy)
             return self._state.reserve(uid=pod.uid, pod_key=pod.key, node=node, share=request.share,
-                                       policy=request.policy)
+                                       policy=request.policy, model=request.model)
         except InvalidRequest as error:
             raise BindRefused("invalid-request", str(error)) from None
         except ReservationRefused as error:
@@ -204,11 +204,13 @@ class Binder:
                 return None
             raise BindRefused("already-bound", f"pod {pod.key} was bound to node {current.node_name} meanwhile")
         try:
-            share = pod_request(current, self._default_policy).share
+            request = pod_request(current, self._default_policy)
         except InvalidRequest as error:
             raise BindRefused("invalid-request", str(error)) from None
-        if share != reservation.share:
+        if request.share != reservation.share:
             raise BindRefused("conflict", f"the share of pod {pod.key} changed during the bind")
+        if request.model != reservation.model:
+            raise BindRefused("conflict", f"the model of pod {pod.key} changed during the bind")
         log.info("pod=%s conflict binding, retrying", pod.key)
         return current
 

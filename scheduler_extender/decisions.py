@@ -1,13 +1,19 @@
 """Filter and prioritize: which candidate nodes can take the pod, and how much the policy likes each.
 
 The pod's share comes from its annotations (:func:`fastgshare.share.parse_share`) and its
-policy from ``fastgshare/scheduling_policy`` or the extender's default. The judging itself is
+policy from ``fastgshare/scheduling_policy`` or the extender's default; its model from
+``fastgshare/model`` (:attr:`~scheduler_extender.records.PodRecord.model`): a GPU already holding
+it is charged only the pod's own memory, and the policies prefer such GPUs
+(:mod:`fastgshare.placement`). A malformed model annotation is refused like a malformed share
+(unresolvable everywhere, with the parser's line): admission refuses both when the pod is made,
+and the pod's weights could never be served (the node agent reads the same annotation). The
+judging itself is
 the core's (:func:`fastgshare.placement.evaluate_node` and ``score_node``) on the cache's
 ledgers, which include binds in flight.
 
 Where a rejected node goes:
 
-- ``FailedAndUnresolvableNodes`` when waiting cannot help: an invalid share or policy (every
+- ``FailedAndUnresolvableNodes`` when waiting cannot help: an invalid share, policy or model (every
   node, with the parser's message), no usable inventory, or a pod that would not fit even on
   the node emptied of pods (too much memory for any GPU, every GPU unhealthy);
 - ``FailedNodes`` when it may fit later: the GPUs are taken now, or the node is not in the
@@ -37,12 +43,13 @@ import attrs
 from fastgshare import keys
 from fastgshare.errors import InvalidPolicy, InvalidShareSpec
 from fastgshare.ledger import Rejection
+from fastgshare.model import ModelRef
 from fastgshare.placement import NodeVerdict, Policy, parse_policy
 from fastgshare.share import ShareSpec, parse_share
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.nodes import NodeEntry
 from scheduler_extender.passes import FilterPasses
-from scheduler_extender.records import PodRecord
+from scheduler_extender.records import PodRecord, model_problem
 from scheduler_extender.state import ClusterState
 from scheduler_extender.wire import (
     ExtenderArgs,
@@ -69,6 +76,7 @@ class PodRequest:
 
     share: ShareSpec
     policy: Policy
+    model: ModelRef | None = None
 
 
 def pod_request(pod: PodRecord, default_policy: Policy) -> PodRequest:
@@ -82,7 +90,10 @@ def pod_request(pod: PodRecord, default_policy: Policy) -> PodRequest:
         policy = parse_policy(text) if text is not None else default_policy
     except InvalidPolicy as error:
         raise InvalidRequest(f"{keys.SCHEDULING_POLICY_ANNOTATION}: {error}") from None
-    return PodRequest(share, policy)
+    problem = model_problem(pod)
+    if problem is not None:
+        raise InvalidRequest(problem)
+    return PodRequest(share, policy, pod.model)
 
 
 @attrs.frozen
@@ -102,8 +113,8 @@ class NodeAnswer:
     score: int
 
 
-ANSWER_LIMIT = 100_000  # remembered (share, policy, node signature) answers, all together
-CHAIN_LIMIT = 64  # remembered evaluations per verb, one per (share, policy)
+ANSWER_LIMIT = 100_000  # remembered (share, policy, model, node signature) answers, all together
+CHAIN_LIMIT = 64  # remembered evaluations per verb, one per (share, policy, model)
 DELTA_FRACTION = 4  # patch an evaluation while at most 1/4 of its nodes changed; else start afresh
 
 
@@ -127,9 +138,9 @@ class Decisions:
 
     Three levels of memory keep a request cheap at thousands of nodes, none of which can change
     an answer: the ledgers' own fit memo (:mod:`fastgshare.ledger`); one :class:`NodeAnswer` per
-    (share, policy, node signature), so each distinct node state is judged once for a share
+    request (share, policy, model) and node signature, so each distinct node state is judged once for a share
     however many nodes share it, across cache rebuilds; and per verb and (share, policy) the last
-    evaluation (every node's answer and the encoded reply) with its cache generation. A request
+    evaluation (every node's answer and the encoded reply) per request with its cache generation. A request
     for the same nodes at the same generation is answered with that reply (the pods of one
     FaSTPod, or a prioritize after its filter); at a later generation, only the nodes the cache
     says changed since (:meth:`ClusterState.changed_entries`) are judged again. A pod whose own
@@ -143,9 +154,9 @@ class Decisions:
         self._default_policy = default_policy
         self._metrics = metrics
         self._passes = passes if passes is not None else FilterPasses()
-        self._answers: dict[tuple[ShareSpec, Policy], dict[int, NodeAnswer]] = {}
+        self._answers: dict[PodRequest, dict[int, NodeAnswer]] = {}
         self._answer_count = 0
-        self._chains: dict[str, OrderedDict[tuple[ShareSpec, Policy], _Evaluation]] = {
+        self._chains: dict[str, OrderedDict[PodRequest, _Evaluation]] = {
             "filter": OrderedDict(), "prioritize": OrderedDict()}
         self._lock = threading.Lock()  # guards the chains
 
@@ -211,7 +222,7 @@ class Decisions:
     def _evaluate(self, verb: str, args: ExtenderArgs, request: PodRequest) -> _Evaluation:
         names = args.node_names
         generation, stale = self._state.generation_for(args.pod.uid)
-        key = (request.share, request.policy)
+        key = request
         chains = self._chains[verb]
         with self._lock:
             last = chains.get(key)
@@ -256,7 +267,7 @@ class Decisions:
                                fragments)
         return _finish(verb, generation, last.names, answers, positions, best_only=self._best_only)
 
-    def _keep(self, chains: OrderedDict[tuple[ShareSpec, Policy], _Evaluation], key: tuple[ShareSpec, Policy],
+    def _keep(self, chains: OrderedDict[PodRequest, _Evaluation], key: PodRequest,
               evaluation: _Evaluation) -> _Evaluation:
         with self._lock:
             current = chains.get(key)
@@ -270,9 +281,9 @@ class Decisions:
     def _node_answers(self, entries: Sequence[NodeEntry | None], names: Sequence[str],
                       request: PodRequest) -> list[NodeAnswer]:
         """One answer per node, from the answers remembered per node signature where possible."""
-        table = self._answers.get((request.share, request.policy))
+        table = self._answers.get(request)
         if table is None:
-            table = self._answers.setdefault((request.share, request.policy), {})
+            table = self._answers.setdefault(request, {})
         answers: list[NodeAnswer] = []
         append = answers.append
         for name, entry in zip(names, entries, strict=True):
@@ -288,7 +299,7 @@ class Decisions:
                     if self._answer_count >= ANSWER_LIMIT:
                         self._answers.clear()
                         self._answer_count = 0
-                        table = self._answers.setdefault((request.share, request.policy), {})
+                        table = self._answers.setdefault(request, {})
                     table[signature] = answer
                     self._answer_count += 1
             append(answer)
@@ -327,7 +338,7 @@ def _finish(verb: str, generation: int, names: tuple[str, ...], answers: list[No
 def node_answer(name: str, entry: NodeEntry, request: PodRequest) -> NodeAnswer:
     """Judge and score one node for the pod (what the remembered answers hold)."""
     refusal = judge(name, entry, request)
-    return NodeAnswer(refusal, entry.score(request.share, request.policy) if refusal is None else 0)
+    return NodeAnswer(refusal, entry.score(request.share, request.policy, request.model) if refusal is None else 0)
 
 
 def _dumps(value: object) -> bytes:
@@ -338,12 +349,12 @@ def judge(name: str, entry: NodeEntry | None, request: PodRequest) -> Refusal | 
     """None if the node can take the pod now, else why not."""
     if entry is None:
         return Refusal("not-cached", f"node {name} is not in the fastgshare extender's cache yet", True)
-    verdict = entry.verdict(request.share, request.policy)
+    verdict = entry.verdict(request.share, request.policy, request.model)
     if verdict is None:
         return Refusal("no-inventory", entry.problem, False)
     if verdict.fits:
         return None
-    empty = entry.fits_when_empty(request.share)
+    empty = entry.fits_when_empty(request.share, request.model)
     if empty is not None and not empty.fits:
         return Refusal(rejection_label(empty), empty.reason, False)
     return Refusal(rejection_label(verdict), verdict.reason, True)

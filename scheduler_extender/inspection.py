@@ -3,7 +3,8 @@
 Built from a :class:`~scheduler_extender.state.Snapshot`, so it is one consistent picture.
 Fractions are of the GPU's time x SM area (guaranteed time only); memory in bytes. A GPU's free
 memory counts each pod's CUDA context reserve (``contextReserveBytes``, charged once per pod) as well
-as its ``gpu_mem``.
+as its ``gpu_mem``, and each model on the GPU once (``models``: ``key``, ``bytes``, ``pods``, ``held``
+by the node's store; ``modelMemoryBytes`` their sum); a pod that declares a model names it (``model``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def _node(entry: NodeEntry, by_uid: dict[str, Placement], waiting: list[str]) ->
 def _gpu(ledger: GpuLedger, by_uid: dict[str, Placement]) -> dict[str, object]:
     gpu = ledger.gpu
     layout = ledger.layout
+    pod_models = ledger.pod_models
     pods = []
     for uid, share in ledger.pods.items():
         placement = by_uid.get(uid)
@@ -57,12 +59,16 @@ def _gpu(ledger: GpuLedger, by_uid: dict[str, Placement]) -> dict[str, object]:
             "limit": format_fraction(share.limit_permille),
             "smPercent": share.sm_percent,
             "memoryBytes": share.memory_bytes,
+            "model": model.key if (model := pod_models.get(uid)) is not None else None,
             "rect": None if rect is None else {"time": [rect.x, rect.right], "sm": [rect.y, rect.top]},
         })
     return {
         "uuid": gpu.uuid, "index": gpu.index, "model": gpu.model, "healthy": gpu.healthy, "mps": gpu.mps_enabled,
         "memoryBytes": gpu.memory_bytes, "freeMemoryBytes": ledger.free_memory,
         "contextReserveBytes": gpu.context_reserve_bytes,
+        "modelMemoryBytes": ledger.model_memory,
+        "models": [{"key": usage.key, "bytes": usage.bytes, "pods": usage.pods, "held": usage.held}
+                   for usage in ledger.models],
         "slots": ledger.slots, "freeSlots": ledger.free_slots,
         "areaUsed": round(ledger.area_fraction, 4), "areaFree": round(1 - ledger.area_fraction, 4),
         "overcommitted": ledger.overcommitted,

@@ -3,8 +3,10 @@
 A :class:`NodeEntry` is never changed once the cache has published it: placing or removing
 a pod builds a new entry (copy-on-write), so filter and prioritize read entries without the
 cache lock while binds and watch events replace them. Verdicts and scores an entry computes
-are remembered on it per (share, policy), so the many pods of one FaSTPod, which ask for the
-same share, are judged once per node state; a new entry starts with none.
+are remembered on it per (share, policy, model), so the many pods of one FaSTPod, which ask for
+the same share and declare the same model, are judged once per node state; a new entry starts
+with none. Each pod is recorded with the model it declares, which its GPU's ledger charges once
+however many of its pods are there (:class:`fastgshare.ledger.GpuLedger`).
 
 The core's ledger keeps a private cache while checking a fit, so every computation on an
 entry's ledgers runs under the entry's own lock.
@@ -27,6 +29,7 @@ from fastgshare.codec import decode_node_inventory
 from fastgshare.errors import CodecError
 from fastgshare.inventory import NodeInventory
 from fastgshare.ledger import NodeState, intern_key
+from fastgshare.model import ModelRef
 from fastgshare.placement import NodeVerdict, Policy, evaluate_node, score_node
 from fastgshare.share import ShareSpec
 from scheduler_extender.resharing import ShareChange, judge_change
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 MEMO_LIMIT = 256  # (share, policy) pairs remembered per entry
 K = TypeVar("K")
 V = TypeVar("V")
+PodOnGpu = tuple[str, str, ShareSpec, ModelRef | None]  # (pod id, gpu uuid, share, model)
 
 
 def no_inventory_reason() -> str:
@@ -52,9 +56,9 @@ class NodeEntry:
         self.state = state  # None when the node has no usable inventory
         self.problem = problem  # why ``state`` is None, in words a user can act on
         self._lock = threading.Lock()
-        self._verdicts: dict[tuple[ShareSpec, Policy], NodeVerdict] = {}
-        self._scores: dict[tuple[ShareSpec, Policy], int] = {}
-        self._empty: dict[ShareSpec, NodeVerdict] = {}
+        self._verdicts: dict[tuple[ShareSpec, Policy, ModelRef | None], NodeVerdict] = {}
+        self._scores: dict[tuple[ShareSpec, Policy, ModelRef | None], int] = {}
+        self._empty: dict[tuple[ShareSpec, ModelRef | None], NodeVerdict] = {}
         self.signature: int | None = None  # None without inventory; see :meth:`_seal`
 
     @classmethod
@@ -74,59 +78,64 @@ class NodeEntry:
         return self.state.inventory if self.state is not None else None
 
     # --- judging a pod (memoized) --------------------------------------------------------
-    def verdict(self, share: ShareSpec, policy: Policy) -> NodeVerdict | None:
-        """The GPU ``policy`` picks for ``share`` now, or why none fits; None without inventory."""
+    def verdict(self, share: ShareSpec, policy: Policy, model: ModelRef | None = None) -> NodeVerdict | None:
+        """The GPU ``policy`` picks for ``share`` (of ``model``) now, or why none fits; None without inventory."""
         if self.state is None:
             return None
+        key = (share, policy, model)
         with self._lock:
-            found = self._verdicts.get((share, policy))
+            found = self._verdicts.get(key)
             if found is None:
-                found = _remember(self._verdicts, (share, policy), evaluate_node(self.state, share, policy))
+                found = _remember(self._verdicts, key, evaluate_node(self.state, share, policy, model))
             return found
 
-    def score(self, share: ShareSpec, policy: Policy) -> int:
-        """0..10: how much ``policy`` likes this node for ``share`` (0 if it does not fit)."""
+    def score(self, share: ShareSpec, policy: Policy, model: ModelRef | None = None) -> int:
+        """0..10: how much ``policy`` likes this node for ``share`` (of ``model``; 0 if it does not fit)."""
         if self.state is None:
             return 0
+        key = (share, policy, model)
         with self._lock:
-            found = self._scores.get((share, policy))
+            found = self._scores.get(key)
             if found is None:
-                found = _remember(self._scores, (share, policy), score_node(self.state, share, policy))
+                found = _remember(self._scores, key, score_node(self.state, share, policy, model))
             return found
 
-    def fits_when_empty(self, share: ShareSpec) -> NodeVerdict | None:
-        """The verdict for ``share`` on this node with no pods: a refusal here is for good."""
+    def fits_when_empty(self, share: ShareSpec, model: ModelRef | None = None) -> NodeVerdict | None:
+        """The verdict for ``share`` (of ``model``) on this node with no pods and no models held (the
+        store frees a model no pod needs after its grace period): a refusal here is for good."""
         inventory = self.inventory
         if inventory is None:
             return None
         with self._lock:
-            found = self._empty.get(share)
+            found = self._empty.get((share, model))
             if found is None:
-                found = _remember(self._empty, share, evaluate_node(NodeState(inventory), share))
+                found = _remember(self._empty, (share, model),
+                                  evaluate_node(NodeState(inventory, held_models=False), share, model=model))
             return found
 
-    def judge_change(self, pod_id: str, gpu_uuid: str, current: ShareSpec, wanted: ShareSpec) -> ShareChange:
-        """The share the pod on ``gpu_uuid`` gets instead of ``current`` when it asks for ``wanted``
-        (:func:`~scheduler_extender.resharing.judge_change`); raises
-        :class:`~scheduler_extender.resharing.ShareChangeRefused` if it keeps ``current``."""
+    def judge_change(self, pod_id: str, gpu_uuid: str, current: ShareSpec, wanted: ShareSpec,
+                     model: ModelRef | None = None) -> ShareChange:
+        """The share the pod on ``gpu_uuid`` (of ``model``, which a change keeps) gets instead of
+        ``current`` when it asks for ``wanted`` (:func:`~scheduler_extender.resharing.judge_change`);
+        raises :class:`~scheduler_extender.resharing.ShareChangeRefused` if it keeps ``current``."""
         others = self.without_pod(pod_id)
         with others._lock:
             ledger = others.state.ledgers.get(gpu_uuid) if others.state is not None else None
-            return judge_change(current, wanted, ledger)
+            return judge_change(current, wanted, ledger, model)
 
     # --- new entries (copy-on-write) -----------------------------------------------------
-    def rebuilt(self, pods: list[tuple[str, str, ShareSpec]]) -> NodeEntry:
-        """A fresh entry of the same inventory holding ``(pod id, gpu uuid, share)`` as given."""
+    def rebuilt(self, pods: list[PodOnGpu]) -> NodeEntry:
+        """A fresh entry of the same inventory holding ``(pod id, gpu uuid, share, model)`` as given."""
         entry = NodeEntry.from_inventory(self.name, self.inventory_text)
-        for pod_id, gpu_uuid, share in pods:
-            entry._record(pod_id, gpu_uuid, share)
+        for pod_id, gpu_uuid, share, model in pods:
+            entry._record(pod_id, gpu_uuid, share, model)
         return entry._seal()
 
-    def with_pod(self, pod_id: str, gpu_uuid: str, share: ShareSpec) -> NodeEntry:
-        """A new entry with the pod recorded on ``gpu_uuid``, even beyond the GPU's budgets
+    def with_pod(self, pod_id: str, gpu_uuid: str, share: ShareSpec, model: ModelRef | None = None) -> NodeEntry:
+        """A new entry with the pod (of ``model``) recorded on ``gpu_uuid``, even beyond the GPU's budgets
         (pods the API shows are committed whether or not they fit)."""
         entry = self._copy()
-        entry._record(pod_id, gpu_uuid, share)
+        entry._record(pod_id, gpu_uuid, share, model)
         return entry._seal()
 
     def without_pod(self, pod_id: str) -> NodeEntry:
@@ -151,7 +160,7 @@ class NodeEntry:
             state = self.state.copy() if self.state is not None else None
         return NodeEntry(self.name, self.inventory_text, state, self.problem)
 
-    def _record(self, pod_id: str, gpu_uuid: str, share: ShareSpec) -> None:
+    def _record(self, pod_id: str, gpu_uuid: str, share: ShareSpec, model: ModelRef | None = None) -> None:
         """Add to a private (not yet published) entry."""
         if self.state is None:
             return
@@ -164,7 +173,7 @@ class NodeEntry:
         if previous is not None:
             previous.remove(pod_id)
         was_overcommitted = ledger.overcommitted
-        ledger.add(pod_id, share, force=True)
+        ledger.add(pod_id, share, model=model, force=True)
         if ledger.overcommitted and not was_overcommitted:
             log.warning("node=%s gpu=%s over-committed by pods the API shows", self.name, gpu_uuid)
 

@@ -15,6 +15,7 @@ from fastgshare import keys
 from fastgshare.assignment_signature import AssignmentTrust
 from fastgshare.codec import PodAssignment, decode_assignment
 from fastgshare.errors import CodecError
+from fastgshare.model import ModelRef
 from fastgshare.share import ShareSpec
 from scheduler_extender.records import PodRecord
 
@@ -37,6 +38,7 @@ class Placement:
     done_seq: int = 0  # when our bind of it ended, on the cache's own counter
     gone: bool = False  # the pod was deleted or finished while our bind ran
     share_pending: bool = False  # a live share change of ours is being written, or the API has not shown it yet
+    model: ModelRef | None = None  # the model the pod declares (charged once per GPU); fixed while it is placed
 
     def matches(self, assignment: PodAssignment) -> bool:
         return (assignment.node_name, assignment.gpu_uuid, assignment.assigned_at_ms) == (
@@ -86,7 +88,7 @@ def placement_of(record: PodRecord, assignment: PodAssignment) -> Placement:
     return Placement(uid=record.uid, pod_key=record.key, node=assignment.node_name, gpu_uuid=assignment.gpu_uuid,
                      gpu_index=assignment.gpu_index, share=assignment.share,
                      assigned_at_ms=assignment.assigned_at_ms, bound=bool(record.node_name),
-                     allocated=record.allocated)
+                     allocated=record.allocated, model=record.model)
 
 
 def same_assignment(a: Placement, b: Placement) -> bool:

@@ -3,6 +3,10 @@
 Pods arrive as JSON twice: embedded in the scheduler's requests (``ExtenderArgs.Pod``) and
 from the API server (list, watch, get). Both are ordinary v1 objects in camelCase, so one
 function reads both; nothing else in the extender touches raw objects.
+
+A pod's model (:attr:`PodRecord.model`) is read from its ``fastgshare/model`` annotation when the
+record is made (:func:`fastgshare.model.pod_model`): None when it declares none or a malformed one
+(filter and bind refuse a pending pod with a malformed one: :func:`model_problem`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Mapping
 import attrs
 
 from fastgshare import keys
+from fastgshare.model import InvalidModelSpec, ModelRef, parse_model_annotation, pod_model
 
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -32,6 +37,11 @@ class PodRecord:
     resource_version: str = ""
     annotations: Mapping[str, str] = attrs.field(factory=dict)
     deleting: bool = False  # metadata.deletionTimestamp is set
+    # The model it declares (annotation fastgshare/model); None if none or malformed. Read from the
+    # annotations when the record is made (also by attrs.evolve), never passed in.
+    model: ModelRef | None = attrs.field(
+        init=False, eq=False,
+        default=attrs.Factory(lambda self: pod_model(self.annotations, self.namespace), takes_self=True))
 
     @property
     def key(self) -> str:
@@ -51,6 +61,18 @@ class PodRecord:
     def finished(self) -> bool:
         """Its containers have stopped for good: its GPU share is free again."""
         return self.phase in FINISHED_PHASES
+
+
+def model_problem(record: PodRecord) -> str | None:
+    """Why the pod's model annotation is malformed (the parser's line); None if it has none or a valid one."""
+    text = record.annotations.get(keys.MODEL_ANNOTATION)
+    if text is None or record.model is not None:
+        return None
+    try:
+        parse_model_annotation(text, record.namespace)
+    except InvalidModelSpec as error:
+        return str(error)
+    return None  # pragma: no cover - pod_model read it as valid
 
 
 @attrs.frozen(kw_only=True)

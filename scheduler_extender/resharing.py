@@ -19,6 +19,9 @@ change is re-checked against the pod's own GPU, with the pod's old rectangle tak
   :attr:`ShareChange.short_of` says what did not fit. Its annotations still ask for the request,
   so the change is retried like a refused one.
 
+The pod's model (:mod:`fastgshare.model`) does not change with its share: its memory is fixed,
+and so is the model it declared, which the check charges as it did when the pod was placed.
+
 Pure: no I/O, no clock; the cache calls it under its lock.
 """
 
@@ -31,6 +34,7 @@ import attrs
 from fastgshare import keys
 from fastgshare.errors import InvalidShareSpec
 from fastgshare.ledger import GpuLedger
+from fastgshare.model import ModelRef
 from fastgshare.share import ShareSpec, format_fraction, parse_share
 
 SM_FIXED = ("the SM percentage is fixed when the process starts (MPS reads CUDA_MPS_ACTIVE_THREAD_PERCENTAGE once)")
@@ -64,8 +68,9 @@ def change_key(annotations: Mapping[str, str]) -> tuple[str | None, ...]:
     return tuple(annotations.get(key) for key in keys.SHARE_ANNOTATIONS)
 
 
-def judge_change(current: ShareSpec, wanted: ShareSpec, ledger: GpuLedger | None) -> ShareChange:
-    """The share that replaces ``current`` on the GPU of ``ledger`` (the pod taken out): ``wanted``
+def judge_change(current: ShareSpec, wanted: ShareSpec, ledger: GpuLedger | None,
+                 model: ModelRef | None = None) -> ShareChange:
+    """The share that replaces ``current`` on the GPU of ``ledger`` (the pod, of ``model``, taken out): ``wanted``
     if it may, request 0 with ``wanted``'s limit for a parked pod's wake that does not fit; else
     raise :class:`ShareChangeRefused`."""
     stays = f"the share stays {current.describe()}"
@@ -79,27 +84,28 @@ def judge_change(current: ShareSpec, wanted: ShareSpec, ledger: GpuLedger | None
         return ShareChange(wanted)  # a smaller (or the same) rectangle: always fits where the old one was
     if ledger is None:
         raise ShareChangeRefused(f"the pod's GPU is not in the node's inventory; {stays}")
-    fit = ledger.check(wanted)
+    fit = ledger.check(wanted, model)
     if fit.ok:
         return ShareChange(wanted)
-    room = most_request_that_fits(ledger, current, wanted)
+    room = most_request_that_fits(ledger, current, wanted, model)
     left = (f"at most {format_fraction(room)} of the time is free for it at {wanted.sm_percent} % SM"
             if room else f"no time is free for it at {wanted.sm_percent} % SM")
     short = (f"{keys.GPU_QUOTA_REQUEST} {format_fraction(wanted.request_permille)} does not fit GPU "
              f"{ledger.gpu.index} ({ledger.gpu.uuid}) with the pods it runs: {fit.message}; {left}")
     if current.is_parked:
         woken = attrs.evolve(wanted, request_permille=0)
-        if ledger.fits(woken):  # its memory and slot, which it held parked
+        if ledger.fits(woken, model):  # its memory and slot, which it held parked
             return ShareChange(woken, short_of=short)
     raise ShareChangeRefused(f"{short}; {stays}")
 
 
-def most_request_that_fits(ledger: GpuLedger, current: ShareSpec, wanted: ShareSpec) -> int | None:
+def most_request_that_fits(ledger: GpuLedger, current: ShareSpec, wanted: ShareSpec,
+                           model: ModelRef | None = None) -> int | None:
     """The largest request (permille, at least the current one, below the wanted one) the pod could
     have on ``ledger``, or None if not even the current one fits (an over-committed GPU)."""
     def fits(request: int) -> bool:
         return ledger.fits(ShareSpec(request_permille=request, limit_permille=max(request, wanted.limit_permille),
-                                     sm_percent=wanted.sm_percent, memory_bytes=wanted.memory_bytes))
+                                     sm_percent=wanted.sm_percent, memory_bytes=wanted.memory_bytes), model)
 
     low, high = current.request_permille, wanted.request_permille - 1
     if not fits(low):

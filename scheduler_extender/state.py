@@ -22,6 +22,8 @@ how they ended. The rules that make a restart lose nothing and double-book nothi
   the signature covers), and an assignment older than the one a placement holds is ignored: an
   older signed assignment written back (a replay, with the webhook down) is never followed past
   the fit check of the GPU as it is now. The node agent refuses it too.
+- A pod's model (its ``fastgshare/model`` annotation, :attr:`Placement.model`) is recorded with its
+  share and charged once per GPU with the other pods of that model; a share change keeps it.
 - The pods that are not bound yet are kept as the watch last showed them
   (:meth:`ClusterState.pending_pod`), so a bind need not read its pod from the API server.
 - With ``bind_wait_s`` > 0, binds to one node take turns in arrival order within a window of
@@ -51,9 +53,10 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 
 from fastgshare.assignment_signature import AssignmentTrust
+from fastgshare.model import ModelRef
 from fastgshare.placement import Policy
 from fastgshare.share import ShareSpec
-from scheduler_extender.nodes import NodeEntry
+from scheduler_extender.nodes import NodeEntry, PodOnGpu
 from scheduler_extender.placements import (
     Placement,
     ReadAssignment,
@@ -86,6 +89,7 @@ class Reservation:
     gpu_uuid: str
     gpu_index: int
     share: ShareSpec
+    model: ModelRef | None = None
 
 
 class ReservationRefused(Exception):
@@ -227,10 +231,10 @@ class ClusterState:
             return current
         return NodeEntry.from_inventory(record.name, record.inventory_text).rebuilt(self._pods_on(record.name))
 
-    def _pods_on(self, node: str) -> list[tuple[str, str, ShareSpec]]:
+    def _pods_on(self, node: str) -> list[PodOnGpu]:
         placed = sorted((self._placements[uid] for uid in self._on_node.get(node, ())),
                         key=lambda p: (p.assigned_at_ms, p.uid))
-        return [(p.uid, p.gpu_uuid, p.share) for p in placed]
+        return [(p.uid, p.gpu_uuid, p.share, p.model) for p in placed]
 
     # --- pods (from the API) ---------------------------------------------------------------
     def begin_relist(self) -> int:
@@ -354,7 +358,7 @@ class ClusterState:
         placement.share = share
         entry = self._nodes.get(placement.node)
         if entry is not None:
-            self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, share)
+            self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, share, placement.model)
             self._changed_node(placement.node)
         self._notify()
 
@@ -378,7 +382,7 @@ class ClusterState:
             if entry is None or entry.state is None:
                 raise ShareChangeRefused(f"node {placement.node} has no usable GPU inventory in the extender's "
                                          f"cache; the share stays {placement.share.describe()}")
-            change = entry.judge_change(uid, placement.gpu_uuid, placement.share, wanted)
+            change = entry.judge_change(uid, placement.gpu_uuid, placement.share, wanted, placement.model)
             start = ShareChangeStart(uid=uid, node=placement.node, gpu_uuid=placement.gpu_uuid,
                                      gpu_index=placement.gpu_index,
                                      assigned_at_ms=max(self._now_ms(), placement.assigned_at_ms + 1),
@@ -444,7 +448,8 @@ class ClusterState:
         self._on_node[placement.node].add(placement.uid)
         entry = self._nodes.get(placement.node)
         if entry is not None:
-            self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, placement.share)
+            self._nodes[placement.node] = entry.with_pod(placement.uid, placement.gpu_uuid, placement.share,
+                                                         placement.model)
             self._changed_node(placement.node)
 
     def _unplace(self, placement: Placement) -> None:
@@ -508,8 +513,10 @@ class ClusterState:
             )
 
     # --- binds ------------------------------------------------------------------------------
-    def reserve(self, *, uid: str, pod_key: str, node: str, share: ShareSpec, policy: Policy) -> Reservation:
-        """Choose the GPU of ``node`` that ``policy`` prefers and hold the share there.
+    def reserve(self, *, uid: str, pod_key: str, node: str, share: ShareSpec, policy: Policy,
+                model: ModelRef | None = None) -> Reservation:
+        """Choose the GPU of ``node`` that ``policy`` prefers for a pod of ``model`` and hold the share
+        (and the model, if not there yet) there.
 
         The caller must end every reservation with :meth:`finish_bind`.
         """
@@ -521,21 +528,21 @@ class ClusterState:
                 raise ReservationRefused(f"a bind of pod {pod_key} is already in progress")
             if old is not None:
                 self._unplace(old)  # the assignment of an earlier attempt that did not bind
-            choice = self._choose(node, share, policy)
+            choice = self._choose(node, share, policy, model)
             placement = Placement(uid=uid, pod_key=pod_key, node=node, gpu_uuid=choice.uuid,
                                   gpu_index=choice.index, share=share, assigned_at_ms=self._now_ms(),
-                                  in_flight=True, seen=False)
+                                  in_flight=True, seen=False, model=model)
             self._place(placement)
             if self._takes_turns:
                 self._queues[node].append(uid)
             return Reservation(uid=uid, pod_key=pod_key, node=node, gpu_uuid=choice.uuid,
-                               gpu_index=choice.index, share=share)
+                               gpu_index=choice.index, share=share, model=model)
 
-    def _choose(self, node: str, share: ShareSpec, policy: Policy) -> GpuPick:
+    def _choose(self, node: str, share: ShareSpec, policy: Policy, model: ModelRef | None) -> GpuPick:
         entry = self._nodes.get(node)
         if entry is None:
             raise ReservationRefused(f"node {node} is not in the extender's cache")
-        verdict = entry.verdict(share, policy)
+        verdict = entry.verdict(share, policy, model)
         if verdict is None:
             raise ReservationRefused(entry.problem)
         if verdict.choice is None:

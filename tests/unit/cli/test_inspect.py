@@ -1,6 +1,7 @@
 """``fastgshare inspect``'s view: configured next to achieved, each GPU's free area and memory from
 the ledger, pods below their request marked; the node agent's exposition parsed; the table and
-JSON forms. (The real-node tier runs the command against a real cluster.)"""
+JSON forms; each GPU's models (model sharing) on their own rows. (The real-node tier runs the
+command against a real cluster.)"""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from fastgshare.codec import PodAssignment
 from fastgshare.inventory import NodeInventory
+from fastgshare.model import HeldModel, ModelRef, ModelSpec
 from fastgshare_cli.cluster_reader import parse_node_metrics
 from fastgshare_cli.inspect_command import inspect_main
 from fastgshare_cli.inspection import (
@@ -165,3 +167,36 @@ def test_a_parked_pod_shows_as_parked_and_the_memory_parked_pods_hold_is_said() 
     pods = to_json([node])["nodes"][0]["gpus"][1]["pods"]  # type: ignore[index]
     assert {p["name"]: p["parked"] for p in pods} == {"gpt2-serving-0": False, "resnet-q40-s12-abcde": True,
                                                     "resnet-q40-s12-fghij": True}
+
+
+def test_each_gpu_shows_its_models_on_their_own_rows_and_free_memory_counts_each_once() -> None:
+    vit = ModelRef(namespace="team-a", function="vit-fn", spec=ModelSpec(name="vit", bytes=4 * GiB, path="vit.bin"))
+    bert = ModelRef(namespace="team-b", function="bert-fn", spec=ModelSpec(name="bert", bytes=2 * GiB, path="b.bin"))
+    held = HeldModel(identity=bert.identity, key=bert.key, bytes=bert.bytes)  # no pod left: its grace period
+    inventory = NodeInventory(node_name=NODE, gpus=(make_gpu(0), attrs.evolve(make_gpu(1), held_models=(held,))),
+                              slots_per_gpu=16)
+    pods = [attrs.evolve(pod(f"vit-{i}", 0, 100, 200, 20), model=vit) for i in range(4)]
+    (node,) = build_view([NodeFacts(name=NODE, inventory=inventory)], pods, SAMPLES)
+    gpu0, gpu1 = node.gpus
+    assert gpu0.free_memory_bytes == 16 * GiB - 4 * GiB - 4 * GiB  # four pods' own memory, the model once
+    assert gpu1.free_memory_bytes == 16 * GiB - 2 * GiB
+    gpus = to_json([node])["nodes"][0]["gpus"]  # type: ignore[index]
+    assert gpus[0]["models"] == [{"key": "team-a/vit-fn/vit", "bytes": 4 * GiB, "pods": 4}]
+    assert gpus[1]["models"] == [{"key": "team-b/bert-fn/bert", "bytes": 2 * GiB, "pods": 0}]
+    table = render_table([node])
+    lines = table.splitlines()
+    gpu0_row = next(i for i, line in enumerate(lines) if re.match(rf"{NODE} +0 +Tesla", line))
+    assert lines[gpu0_row + 1].split() == ["model", "team-a/vit-fn/vit", "4", "GiB", "4", "pods"]
+    assert lines[gpu0_row + 1].index("model") == lines[0].index("MODEL")  # from the MODEL column on
+    assert lines[gpu0_row + 3].split() == ["model", "team-b/bert-fn/bert", "2", "GiB", "0", "pods"]
+    assert "model rows: the weights the node's model store holds once on the GPU above" in table
+    assert max(len(line) for line in lines) <= 120, table
+    narrowed = build_view([NodeFacts(name=NODE, inventory=inventory)], pods, SAMPLES, namespace="team-b")
+    assert narrowed[0].gpus[0].models[0].pods == 4  # every pod counts, as in the free memory
+
+
+def test_gpus_without_models_show_no_model_rows() -> None:
+    table = render_table(view())
+    assert "model " not in table
+    assert "model rows" not in table
+    assert all(gpu["models"] == [] for gpu in to_json(view())["nodes"][0]["gpus"])  # type: ignore[index]

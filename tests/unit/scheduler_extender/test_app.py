@@ -156,7 +156,7 @@ def test_inspect_shows_every_gpu_its_pods_and_free_share(client: Client, kube: F
     assert gpu["uuid"] == "GPU-node-a-0"
     assert (gpu["freeSlots"], gpu["areaUsed"], gpu["freeMemoryBytes"]) == (15, 0.2, 15 * 2**30)
     assert gpu["pods"] == [{"pod": "team-a/p", "uid": "u1", "status": "bound", "assignedAtMs": gpu["pods"][0][
-        "assignedAtMs"], "request": "0.4", "limit": "0.8", "smPercent": 50, "memoryBytes": 2**30,
+        "assignedAtMs"], "request": "0.4", "limit": "0.8", "smPercent": 50, "memoryBytes": 2**30, "model": None,
         "rect": {"time": [0, 400], "sm": [0, 50]}}]
     assert body["nodes"]["node-a"]["pendingBinds"] == ["team-a/p"]
     assert "no GPU inventory" in body["nodes"]["bare"]["problem"]
