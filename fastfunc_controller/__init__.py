@@ -6,7 +6,8 @@ status. ``policy: fixed`` runs the share and replica count in ``spec.fixed``; th
 policies ``rpr`` and ``hpa`` scale the configurations from the profile ConfigMap and the gateways'
 request rates (``ProfileMissing`` and the fixed configuration when the profile cannot be used,
 ``MetricsUnavailable`` when no rate can be read). ``Unschedulable`` says when a pod of the function
-cannot be placed, with the scheduler's reason.
+cannot be placed, with the scheduler's reason. ``spec.model`` (model sharing) is written on every
+child as the ``fastgshare/model`` annotation and counted once per GPU by the autoscaler.
 
 - :mod:`.spec`: the FaSTFunc validated into a :class:`~.spec.FunctionSpec` (pure);
 - :mod:`.plan`: the desired children, the actions that converge them and the status (pure);

@@ -6,7 +6,10 @@
   FaSTPod's config label and its SLO capacity; :class:`ProfileUnusable` says why there are none
   (no ConfigMap, no key, a bad document, no SLO, nothing SLO-feasible, for ``hpa`` no whole-GPU
   point). ``rpr`` may use every SLO-feasible point within ``spec.scaling.configs``; ``hpa`` only
-  the whole GPU (quota 1, SM 100), Kubernetes' HPA on its ``maxRps``.
+  the whole GPU (quota 1, SM 100), Kubernetes' HPA on its ``maxRps``. With ``spec.model`` a
+  point's ``memoryBytes`` is the pod's own memory and the weights are held once per GPU
+  (:attr:`fastgshare.autoscaling.GpuBudget.model_bytes`): a pod's memory share is of the GPU less
+  the weights, and a point fits only next to them.
 - :func:`start`: the scaler's state from the child FaSTPods that exist (a restart keeps what
   runs), with no scale-down within the delay of it.
 - :func:`tick`: one interval: the rates → :func:`fastgshare.autoscaling.step` (``rpr``: up at once
@@ -147,7 +150,7 @@ def usable_configs(spec: FunctionSpec, configmap: Mapping[str, Any] | None) -> U
     if slo is None:
         raise ProfileUnusable(names.REASON_PROFILE_INVALID,
                               "no SLO: set spec.slo.latencyMs (or the profile's slo) for the autoscaler to plan for")
-    gpu = GpuBudget(memory_bytes=_gpu_memory(profile))
+    gpu = GpuBudget(memory_bytes=_gpu_memory(profile), model_bytes=spec.model.bytes if spec.model else 0)
     allowed = [point for point in profile.points
                if (not spec.scaling.quotas or any(abs(point.quota_request - q) < 1e-6 for q in spec.scaling.quotas))
                and (not spec.scaling.sms or point.sm_partition in spec.scaling.sms)]
@@ -170,9 +173,10 @@ def usable_configs(spec: FunctionSpec, configmap: Mapping[str, Any] | None) -> U
     if not choices:
         raise ProfileUnusable(names.REASON_PROFILE_INVALID,
                               f"{where}: no configuration meets the SLO (p{slo.percentile} <= {slo.latency_ms:g} ms) "
-                              "at any load and fits the GPU's memory" + (" within spec.scaling.configs"
-                                                                         if spec.scaling.quotas or spec.scaling.sms
-                                                                         else ""))
+                              "at any load and fits the GPU's memory"
+                              + (f" next to the model's {gpu.model_bytes} bytes (spec.model.bytes)"
+                                 if gpu.model_bytes else "")
+                              + (" within spec.scaling.configs" if spec.scaling.quotas or spec.scaling.sms else ""))
     return Usable(policy=spec.policy, choices=tuple(choices.values()))
 
 

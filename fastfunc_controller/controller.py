@@ -24,7 +24,8 @@ the policy may run (:mod:`.autoscale`), and keeps per function the scaler's stat
 ``MetricsUnavailable`` says why); the scaler's pods per configuration are the configurations
 :func:`~.plan.plan` converges the child FaSTPods to, and a change is one Normal ``Scaled`` event.
 Pods a scale-up adds are first fitted to the cluster's free GPU space (``free_space``: every node's
-inventory and every bound pod's assignment, read only then; :mod:`fastgshare.scaling_fit`): a
+inventory and every bound pod's assignment and model, read only then; :mod:`fastgshare.scaling_fit`;
+a function's model is charged once per GPU, as the extender charges it): a
 configuration that fits nowhere gives way to the next most efficient ones that do. A vertical step
 (the scaler raises the time quota of one configuration's pods) is taken only when every such pod
 has room on its GPU; the child is then patched in place (``plan(raised=...)``), else pods are added.
@@ -94,7 +95,7 @@ from fastfunc_controller.plan import (
     pod_summary,
 )
 from fastfunc_controller.rates import Rates, function_name
-from fastfunc_controller.spec import FunctionSpec, InvalidFunction, parse_function, running_config_label
+from fastfunc_controller.spec import FunctionSpec, InvalidFunction, model_ref, parse_function, running_config_label
 from fastgshare import keys
 from fastgshare.autoscaling import ScalerState
 from fastgshare.scaling_fit import FreeSpace, can_raise_in_place, fit_additions
@@ -408,7 +409,8 @@ class Controller:
                         spec.key, error)
             return new
         by_key = scaler.usable.by_key()
-        fitted = fit_additions(additions, scaler.usable.options, space, lambda option: by_key[option.point.key].share)
+        fitted = fit_additions(additions, scaler.usable.options, space, lambda option: by_key[option.point.key].share,
+                               model_ref(spec))
         if new.keep and not old.keep and (fitted.unplaced or fitted.additions != additions):
             log.info("fastfunc=%s no re-plan: its new pods %s do not fit the free GPU space", spec.key, additions)
             return attrs.evolve(old, last_rebalance_s=new.last_rebalance_s)  # try again after the interval
@@ -456,7 +458,7 @@ class Controller:
             log.warning("fastfunc=%s cannot read the cluster's free GPU space, adding pods instead of raising "
                         "the quota of %s: %s", spec.key, child["metadata"]["name"], error)
             return False
-        return can_raise_in_place(pods, raised.target.share, space)
+        return can_raise_in_place(pods, raised.target.share, space, model_ref(spec))
 
     def _profile(self, spec: FunctionSpec, now_s: float) -> dict[str, Any] | None:
         """The profile ConfigMap (None: not found), read again after PROFILE_REFRESH_S; a failed read

@@ -10,8 +10,8 @@ module of the controller that reaches the API.
 - :class:`KubeClient`: the writes (FaSTPods, Services, FaSTFunc status), the profile ConfigMap's
   GET, events and Leases;
 - :func:`check_crd`: whether the FaSTFunc CRD is installed, to say so in one line at start;
-- :meth:`KubeClient.free_space`: every GPU node's inventory and every bound pod's assignment, read
-  when a scale-up adds pods (the autoscaler's fit check).
+- :meth:`KubeClient.free_space`: every GPU node's inventory and every bound pod's assignment (and
+  model, ``fastgshare/model``), read when a scale-up adds pods (the autoscaler's fit check).
 
 Every failure leaves as :class:`~fastgshare_kube.errors.ApiError`.
 """
@@ -27,6 +27,7 @@ from fastgshare import keys
 from fastgshare.codec import PodAssignment, decode_assignment, decode_node_inventory
 from fastgshare.errors import FastGShareError
 from fastgshare.inventory import NodeInventory
+from fastgshare.model import ModelRef, pod_model
 from fastgshare.scaling_fit import FreeSpace
 from fastgshare_kube import client as shared_client
 from fastgshare_kube import rest
@@ -179,16 +180,21 @@ class KubeClient(rest.Leases, rest.Events):
                 except FastGShareError:
                     continue
         assigned: list[tuple[str, PodAssignment]] = []
+        models: dict[str, ModelRef] = {}
         for pod in rest.call(self._core_api.list_pod_for_all_namespaces)["items"]:
             metadata = pod.get("metadata") or {}
-            text = (metadata.get("annotations") or {}).get(keys.POD_ASSIGNMENT_ANNOTATION)
+            annotations = metadata.get("annotations") or {}
+            text = annotations.get(keys.POD_ASSIGNMENT_ANNOTATION)
             if text is None or (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
                 continue
+            key = f"{metadata.get('namespace')}/{metadata.get('name')}"
             try:
-                assigned.append((f"{metadata.get('namespace')}/{metadata.get('name')}", decode_assignment(text)))
+                assigned.append((key, decode_assignment(text)))
             except FastGShareError:
                 continue
-        return FreeSpace.of(inventories, assigned)
+            if (model := pod_model(annotations, str(metadata.get("namespace", "")))) is not None:
+                models[key] = model
+        return FreeSpace.of(inventories, assigned, models)
 
 __all__ = ["ApiClient", "ApiError", "KubeClient", "KubeConfigError", "RawListWatch", "Source", "Sources", "check_crd",
            "fastfunc_source", "fastpod_source", "load_api_client", "pod_source", "service_source", "sources"]

@@ -8,8 +8,10 @@ FaSTPods and the Service the caches hold, and returns the actions:
   name) is deleted (with its uid as a precondition) and the new one created; the FaSTPod
   controller's pods go with the old one (garbage collector) and come with the new one;
 - a child of a configuration it still runs is patched where it differs: ``spec.replicas`` (a
-  replica change), the limit and memory annotations, the podSpec, the labels (one JSON patch
-  whose first operation tests the child's uid, so a replaced object is never patched);
+  replica change), the limit and memory annotations, the model annotation (``fastgshare/model``,
+  added, changed or removed with ``spec.model``: the FaSTPod controller then rolls the pods, the
+  annotations being part of their revision), the podSpec, the labels (one JSON patch whose first
+  operation tests the child's uid, so a replaced object is never patched);
 - the Service ``<fn>`` is created, or merge-patched back to its selector and port.
 
 An invalid FaSTFunc plans nothing: what runs keeps running until the spec is fixed.
@@ -228,7 +230,7 @@ def fastpod_patch(child: Mapping[str, Any], body: Mapping[str, Any]) -> PatchFaS
                        for key, value in sorted(changed.items())]
     stale = sorted(key for key in (metadata.get("annotations") or {})
                    if key in (keys.GPU_CONTAINERS_ANNOTATION, keys.SCHEDULING_POLICY_ANNOTATION,
-                              keys.FASTPOD_WOKEN_ANNOTATION)
+                              keys.FASTPOD_WOKEN_ANNOTATION, keys.MODEL_ANNOTATION)
                    and key not in body["metadata"]["annotations"])
     operations += [{"op": "remove", "path": f"/metadata/annotations/{_pointer(key)}"} for key in stale]
     what += [f"-{key}" for key in stale]

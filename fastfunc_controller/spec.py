@@ -13,6 +13,12 @@ Policies: ``fixed`` runs ``spec.fixed``. ``rpr`` and ``hpa`` are autoscaled from
 without it, the whole-GPU configuration (quota 1, SM 100) with ``max(minReplicas, 1)`` replicas
 (``configs``, described by ``fixed_fallback``), and say so (``fallback``). ``quotaLimit``
 defaults to ``quotaRequest`` (profile what you deploy).
+
+Model sharing: ``spec.model`` (``name``, ``bytes``, ``source.path``) is checked by the core's
+:func:`fastgshare.model.parse_model_spec` (its problems join the others); a valid one is the
+``fastgshare/model`` annotation (:func:`fastgshare.model.model_annotation`) every child FaSTPod, and
+so every pod, carries (:attr:`FunctionSpec.annotations`): a changed model is a new revision of the
+pods. ``spec.memory`` is then each pod's own memory, the weights not included.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import attrs
 from fastfunc_controller import names
 from fastgshare import keys
 from fastgshare.errors import InvalidShareSpec
+from fastgshare.model import InvalidModelSpec, ModelRef, ModelSpec, model_annotation, parse_model_spec
 from fastgshare.profile import PERCENTILES, ProfileError, Slo
 from fastgshare.share import ShareSpec, format_fraction, parse_share
 
@@ -105,7 +112,7 @@ class FunctionSpec:
     uid: str
     generation: int
     labels: Mapping[str, str]  # the FaSTFunc's own labels; its FaSTPods and pods get them too
-    annotations: Mapping[str, str]  # the FaSTFunc annotations its FaSTPods inherit
+    annotations: Mapping[str, str]  # what its FaSTPods inherit: FaSTFunc annotations, and the model's
     pod_spec: Mapping[str, Any]
     policy: str
     profile: str  # spec.profile.configMapRef.name, "" when none
@@ -115,7 +122,8 @@ class FunctionSpec:
     profile_problem: str = ""  # the ProfileMissing reason when the profile given cannot be used
     scaling: Scaling = Scaling()
     slo: Slo | None = None  # spec.slo, when it gives latencyMs
-    memory: str = ""  # spec.memory as written
+    memory: str = ""  # spec.memory as written (with a model: each pod's own memory, without the weights)
+    model: ModelSpec | None = None  # spec.model: the weights the pods share per GPU
 
     @property
     def key(self) -> str:
@@ -190,6 +198,7 @@ def parse_function(fastfunc: Mapping[str, Any]) -> FunctionSpec:
     autoscaled = problems if policy != names.POLICY_FIXED else []
     parsed_scaling = _scaling(scaling, autoscaled)
     slo = _slo(spec.get("slo"), autoscaled)
+    model = _model(spec.get("model"), problems)
     reason = reason or (REASON_FIELD if problems else "")
     config, fallback, fixed_fallback = _config(spec, policy, profile, scaling, problems)
     if config is None and not reason:
@@ -202,12 +211,32 @@ def parse_function(fastfunc: Mapping[str, Any]) -> FunctionSpec:
     if problems or config is None:
         raise InvalidFunction(reason or REASON_FIELD, problems)
     annotations = {k: str(v) for k, v in (metadata.get("annotations") or {}).items() if k in INHERITED_ANNOTATIONS}
+    if model is not None:
+        annotations[keys.MODEL_ANNOTATION] = model_annotation(name, model)
     return FunctionSpec(
         namespace=str(metadata.get("namespace", "")), name=name, uid=str(metadata.get("uid", "")),
         generation=int(metadata.get("generation") or 0), labels=labels, annotations=annotations,
         pod_spec=pod_spec if isinstance(pod_spec, Mapping) else {}, policy=policy, profile=profile,
         configs=(config,), fallback=fallback, fixed_fallback=fixed_fallback, scaling=parsed_scaling, slo=slo,
-        memory=config.memory)
+        memory=config.memory, model=model)
+
+
+def model_ref(spec: FunctionSpec) -> ModelRef | None:
+    """The function's model as its pods declare it (None without ``spec.model``)."""
+    if spec.model is None:
+        return None
+    return ModelRef(namespace=spec.namespace, function=spec.name, spec=spec.model)
+
+
+def _model(raw: object, problems: list[str]) -> ModelSpec | None:
+    """``spec.model`` (None when absent); each of its problems names the field, the value and what is allowed."""
+    if raw is None:
+        return None
+    try:
+        return parse_model_spec(raw, "spec.model")
+    except InvalidModelSpec as error:
+        problems.extend(str(problem) for problem in error.problems)
+        return None
 
 
 def _pod_spec_problems(pod_spec: object) -> list[str]:

@@ -10,6 +10,17 @@ takes:
   long before time × SM area);
 - ``area``: its time × SM area alone, the paper's resource unit.
 
+**Model sharing** (a FaSTFunc with ``spec.model``, :mod:`fastgshare.model`): a point's
+``memoryBytes`` is then the pod's own memory (what its ``gpu_mem`` is: activations, workspace), and
+the function's weights (:attr:`GpuBudget.model_bytes`) are held once on every GPU its pods use, as
+the extender charges them. So a GPU offers the pods its memory less the weights: a pod's memory
+share is its memory over that, and a plan whose pods fill GPUs by memory costs as many GPUs as hold
+their memory plus one copy of the weights each (:func:`plan_memory_bytes`: the pods' memory and
+the weights once per GPU of :func:`plan_gpus`). A point fits when it fits next to the weights.
+(``bench/autoscale_sim.py``'s ``*_model_sharing`` policies charge the same way in their fleet
+packer: the weights once per GPU, each pod its memory less them; its profiles predate model sharing,
+so their ``memoryBytes`` include the weights.)
+
 Only configurations that meet the SLO at some load (``T > 0``) and fit the GPU's memory are used.
 The plan fills the demand with the most efficient configuration (largest ``T / cost``) and covers
 the remainder with the cheapest pods of one configuration that suffice. Rounding can make a plan of
@@ -61,15 +72,27 @@ class CostModel(enum.Enum):
 @attrs.frozen(kw_only=True)
 class GpuBudget:
     """What one GPU offers a function's pods. Each pod there also holds ``context_reserve_bytes``
-    of GPU memory for its CUDA context, next to its own memory (the extender charges the same)."""
+    of GPU memory for its CUDA context, next to its own memory (the extender charges the same). With
+    model sharing every GPU the function uses also holds its weights once (``model_bytes``)."""
 
     memory_bytes: int
     slots: int = keys.DEFAULT_SLOTS_PER_GPU
     context_reserve_bytes: int = 0
+    model_bytes: int = 0  # the function's shared weights (spec.model.bytes), once per GPU; 0: no model
+
+    @property
+    def pods_memory_bytes(self) -> int:
+        """The memory a GPU offers the function's pods: all of it less one copy of the weights."""
+        return self.memory_bytes - self.model_bytes
 
     def memory_of(self, point: ProfilePoint) -> int:
-        """The GPU memory a pod of ``point`` takes: its own and its context reserve."""
+        """The GPU memory a pod of ``point`` takes: its own and its context reserve (with a model,
+        ``memoryBytes`` is the pod's own memory, without the weights)."""
         return point.memory_bytes + self.context_reserve_bytes
+
+    def fits(self, point: ProfilePoint) -> bool:
+        """Whether a pod of ``point`` fits a GPU (next to the weights, with a model)."""
+        return self.memory_of(point) <= self.pods_memory_bytes
 
 
 @attrs.frozen(kw_only=True)
@@ -113,14 +136,15 @@ def cost_of(point: ProfilePoint, gpu: GpuBudget, model: CostModel = CostModel.DO
     area = point.quota_request * point.sm_partition / 100
     if model is CostModel.AREA:
         return area
-    return max(area, gpu.memory_of(point) / gpu.memory_bytes, 1 / gpu.slots)
+    room = gpu.pods_memory_bytes
+    return max(area, gpu.memory_of(point) / room if room > 0 else math.inf, 1 / gpu.slots)
 
 
 def options(points: Iterable[ProfilePoint], slo: Slo, gpu: GpuBudget,
             model: CostModel = CostModel.DOMINANT) -> list[Option]:
     """The usable configurations, most efficient first (ties: larger capacity, then smaller quota)."""
     usable = [Option(point=point, capacity_rps=capacity, cost=cost_of(point, gpu, model))
-              for point in points if gpu.memory_of(point) <= gpu.memory_bytes
+              for point in points if gpu.fits(point)
               and (capacity := slo_capacity(point, slo)) > 0]
     return sorted(usable, key=lambda o: (-o.efficiency, -o.capacity_rps, o.point.quota_request, o.point.key))
 
@@ -142,6 +166,20 @@ def plan(demand_rps: float, usable: Sequence[Option]) -> Plan:
         filled[cover] = filled.get(cover, 0) + _pods(remainder, cover)
     candidates = [_plan(filled), *(_plan({o: _pods(demand_rps, o)}) for o in usable)]
     return min(candidates, key=lambda p: (round(p.cost, 9), p.replicas))
+
+
+def plan_gpus(result: Plan) -> int:
+    """The GPUs a plan takes at least: its cost rounded up (the dominant cost is a share of one GPU,
+    its memory part with one copy of the weights per GPU; the area cost counts time x SM alone);
+    0 for no pods."""
+    return math.ceil(result.cost - EPSILON_RPS) if result.replicas else 0
+
+
+def plan_memory_bytes(result: Plan, gpu: GpuBudget) -> int:
+    """The GPU memory a plan holds: each pod's own memory and context reserve, and with a model its
+    weights once per GPU of :func:`plan_gpus` (the pods of a GPU share one copy)."""
+    pods = sum(gpu.memory_of(c.option.point) * c.replicas for c in result.configs)
+    return pods + gpu.model_bytes * plan_gpus(result)
 
 
 def _pods(demand_rps: float, option: Option) -> int:

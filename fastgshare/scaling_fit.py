@@ -12,6 +12,11 @@ bind that lands in between.
   the scheduler's reason, and the function says ``Unschedulable``).
 - :func:`can_raise_in_place`: whether every pod of a vertical step may have the larger share on the
   GPU it runs on (its own rectangle taken out first, as the extender judges a live share change).
+
+Model sharing: the bound pods are recorded with the model each declares, and the GPUs with the
+models their store holds (the inventory's ``heldModels``), so each model is charged once per GPU as
+the extender charges it; a new pod of a function with a model (``model``) needs the model's bytes
+only on a GPU that does not hold it yet.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from fastgshare.autoscaling import EPSILON_RPS, Option
 from fastgshare.codec import PodAssignment
 from fastgshare.inventory import NodeInventory
 from fastgshare.ledger import GpuLedger, NodeState
+from fastgshare.model import ModelRef
 from fastgshare.share import ShareSpec
 
 ShareOf = Callable[[Option], ShareSpec]
@@ -37,15 +43,19 @@ class FreeSpace:
     pod_gpus: Mapping[str, str]
 
     @classmethod
-    def of(cls, inventories: Iterable[NodeInventory], pods: Iterable[tuple[str, PodAssignment]]) -> FreeSpace:
+    def of(cls, inventories: Iterable[NodeInventory], pods: Iterable[tuple[str, PodAssignment]],
+           models: Mapping[str, ModelRef] | None = None) -> FreeSpace:
+        """The ledgers of ``inventories`` with ``pods`` (``namespace/name``, assignment) on them, each
+        declaring its model in ``models`` (by the same key; pods not in it declare none)."""
         ledgers: dict[str, GpuLedger] = {}
         for inventory in inventories:
             ledgers.update(NodeState(inventory).ledgers)
         pod_gpus: dict[str, str] = {}
+        models = models or {}
         for key, assignment in pods:
             ledger = ledgers.get(assignment.gpu_uuid)
             if ledger is not None:
-                ledger.add(key, assignment.share, force=True)
+                ledger.add(key, assignment.share, model=models.get(key), force=True)
                 pod_gpus[key] = assignment.gpu_uuid
         return cls(ledgers={uuid: ledger for uuid, ledger in ledgers.items() if ledger.gpu.healthy},
                    pod_gpus=pod_gpus)
@@ -60,8 +70,9 @@ class Fitted:
 
 
 def fit_additions(additions: Mapping[str, int], usable: Sequence[Option], space: FreeSpace,
-                  share_of: ShareOf) -> Fitted:
-    """``additions`` (pods per configuration key) made to fit ``space`` (see the module docstring)."""
+                  share_of: ShareOf, model: ModelRef | None = None) -> Fitted:
+    """``additions`` (pods per configuration key, each declaring ``model``) made to fit ``space``
+    (see the module docstring)."""
     ledgers = [ledger.copy() for _, ledger in sorted(space.ledgers.items())]
     by_key = {option.point.key: option for option in usable}
     placed: dict[str, int] = {}
@@ -70,7 +81,7 @@ def fit_additions(additions: Mapping[str, int], usable: Sequence[Option], space:
     for key, count in sorted(additions.items()):
         for _ in range(count):
             serial += 1
-            if _place(ledgers, f"new-{serial}", share_of(by_key[key])):
+            if _place(ledgers, f"new-{serial}", share_of(by_key[key]), model):
                 placed[key] = placed.get(key, 0) + 1
             else:
                 deficit_rps += by_key[key].capacity_rps
@@ -79,7 +90,7 @@ def fit_additions(additions: Mapping[str, int], usable: Sequence[Option], space:
     for option in sorted(usable, key=lambda o: (-o.efficiency, o.point.key)):
         while deficit_rps > EPSILON_RPS:
             serial += 1
-            if not _place(ledgers, f"new-{serial}", share_of(option)):
+            if not _place(ledgers, f"new-{serial}", share_of(option), model):
                 break
             replacements[option.point.key] = replacements.get(option.point.key, 0) + 1
             deficit_rps -= option.capacity_rps
@@ -92,16 +103,18 @@ def fit_additions(additions: Mapping[str, int], usable: Sequence[Option], space:
     return Fitted(additions=placed, unplaced=0)
 
 
-def _place(ledgers: Sequence[GpuLedger], pod_key: str, share: ShareSpec) -> bool:
+def _place(ledgers: Sequence[GpuLedger], pod_key: str, share: ShareSpec, model: ModelRef | None) -> bool:
     for ledger in ledgers:
-        if ledger.fits(share):
-            ledger.add(pod_key, share)
+        if ledger.fits(share, model):
+            ledger.add(pod_key, share, model=model)
             return True
     return False
 
 
-def can_raise_in_place(pods: Iterable[str], share: ShareSpec, space: FreeSpace) -> bool:
-    """Whether every one of ``pods`` (``namespace/name``, bound) may run with ``share`` on its GPU."""
+def can_raise_in_place(pods: Iterable[str], share: ShareSpec, space: FreeSpace,
+                       model: ModelRef | None = None) -> bool:
+    """Whether every one of ``pods`` (``namespace/name``, bound, declaring ``model``) may run with
+    ``share`` on its GPU."""
     ledgers: dict[str, GpuLedger] = {}
     for pod in pods:
         uuid = space.pod_gpus.get(pod)
@@ -109,7 +122,7 @@ def can_raise_in_place(pods: Iterable[str], share: ShareSpec, space: FreeSpace) 
             return False  # not bound yet, or on a GPU we cannot see: no live change to count on
         ledger = ledgers.setdefault(uuid, space.ledgers[uuid].copy())
         ledger.remove(pod)
-        if not ledger.fits(share):
+        if not ledger.fits(share, model):
             return False
-        ledger.add(pod, share)
+        ledger.add(pod, share, model=model)
     return True

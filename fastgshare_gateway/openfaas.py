@@ -19,6 +19,9 @@ the share annotations ``fastgshare/gpu_quota_request|gpu_quota_limit|gpu_sm_part
 ``spec.memory``: ``gpu_mem`` is required (so is ``spec.memory`` in the CRD), the request defaults to the
 whole GPU's time, the limit to the request, SM to 100 %; replicas = the scale minimum, else the count
 already set (an update), else 1. (The autoscaler issue adds a profile annotation and policy rpr.)
+The annotation ``com.openfaas.fastgshare.model`` (:data:`MODEL_ANNOTATION`), JSON ``{"name", "bytes",
+"source": {"path"}}``, → ``spec.model`` (model sharing, checked by :func:`fastgshare.model.parse_model_spec`;
+``gpu_mem`` is then each pod's own memory).
 ``limits``/``requests`` memory and cpu → container resources; ``limits["nvidia.com/gpu"]`` is refused (the
 GPU share comes from the annotations); ``constraints`` ``k=v`` → ``nodeSelector``;
 ``readOnlyRootFilesystem`` → the container's securityContext; non-empty ``secrets`` are refused.
@@ -36,6 +39,7 @@ import attrs
 
 from fastgshare import keys
 from fastgshare.errors import FieldProblem, InvalidShareSpec
+from fastgshare.model import InvalidModelSpec, ModelSpec, parse_model_spec
 from fastgshare.share import DEFAULT_SM_PERCENT, format_fraction, parse_share
 
 CONTAINER_NAME = "fn"
@@ -53,6 +57,9 @@ _QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M
 MAX_QUANTITY_CHARS = 32
 MAX_DEPTH = 32  # a FunctionDeployment nests 3 deep
 MAX_INT_DIGITS = 18
+# A FunctionDeployment's model (model sharing): its annotation, JSON of the FaSTFunc's spec.model.
+MODEL_ANNOTATION = "com.openfaas.fastgshare.model"
+MODEL_EXAMPLE = '{"name": "resnet50", "bytes": "100Mi", "source": {"path": "resnet50/weights.bin"}}'
 
 
 class HugeNumber:
@@ -238,6 +245,25 @@ class _Deployment:
     minimum: int | None
     maximum: int | None
     share: dict[str, Any] | None
+    model: ModelSpec | None = None
+
+
+def _model(annotations: Mapping[str, str], problems: list[FieldProblem]) -> ModelSpec | None:
+    """``spec.model`` from the :data:`MODEL_ANNOTATION` annotation (None without one)."""
+    text = annotations.get(MODEL_ANNOTATION)
+    if text is None:
+        return None
+    field = f"annotations[{MODEL_ANNOTATION}]"
+    try:
+        document = json.loads(text)
+    except ValueError:
+        problems.append(FieldProblem(field, text, f"must be JSON of the FaSTFunc's spec.model, e.g. {MODEL_EXAMPLE}"))
+        return None
+    try:
+        return parse_model_spec(document, field)
+    except InvalidModelSpec as error:
+        problems.extend(error.problems)
+        return None
 
 
 def _names(body: Mapping[str, Any], default_namespace: str, problems: list[FieldProblem]) -> tuple[Any, Any, Any]:
@@ -282,7 +308,7 @@ def _parse(body: object, default_namespace: str) -> _Deployment:
         env_vars=_string_map(body, "envVars", problems), labels=labels, annotations=annotations,
         limits=_resources(body, "limits", problems), requests=_resources(body, "requests", problems),
         node_selector=_constraints(body, problems), read_only=read_only is True, minimum=minimum, maximum=maximum,
-        share=_share(annotations, problems))
+        share=_share(annotations, problems), model=_model(annotations, problems))
     if problems:
         raise InvalidDeployment(problems)
     return deployment
@@ -331,6 +357,8 @@ def to_fastfunc(body: object, default_namespace: str, *, replicas: int | None = 
         spec["fixed"] = {**share, "replicas": count}
     if scaling:
         spec["scaling"] = scaling
+    if d.model is not None:
+        spec["model"] = d.model.to_spec()
     metadata: dict[str, Any] = {"name": d.name, "namespace": d.namespace}
     if d.labels:
         metadata["labels"] = d.labels

@@ -1,6 +1,6 @@
 """The validating admission webhook's decision: an AdmissionReview in, an AdmissionReview out.
 
-Three rules, in this order:
+Four rules, in this order:
 
 1. **Only our components write our annotations.** On Pods and Nodes (create and update), setting,
    changing or removing one of ``keys.SYSTEM_POD_ANNOTATIONS`` / ``keys.SYSTEM_NODE_ANNOTATIONS``
@@ -28,6 +28,13 @@ Three rules, in this order:
    A Pod that asks for the vGPU resource and names another scheduler than ours is not refused for
    that (the mutating webhook warns instead: :mod:`fastgshare.scheduler_routing`); one that names
    the default scheduler is, as the mutating webhook should have set ours before this one runs.
+4. **Malformed models are refused** (model sharing, :mod:`fastgshare.model`): a FaSTFunc whose
+   ``spec.model`` :func:`fastgshare.model.parse_model_spec` refuses (create; on update only the
+   problems the update brings, so a function admitted while the webhook was down can still be
+   deleted, relabelled, or fixed), and a FaSTPod or Pod whose ``fastgshare/model`` annotation
+   :func:`fastgshare.model.parse_model_annotation` refuses (judged with its share, as rule 3 judges
+   it). Each problem is one line naming the field, the value and what is allowed. The rest of a
+   FaSTFunc is the function controller's to validate (its ``InvalidSpec`` condition).
 
 Anything else is allowed untouched. Kubernetes' own schema is the API server's to check, not ours.
 
@@ -49,13 +56,17 @@ from typing import Any
 
 from fastgshare import keys, scheduler_routing
 from fastgshare.errors import FastGShareError
+from fastgshare.model import InvalidModelSpec, parse_model_annotation, parse_model_spec
 from fastgshare.workload import manifest_shares
 from scheduler_extender.config import DEFAULT_SYSTEM_WRITERS
 
 REVIEW_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_MESSAGE = 2000  # characters of the denial the user sees
 MAX_USER_CHARS = 253  # of the user name quoted in a denial
-JUDGED = {keys.FASTPOD_KIND: ("CREATE", "UPDATE"), "Pod": ("CREATE", "UPDATE")}
+JUDGED = {keys.FASTPOD_KIND: ("CREATE", "UPDATE"), "Pod": ("CREATE", "UPDATE"),
+          keys.FASTFUNC_KIND: ("CREATE", "UPDATE")}
+# Kinds whose update is refused only for the problems it brings (those oldObject has not).
+_NEW_PROBLEMS_ONLY = ("Pod", keys.FASTFUNC_KIND)
 # The annotations only the system writers may set, change or remove, per kind.
 SYSTEM_ANNOTATIONS = {"Pod": keys.SYSTEM_POD_ANNOTATIONS, "Node": keys.SYSTEM_NODE_ANNOTATIONS}
 SYSTEM_KEYS = frozenset((*keys.SYSTEM_POD_ANNOTATIONS, *keys.SYSTEM_NODE_ANNOTATIONS))
@@ -196,9 +207,10 @@ def _changed_fields(old: Mapping[str, object], new: Mapping[str, object], guarde
 
 
 def judge(request: Mapping[str, object]) -> str:
-    """Empty when the object's share may be admitted, else the denial: what ``fastgshare check`` says.
+    """Empty when the object's share and model may be admitted, else the denial: what ``fastgshare
+    check`` says of the share, and each model problem.
 
-    On a pod update only the problems the update brings count (those of ``object`` that
+    On a pod or FaSTFunc update only the problems the update brings count (those of ``object`` that
     ``oldObject`` has not).
     """
     kind = _kind(request)
@@ -208,14 +220,48 @@ def judge(request: Mapping[str, object]) -> str:
     document = request.get("object")
     if not isinstance(document, Mapping):
         return ""
-    problems = _share_problems(document, kind)
-    if problems and kind == "Pod" and operation == "UPDATE":
+    problems = _problems(document, kind)
+    if problems and kind in _NEW_PROBLEMS_ONLY and operation == "UPDATE":
         old = request.get("oldObject")
-        already = set(_share_problems(old, kind)) if isinstance(old, Mapping) else set(problems)
+        already = set(_problems(old, kind)) if isinstance(old, Mapping) else set(problems)
         problems = [problem for problem in problems if problem not in already]
     if not problems:
         return ""
     return _bounded(f"fastgshare: {kind}/{_display_name(document, request)}: " + "; ".join(problems))
+
+
+def _problems(document: Mapping[str, object], kind: str) -> list[str]:
+    """Everything rules 3 and 4 refuse ``document`` for."""
+    if kind == keys.FASTFUNC_KIND:
+        return _fastfunc_problems(document)
+    return [*_share_problems(document, kind), *_model_annotation_problems(document)]
+
+
+def _fastfunc_problems(document: Mapping[str, object]) -> list[str]:
+    """The problems of a FaSTFunc's ``spec.model`` (none without one)."""
+    spec = document.get("spec")
+    model = spec.get("model") if isinstance(spec, Mapping) else None
+    if model is None:
+        return []
+    try:
+        parse_model_spec(model, "spec.model")
+    except InvalidModelSpec as error:
+        return [str(problem) for problem in error.problems]
+    return []
+
+
+def _model_annotation_problems(document: Mapping[str, object]) -> list[str]:
+    """The problems of a Pod's or FaSTPod's ``fastgshare/model`` annotation (none without one)."""
+    annotations = _annotations(document)
+    if keys.MODEL_ANNOTATION not in annotations:
+        return []
+    metadata = document.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    try:
+        parse_model_annotation(annotations[keys.MODEL_ANNOTATION], str(namespace or ""))
+    except InvalidModelSpec as error:
+        return [str(problem) for problem in error.problems]
+    return []
 
 
 def _share_problems(document: Mapping[str, object], kind: str) -> list[str]:

@@ -78,3 +78,33 @@ def test_a_missing_or_broken_profile_is_named(tmp_path: Path, capsys: pytest.Cap
     broken.write_text('{"version": 1, "function": "f", "points": [{"quotaRequest": 2}]}')
     assert main(["plan", "--profile", str(broken), "--rps", "5"]) == 1
     assert "profile.points[0].smPartition: is missing" in capsys.readouterr().err
+
+
+def test_a_shared_model_is_held_once_per_gpu_of_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    """With --model-bytes the profile's 2 GiB are each pod's own memory; the weights take their
+    bytes once on every GPU the plan uses."""
+    args = ["plan", "--profile", str(PROFILE), "--rps", "95", "--context-reserve", "0", "-o", "json"]
+    assert main(args) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert alone["modelBytes"] == 0
+    assert alone["memoryBytes"] == sum(c["memoryBytes"] * c["replicas"] for c in alone["configs"])
+    assert main([*args, "--model-bytes", "8Gi"]) == 0
+    shared = json.loads(capsys.readouterr().out)
+    assert shared["modelBytes"] == 8 * 2**30
+    pods = sum(c["memoryBytes"] * c["replicas"] for c in shared["configs"])
+    assert shared["gpus"] >= 1
+    assert shared["memoryBytes"] == pods + shared["gpus"] * 8 * 2**30
+    # each pod's memory share is of the 8 GiB the weights leave: at least 2 / 8 of a GPU
+    assert all(c["cost"] >= 2 / 8 - 1e-6 for c in shared["configs"])
+
+
+@pytest.mark.parametrize(("model", "message"), [
+    ("lots", "--model-bytes 'lots' is not allowed; allowed: a positive whole number of bytes"),
+    ("16Gi", "--model-bytes 16 GiB is not allowed for V100-16GB (16 GiB)"),
+    ("15Gi", "fits the GPU's memory next to the model's 15 GiB (--model-bytes)"),
+])
+def test_a_model_that_leaves_no_room_is_one_line(model: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--profile", str(PROFILE), "--rps", "5", "--model-bytes", model]) == 1
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1

@@ -222,7 +222,7 @@ def test_render_sets_the_webhooks_ca_bundle() -> None:
     assert 'caBundle: ""' not in result.stdout
     hooks = {document["kind"]: [hook["clientConfig"]["caBundle"] for hook in document["webhooks"]]
              for document in yaml.safe_load_all(result.stdout) if document and "webhooks" in document}
-    assert hooks == {"ValidatingWebhookConfiguration": ["Q0E="] * 3,  # FaSTPods, pods, nodes
+    assert hooks == {"ValidatingWebhookConfiguration": ["Q0E="] * 4,  # FaSTPods, FaSTFuncs, pods, nodes
                      "MutatingWebhookConfiguration": ["Q0E="]}  # pods: our scheduler set (issue 36)
 
 

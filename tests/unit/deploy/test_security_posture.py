@@ -56,7 +56,7 @@ def test_probes_and_prometheus_use_the_status_port_and_the_webhook_its_tls_port(
     assert allowed == [8443, 8889]
 
 
-def test_the_webhook_covers_fastpods_and_pods_fails_open_and_reaches_the_extender() -> None:
+def test_the_webhook_covers_fastpods_fastfuncs_and_pods_fails_open_and_reaches_the_extender() -> None:
     config = _one("ValidatingWebhookConfiguration", "fastgshare-validate")
     hooks = {hook["name"]: hook for hook in config["webhooks"]}
     fastpods, pods = hooks["fastpods.validate.fastgshare.caps.in.tum"], hooks["pods.validate.fastgshare.caps.in.tum"]
@@ -66,6 +66,10 @@ def test_the_webhook_covers_fastpods_and_pods_fails_open_and_reaches_the_extende
     assert pods["rules"][0]["operations"] == ["CREATE", "UPDATE"]
     # forged system annotations are judged in fastgshare-system too
     assert pods["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+    fastfuncs = hooks["fastfuncs.validate.fastgshare.caps.in.tum"]  # a malformed spec.model (model sharing)
+    assert fastfuncs["rules"] == [{"apiGroups": [keys.FASTFUNC_GROUP], "apiVersions": ["v1"],
+                                   "operations": ["CREATE", "UPDATE"], "resources": [keys.FASTFUNC_PLURAL],
+                                   "scope": "Namespaced"}]  # not fastfuncs/status: the controller's writes
     nodes = hooks["nodes.validate.fastgshare.caps.in.tum"]
     assert nodes["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
                                "resources": ["nodes"], "scope": "Cluster"}]
