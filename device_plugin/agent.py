@@ -3,7 +3,9 @@
 State that must survive a kubelet restart (device health, pods being allocated) lives in
 objects created once and handed to each new server; only the gRPC server and its socket are
 recreated. Two threads: the plugin loop (serve, register, watch kubelet) and the health loop
-(GPU events, recovery, inventory publishing: whenever the devices change, health or MPS).
+(GPU events, recovery, inventory publishing: whenever the devices change, health or MPS, or the
+models the node's model store holds on a GPU, :mod:`device_plugin.models.store`). The annotation
+is rewritten only when its text changes (:meth:`device_plugin.kube.KubeWriter.publish_inventory`).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import attrs
 
 from device_plugin.devices import DeviceState
 from device_plugin.discovery import GpuBackend
@@ -21,6 +25,8 @@ from device_plugin.registration import KubeletWatch, RegistrationError, register
 from device_plugin.servicer import DevicePluginServicer, PluginServer
 from fastgshare import keys
 from fastgshare.codec import encode_node_inventory
+from fastgshare.inventory import NodeInventory
+from fastgshare.model import HeldModel
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +37,30 @@ class InventoryPublisher(Protocol):
     def publish_inventory(self, node_name: str, payload: str) -> bool: ...
 
 
+class HeldModels(Protocol):
+    """What the node's model store holds per GPU (:class:`device_plugin.models.store.ModelStore`)."""
+
+    def revision(self) -> int: ...
+
+    def held_models(self) -> Mapping[str, tuple[HeldModel, ...]]: ...
+
+
+def with_held_models(inventory: NodeInventory, held: Mapping[str, tuple[HeldModel, ...]]) -> NodeInventory:
+    """``inventory`` with each GPU's ``held_models`` as the store says (sorted: equal holdings, equal text)."""
+    gpus = []
+    for gpu in inventory.gpus:
+        # Any: mypy's attrs plugin cannot type the field's tuple converter (fastgshare.codec meets it too)
+        models: Any = tuple(sorted(held.get(gpu.uuid, ()), key=lambda model: model.identity))
+        gpus.append(attrs.evolve(gpu, held_models=models))
+    return attrs.evolve(inventory, gpus=tuple(gpus))
+
+
 class NodeAgent:
     def __init__(self, *, devices: DeviceState, backend: GpuBackend, make_servicer: Callable[[], DevicePluginServicer],
                  publisher: InventoryPublisher, plugin_dir: Path, stopping: threading.Event,
-                 health_recovery_s: float = 0.0, retry_s: float = 1.0) -> None:
+                 health_recovery_s: float = 0.0, retry_s: float = 1.0, models: HeldModels | None = None) -> None:
         self.devices = devices
+        self._models = models
         self._backend = backend
         self._make_servicer = make_servicer
         self._publisher = publisher
@@ -92,9 +117,10 @@ class NodeAgent:
     # --- health and inventory --------------------------------------------------------
     def _health_loop(self) -> None:
         unhealthy_since: dict[str, float] = {}
-        published: int | None = None  # the devices' revision last published
+        published: tuple[int, int] | None = None  # the devices' and the models' revisions last published
         while not self._stopping.is_set():
-            revision = self.devices.revision()  # any change (health here, MPS elsewhere) is published
+            # any change (health here, MPS elsewhere, the models the store holds) is published
+            revision = (self.devices.revision(), self._models.revision() if self._models is not None else 0)
             if revision != published and self._publish():
                 published = revision
             event = self._backend.next_event(timeout_s=min(self._retry_s, 1.0))
@@ -109,8 +135,13 @@ class NodeAgent:
                         if self.devices.set_health(uuid, True):
                             log.info("gpu=%s healthy again after %.0fs without errors", uuid, self._recovery_s)
 
-    def _publish(self) -> bool:
+    def inventory(self) -> NodeInventory:
+        """The node's inventory as published: the devices, with the models the store holds on each GPU."""
         inventory = self.devices.inventory()
+        return inventory if self._models is None else with_held_models(inventory, self._models.held_models())
+
+    def _publish(self) -> bool:
+        inventory = self.inventory()
         try:
             if self._publisher.publish_inventory(inventory.node_name, encode_node_inventory(inventory)):
                 log.info("published inventory node=%s gpus=%d healthy=%d", inventory.node_name,

@@ -200,6 +200,8 @@ def container_allocation(candidate: Candidate, paths: HostPaths, mps_enabled: bo
         keys.ENV_LD_PRELOAD: keys.CONTAINER_HOOK_PATH,
         keys.ENV_ARBITER_SOCKET: str(PurePosixPath(keys.CONTAINER_RUN_DIR) / keys.ARBITER_SOCKET_NAME),
         keys.ENV_GPU_UUID: assignment.gpu_uuid,
+        # The model store's socket (device_plugin.models.access), in the run directory mounted below.
+        keys.ENV_MODEL_SOCKET: str(PurePosixPath(keys.CONTAINER_RUN_DIR) / keys.MODEL_SOCKET_NAME),
     }
     if name_the_pod:
         envs[keys.ENV_POD] = candidate.pod.key

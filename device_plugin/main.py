@@ -6,6 +6,11 @@ The arbiter starts first, before the modules that talk to kubelet and the API se
 imported (they take seconds to load): after a restart the hooks of running pods reconnect within
 a fraction of a second, and the arbiter serves them from its saved ledger until the pod cache is
 loaded (see docs/architecture.md, "Restarting the node agent").
+
+The model store (:mod:`device_plugin.models`) starts with the pod cache: its pod-facing socket
+``model.sock`` sits next to the arbiter's in the run directory. Stopping the agent stops the store's
+sweeping and its socket; the per-GPU workers keep running, by design, so the pods' mappings of the
+weights stay valid, and the next agent adopts them (docs/node-agent.md, "Model store").
 """
 
 from __future__ import annotations
@@ -71,6 +76,8 @@ if TYPE_CHECKING:  # imported where used: they load kubernetes, grpc and prometh
     from device_plugin.gpu_usage import UsageAudit
     from device_plugin.kube import NodePods
     from device_plugin.metrics import MetricsAccess
+    from device_plugin.models.access import ModelAccessServer
+    from device_plugin.models.store import ModelStore
     from fastgshare_kube.health import HealthServer
 
 log = logging.getLogger("device_plugin")
@@ -79,6 +86,8 @@ DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_STATE_DIR = "/var/lib/fastgshare"
 DEFAULT_HOOK = "/usr/lib/fastgshare/libfastgshare-hook.so"
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_MODEL_DIR = "/var/lib/fastgshare/models"  # <state-dir>/models with the shipped DaemonSet's state dir
+DEFAULT_MODEL_GRACE_S = 300.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,6 +154,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--unaccounted-threshold", type=float, default=DEFAULT_THRESHOLD, metavar="SHARE",
                         help="warn (Event GPUTimeUnaccounted) when the GPU reports a pod used more than this share "
                              "of its time beyond what the arbiter charged it, over ~10 s (default: %(default)s)")
+    parser.add_argument("--model-dir", type=Path, default=None,
+                        help="where the node's model files are: a FaSTFunc's spec.model.source.path is relative to "
+                             "it; the model store loads each GPU's models from here once (default: <state-dir>/models, "
+                             f"so {DEFAULT_MODEL_DIR} with the shipped DaemonSet)")
+    parser.add_argument("--model-grace-seconds", type=float, default=DEFAULT_MODEL_GRACE_S,
+                        help="free a model this long after the last pod on its GPU that declares it left, so scaling "
+                             "down and up again does not reload it (default: %(default)s)")
     add_timing_arguments(parser)
     add_edge_arguments(parser)
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -229,6 +245,8 @@ class Components:
     metrics: HealthServer
     mps: MpsFollower
     audit: UsageAudit | None = None
+    models: ModelStore | None = None
+    model_access: ModelAccessServer | None = None
 
 
 def metrics_address(args: argparse.Namespace) -> tuple[str, int]:
@@ -241,7 +259,7 @@ def metrics_address(args: argparse.Namespace) -> tuple[str, int]:
 
 def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThread,
                   devices: DeviceState, audit: UsageAudit | None = None, *,
-                  access: MetricsAccess | None = None) -> HealthServer:
+                  access: MetricsAccess | None = None, models: ModelStore | None = None) -> HealthServer:
     from device_plugin.metrics import NodeMetrics, metrics_server  # noqa: PLC0415 - after the arbiter starts
 
     host, port = metrics_address(args)
@@ -260,8 +278,8 @@ def start_metrics(args: argparse.Namespace, pods: NodePods, arbiter: ArbiterThre
 
     try:
         return metrics_server(host, port, NodeMetrics(pods, arbiter.usage, devices.inventory,
-                                                      audit.latest if audit is not None else None), arbiter_answers,
-                              access=access)
+                                                      audit.latest if audit is not None else None, models=models),
+                              arbiter_answers, access=access)
     except OSError as error:
         raise StartupError(f"cannot serve metrics on --metrics-listen {args.metrics_listen}: "
                            f"{error.strerror or error}") from None
@@ -285,6 +303,8 @@ def start_arbiter(args: argparse.Namespace) -> EarlyArbiter:
         raise StartupError("--node-name is required (or set $NODE_NAME, e.g. from the downward API)", 2)
     if args.slots_per_gpu < 1:
         raise StartupError(f"--slots-per-gpu must be >= 1, got {args.slots_per_gpu}", 2)
+    if args.model_grace_seconds < 0:
+        raise StartupError(f"--model-grace-seconds {args.model_grace_seconds}: allowed: 0 or more seconds", 2)
     if not 0.0 < args.unaccounted_threshold <= 1.0:
         raise StartupError(f"--unaccounted-threshold {args.unaccounted_threshold}: expected a share of GPU time "
                            "in (0, 1], e.g. 0.05", 2)
@@ -360,9 +380,10 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
                         warn=lambda pod, reason, message: writer.warn(pod, reason, message))  # noqa: PLW0108
     if args.metrics_auth == keys.METRICS_AUTH_NONE:
         log.warning("--metrics-auth none: /metrics (every pod's share) is served to anyone who reaches the port")
+    models, model_access = model_store(args, run_dir, driver, early.gpus, pods)
     metrics = start_metrics(args, pods, arbiter, devices, audit,
                             access=kubernetes_metrics_access(api) if args.metrics_auth != keys.METRICS_AUTH_NONE
-                            else None)
+                            else None, models=models)
     writer = KubeWriter(api, node_annotations={keys.NODE_METRICS_PORT_ANNOTATION: str(metrics.port)},
                         instance=args.node_name)
     allocator = Allocator(args.node_name, HostPaths(hook_library=str(hook), run_dir=str(run_dir),
@@ -372,7 +393,7 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
                       events=writer, pods=pods, node_name=args.node_name, stopping=stopping)
     agent = NodeAgent(
         devices=devices, backend=backend, publisher=writer, plugin_dir=args.device_plugin_dir, stopping=stopping,
-        health_recovery_s=args.health_recovery_seconds,
+        health_recovery_s=args.health_recovery_seconds, models=models,
         make_servicer=lambda: DevicePluginServicer(devices, allocator, pods, writer, stopping=stopping,
                                                    allocate_wait_s=args.allocate_wait_seconds,
                                                    kubelet_record=kubelet_record, partitions=mps),
@@ -382,7 +403,34 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
              args.node_name, ",".join(f"{g.index}:{g.uuid}:{'mps' if g.mps_enabled else 'nomps'}"
                                       for g in inventory.gpus), args.slots_per_gpu,
              describe_reserves(inventory.gpus), hook, metrics_address(args)[0], metrics.port)
-    return Components(pods, arbiter, agent, stopping, metrics, mps, audit)
+    return Components(pods, arbiter, agent, stopping, metrics, mps, audit, models, model_access)
+
+
+def model_store(args: argparse.Namespace, run_dir: Path, driver: SimulatedDriver | None,
+                gpus: tuple[GpuDevice, ...], pods: NodePods) -> tuple[ModelStore, ModelAccessServer]:
+    """The model store (its workers' sockets and logs under ``<state-dir>/model-store``, workers
+    started on first need) and its pod-facing socket ``<run dir>/model.sock``; neither runs yet."""
+    from device_plugin.models.access import ModelAccessServer  # noqa: PLC0415
+    from device_plugin.models.store import (  # noqa: PLC0415
+        ModelStore,
+        ProcessWorkers,
+        simulated_driver_dir,
+        worker_env,
+    )
+
+    socket_dir = args.state_dir / "model-store"  # not "models": that is --model-dir's default
+    try:
+        lib_dir = simulated_driver_dir(driver, socket_dir / "driver") if driver is not None else None
+    except OSError as error:
+        raise StartupError(f"cannot prepare the simulated driver for the model store in {socket_dir}: "
+                           f"{error.strerror or error}") from None
+    workers = ProcessWorkers(socket_dir, {gpu.uuid: worker_env(gpu.uuid, driver, lib_dir) for gpu in gpus})
+    synced = lambda: pods.wait_synced(0)  # noqa: E731
+    model_dir = args.model_dir if args.model_dir is not None else args.state_dir / "models"
+    store = ModelStore(node_name=args.node_name, model_dir=model_dir, gpus=tuple(gpu.uuid for gpu in gpus),
+                       pods=pods, workers=workers, grace_s=args.model_grace_seconds, synced=synced)
+    access = ModelAccessServer(run_dir / keys.MODEL_SOCKET_NAME, pods, store, synced=synced)
+    return store, access
 
 
 def usage_audit(args: argparse.Namespace, backend: GpuBackend, driver: SimulatedDriver | None,
@@ -412,6 +460,12 @@ def run(parts: Components) -> None:
     stop_on_signals(parts.stopping.set, logger=log)
     parts.pods.start()
     parts.arbiter.follow(parts.pods)
+    if parts.models is not None and parts.model_access is not None:
+        parts.models.start()
+        try:
+            parts.model_access.start()
+        except OSError as error:  # the rest of the agent serves on; pods asking for a model cannot connect
+            log.error("cannot serve the model socket %s: %s", parts.model_access.socket_path, error)
     parts.metrics.start()
     parts.agent.start()
     parts.mps.start()
@@ -423,6 +477,10 @@ def run(parts: Components) -> None:
     parts.mps.stop()
     parts.agent.stop()
     parts.metrics.stop()
+    if parts.model_access is not None:
+        parts.model_access.stop()
+    if parts.models is not None:
+        parts.models.stop()  # its workers keep running: the pods' mappings stay valid
     parts.arbiter.stop()
     parts.pods.stop()
 

@@ -8,6 +8,8 @@ token waits, throttling, memory), and the device state (health); plus the usage 
 comparison of the charges with the GPU's own account (:mod:`device_plugin.gpu_usage`). Whether a GPU
 has MPS is the device state's, as of now (:mod:`device_plugin.mps_watch`). A pod's
 series go when the pod leaves the cache (promised) or its use has left the window (delivered).
+Per GPU and model (``ModelRef.key``): the bytes the model store holds and how many live pods on the
+GPU declare the model (:mod:`device_plugin.models.store`; 0 pods while in its grace period).
 
 The only module of the agent that imports ``prometheus_client``.
 """
@@ -26,6 +28,7 @@ from device_plugin.allocation import NodePod
 from device_plugin.arbiter.server import ArbiterUsage
 from device_plugin.arbiter.shares import share_of
 from fastgshare.inventory import NodeInventory
+from fastgshare.model import HeldModel
 from fastgshare.usage import WAIT_BUCKETS_S
 from fastgshare_kube.health import HealthServer
 from fastgshare_kube.metrics_access import MetricsAccess
@@ -40,13 +43,23 @@ class PodSource(Protocol):
     def snapshot(self) -> tuple[int, list[NodePod]]: ...
 
 
+class ModelCounts(Protocol):
+    """The model store's view (:class:`device_plugin.models.store.ModelStore`)."""
+
+    def held_models(self) -> Mapping[str, tuple[HeldModel, ...]]: ...
+
+    def model_pods(self) -> Mapping[tuple[str, str], int]: ...
+
+
 class NodeMetrics:
     """A Prometheus collector over the agent's pods, arbiter and devices."""
 
     def __init__(self, pods: PodSource, usage: Callable[[], ArbiterUsage],
                  inventory: Callable[[], NodeInventory],
-                 unaccounted: Callable[[], Mapping[tuple[str, str, str], float]] | None = None) -> None:
+                 unaccounted: Callable[[], Mapping[tuple[str, str, str], float]] | None = None,
+                 models: ModelCounts | None = None) -> None:
         self._pods = pods
+        self._models = models
         self._usage = usage
         self._inventory = inventory
         self._unaccounted = unaccounted  # (namespace, pod, GPU) -> share: the usage audit's latest
@@ -64,6 +77,27 @@ class NodeMetrics:
         yield from self._pod_families(promised, usage)
         yield from self._unaccounted_family()
         yield from self._gpu_families(usage)
+        yield from self._model_families()
+
+    def _model_families(self) -> Iterator[Metric]:
+        if self._models is None:
+            return
+        memory = GaugeMetricFamily("fastgshare_gpu_model_memory_bytes",
+                                   "GPU memory the node's model store holds for the model on the GPU (once, however "
+                                   "many pods map it; also during the grace period after its last pod left)",
+                                   labels=["gpu", "model"])
+        pods = GaugeMetricFamily("fastgshare_gpu_model_pods",
+                                 "Live pods on the GPU that declare the model (fastgshare/model)",
+                                 labels=["gpu", "model"])
+        held: dict[tuple[str, str], int] = {}
+        for gpu, models in self._models.held_models().items():
+            for model in models:  # two declarations with one key (a changed spec.model) add up
+                held[(gpu, model.key)] = held.get((gpu, model.key), 0) + model.bytes
+        for (gpu, key), size in sorted(held.items()):
+            memory.add_metric([gpu, key], size)
+        for (gpu, key), count in sorted(self._models.model_pods().items()):
+            pods.add_metric([gpu, key], count)
+        yield from (memory, pods)
 
     def _unaccounted_family(self) -> Iterator[Metric]:
         if self._unaccounted is None:

@@ -72,6 +72,7 @@ def test_allocate_gives_the_assigned_gpu_env_and_mounts(running_agent: RunningAg
         "FASTGSHARE_ARBITER_SOCKET": f"{keys.CONTAINER_RUN_DIR}/arbiter.sock",
         "FASTGSHARE_POD": "team-a/resnet-1",
         "FASTGSHARE_GPU_UUID": gpu.uuid,
+        "FASTGSHARE_MODEL_SOCKET": f"{keys.CONTAINER_RUN_DIR}/model.sock",
     }
     mounts = {(m.container_path, m.host_path, m.read_only) for m in container.mounts}
     assert mounts == {
