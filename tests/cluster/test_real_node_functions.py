@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes.client
@@ -21,7 +22,8 @@ from fastgshare import keys
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import wait_until
-from tests.cluster.real_node import apply, http, real_node_core, share_annotations  # noqa: F401 - the fixture core
+from simgpu.state import sample_state
+from tests.cluster.real_node import apply, assignment_of, http, inspect, real_node_core, share_annotations  # noqa: F401 - the fixture core
 
 pytestmark = pytest.mark.realnode
 
@@ -182,3 +184,98 @@ def test_a_function_deployed_through_the_openfaas_api_answers_scales_and_is_dele
     wait_until(all_gone, what="the FaSTFunc, its FaSTPods, pods and Service gone", timeout_s=120)
     print(f"deleted function gone after {time.monotonic() - started:.1f}s")
     assert http(f"{gateway}/system/function/echo-gpu", auth=admin)[0] == 404
+
+
+MODEL_BYTES = 256 << 20
+POD_MEMORY = 3 << 30  # the pod's own memory; 5 x (3 GiB + 256 MiB) > 16 GiB, 5 x 3 GiB + 256 MiB < 16 GiB
+
+
+def _fnv1a64(data: bytes) -> str:
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+def _model_file(path: Path) -> bytes:
+    """The weights: 256 MiB whose every 4 KiB page differs (so a window read from the wrong place fails)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pattern = bytearray(MODEL_BYTES)
+    seed = bytes(range(256)) * 16
+    for page in range(MODEL_BYTES // 4096):
+        pattern[page * 4096:page * 4096 + 8] = page.to_bytes(8, "little")
+        pattern[page * 4096 + 8:(page + 1) * 4096] = seed[:4088]
+    path.write_bytes(pattern)
+    return bytes(pattern)
+
+
+def test_four_pods_of_a_function_hold_its_model_once_answer_from_it_and_a_fifth_fits(
+        real_cluster: Cluster, core: kubernetes.client.CoreV1Api, custom: kubernetes.client.CustomObjectsApi,
+        function_namespace: str) -> None:
+    """Issue 40: a FaSTFunc with ``spec.model``; its pods map the weights the node's model store loaded once
+    per GPU. The simulated GPU's own accounting holds the model once for 4 pods; each answer carries a
+    window of the weights read back from the GPU, checked against the file; a fifth pod lands on the same
+    GPU, where without sharing (each pod its own copy) the extender would have no room for it."""
+    name = "shared-model"
+    models_dir = real_cluster.node_agent_state_dir / "models"
+    weights = _model_file(models_dir / name / "weights.bin")
+    before = {gpu: _memory_used(real_cluster, gpu) for gpu in _gpus(real_cluster)}
+    try:
+        custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                               keys.FASTFUNC_PLURAL, {
+            "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": name},
+            "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                         "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+                         "ports": [{"containerPort": keys.FUNCTION_PORT}],
+                         "readinessProbe": {"httpGet": {"path": "/_/health", "port": keys.FUNCTION_PORT},
+                                            "periodSeconds": 1},
+                         "env": [{"name": "FAKE_FN_GPU_MS", "value": "1"},
+                                 {"name": "FAKE_FN_MODEL", "value": "weights"}]}]},
+                     "memory": str(POD_MEMORY),
+                     "fixed": {"quotaRequest": "0.1", "quotaLimit": "0.5", "smPartition": 20, "replicas": 4},
+                     "model": {"name": "weights", "bytes": MODEL_BYTES, "source": {"path": f"{name}/weights.bin"}}}})
+        selector = f"{keys.FUNCTION_LABEL}={name}"
+        running(core, selector, 4)
+        pods = _pods(core, selector)
+        [gpu] = {assignment_of(pod).gpu_uuid for pod in pods}
+        held = _memory_used(real_cluster, gpu) - before[gpu]
+        print(f"\n4 pods with model sharing: the simulated GPU holds {held} bytes more "
+              f"(without sharing each pod would load its own copy: {4 * MODEL_BYTES})")
+        assert MODEL_BYTES <= held < 2 * MODEL_BYTES, held
+
+        seen_pods, windows = set(), 0
+        deadline = time.monotonic() + 60
+        while (len(seen_pods) < 4 or windows < 12) and time.monotonic() < deadline:
+            answer = invoke(real_cluster, name, b"x")
+            model = answer["model"]
+            assert (model["name"], model["bytes"]) == ("weights", MODEL_BYTES)
+            offset, length = model["offset"], model["length"]
+            assert model["fnv1a64"] == _fnv1a64(weights[offset:offset + length]), answer
+            seen_pods.add(answer["pod"])
+            windows += 1
+        assert len(seen_pods) == 4, seen_pods
+
+        custom.patch_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                              keys.FASTFUNC_PLURAL, name, {"spec": {"fixed": {"replicas": 5}}})
+        running(core, selector, 5)
+        gpus = {assignment_of(pod).gpu_uuid for pod in _pods(core, selector)}
+        assert gpus == {gpu}, "the fifth pod went to another GPU"
+        shown = inspect(real_cluster, "-n", NAMESPACE, "-o", "json")
+        assert f"{NAMESPACE}/{name}/weights" in shown, shown
+        held_five = _memory_used(real_cluster, gpu) - before[gpu]
+        assert held_five < 2 * MODEL_BYTES, held_five
+    finally:
+        custom.delete_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
+                                               keys.FASTFUNC_PLURAL, name)
+        wait_until(lambda: not _pods(core, f"{keys.FUNCTION_LABEL}={name}"), what=f"the pods of {name} gone",
+                   timeout_s=120)
+
+
+def _memory_used(cluster: Cluster, gpu: str) -> int:
+    """What the simulated GPU's own pool says is allocated (0 before any process used it)."""
+    snapshot = sample_state(cluster.fake_gpu_dir(gpu))
+    return 0 if snapshot is None else snapshot.mem_used
+
+
+def _gpus(cluster: Cluster) -> list[str]:
+    return sorted(path.name for path in (cluster.node_agent_state_dir / "fake-gpus").iterdir())
