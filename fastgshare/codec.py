@@ -22,8 +22,8 @@ import attrs
 
 from fastgshare.errors import CodecError, FastGShareError
 from fastgshare.inventory import GpuDevice, NodeInventory
-from fastgshare.model import HeldModel
 from fastgshare.jsontext import load_bounded
+from fastgshare.model import HeldModel
 from fastgshare.share import ShareSpec
 
 INVENTORY_VERSION = 1
@@ -105,7 +105,8 @@ def _decode_held_models(raw: list[object], where: str) -> tuple[HeldModel, ...]:
         size = _field(entry, "bytes", int, at)
         if size <= 0:
             raise CodecError(f"{at}: bytes must be > 0, got {size}")
-        held.append(HeldModel(identity=_field(entry, "identity", str, at), key=_field(entry, "key", str, at), bytes=size))
+        held.append(HeldModel(identity=_field(entry, "identity", str, at), key=_field(entry, "key", str, at),
+                              bytes=size))
     return tuple(held)
 
 

@@ -33,7 +33,8 @@ MAX_MODEL_BYTES: Final = 1 << 40  # 1 TiB: more than any GPU holds
 MAX_PATH_LENGTH: Final = 1024
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?")
 _PATH_PART = re.compile(r"[A-Za-z0-9._+@=-]+")
-NAME_HELP: Final = "allowed: a lower-case name of 1-63 letters, digits, '-', '.' or '_', starting and ending alphanumeric"
+NAME_HELP: Final = ("allowed: a lower-case name of 1-63 letters, digits, '-', '.' or '_', "
+                    "starting and ending alphanumeric")
 PATH_HELP: Final = ("allowed: a relative path under the node's model directory: parts of letters, digits and ._+@=-, "
                     "joined by '/', no '..', no leading '/'")
 
@@ -145,7 +146,8 @@ def parse_model_annotation(text: object, namespace: str) -> ModelRef:
         raise InvalidModelSpec([FieldProblem(field, text, 'must be JSON {"function", "name", "bytes", "path"}')])
     problems: list[FieldProblem] = []
     for key in sorted(set(document) - {"function", "name", "bytes", "path"}):
-        problems.append(FieldProblem(f"{field}.{key}", document[key], "unknown field; allowed: function, name, bytes, path"))
+        problems.append(FieldProblem(f"{field}.{key}", document[key],
+                                     "unknown field; allowed: function, name, bytes, path"))
     function = document.get("function")
     if not isinstance(function, str) or not function or len(function) > 253:
         problems.append(FieldProblem(f"{field}.function", function, "must be the function's name"))
