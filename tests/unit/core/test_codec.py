@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from fastgshare.codec import (
 )
 from fastgshare.errors import CodecError
 from fastgshare.inventory import GpuDevice, NodeInventory
+from fastgshare.model import HeldModel
 from fastgshare.share import ShareSpec
 from tests.builders import GiB, make_gpu, make_share
 
@@ -184,3 +186,26 @@ def test_fuzzed_assignment_raises_only_codec_errors(text: str) -> None:
 def test_deeply_nested_json_is_a_codec_error() -> None:
     with pytest.raises(CodecError, match="not valid JSON"):
         decode_assignment("[" * 100_000 + "]" * 100_000)
+
+
+def test_held_models_round_trip_and_are_left_out_when_none() -> None:
+    held = HeldModel(identity='{"name":"m"}', key="ns/fn/m", bytes=256 << 20)
+    inventory = NodeInventory(node_name="n", gpus=[attrs.evolve(make_gpu(0), held_models=(held,)), make_gpu(1)],
+                              slots_per_gpu=4)
+    text = encode_node_inventory(inventory)
+    assert decode_node_inventory(text) == inventory
+    gpus = json.loads(text)["gpus"]
+    assert gpus[0]["heldModels"] == [{"identity": '{"name":"m"}', "key": "ns/fn/m", "bytes": 256 << 20}]
+    assert "heldModels" not in gpus[1]  # an agent without models writes what older extenders read
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ("x", r"heldModels\[0\]: expected an object"),
+    ({"identity": "i", "key": "k", "bytes": 0}, r"heldModels\[0\]: bytes must be > 0"),
+    ({"identity": "i", "bytes": 1}, "key"),
+])
+def test_a_bad_held_model_is_refused_naming_it(entry: object, message: str) -> None:
+    payload = json.loads(encode_node_inventory(NodeInventory(node_name="n", gpus=[make_gpu(0)], slots_per_gpu=4)))
+    payload["gpus"][0]["heldModels"] = [entry]
+    with pytest.raises(CodecError, match=message):
+        decode_node_inventory(json.dumps(payload))
