@@ -155,11 +155,11 @@ def node(short_tmp: Path, simgpu: Path) -> Iterator[Node]:
             child.wait(timeout=30)
 
 
-def model_pod(name: str, spec: ModelSpec | None = SPEC) -> NodePod:
+def model_pod(name: str, spec: ModelSpec | None = SPEC, function: str = "fn") -> NodePod:
     record = pod_record(name, NODE, assigned=assignment(NODE, GPU))
     annotations = dict(record.annotations)
     if spec is not None:
-        annotations[keys.MODEL_ANNOTATION] = model_annotation("fn", spec)
+        annotations[keys.MODEL_ANNOTATION] = model_annotation(function, spec)
     return attrs.evolve(record, annotations=annotations)
 
 
@@ -332,5 +332,24 @@ def test_the_model_socket_finds_the_pod_by_the_peers_pid(node: Node) -> None:
             over = ask(path, {"op": "open"})
             assert over["ok"] is False
             assert f"pod {own.uid} already has 1 connections open to the model socket" in over["error"]
+    finally:
+        server.stop()
+
+
+def test_two_functions_declaring_the_same_file_get_a_copy_each_never_each_others(node: Node) -> None:
+    """A pod never maps another function's weights: the same name, size and file declared by another
+    function (as a forged annotation would) is another model, loaded and handed out apart."""
+    own, other = model_pod("own"), model_pod("other", function="impostor")
+    for pod in (own, other):
+        node.pods.put(pod)
+    path = node.root / "run" / keys.MODEL_SOCKET_NAME
+    server = ModelAccessServer(path, node.pods, node.store(), trusted_env=True)
+    server.start()
+    try:
+        first = ask(path, {"op": "open", "model": "", "pod": own.key})
+        second = ask(path, {"op": "open", "model": "", "pod": other.key})
+        assert (first["model"], second["model"]) == ("team-a/fn/resnet", "team-a/impostor/resnet")
+        assert first["handle"] != second["handle"]
+        assert gpu_memory_used(node.gpu_dir) == 2 * SIZE
     finally:
         server.stop()
