@@ -32,6 +32,7 @@ from simgpu.build import SimGpuBuildError, build
 from simgpu.state import read_state
 from tests.builders_k8s import assignment, pod_record
 from tests.integration.device_plugin.conftest import NODE, FakePods
+from tests.probe_process import ProbeProcess
 
 PROBE = Path(__file__).resolve().parents[1] / "simgpu" / "ipc_probe.py"
 GPU = "GPU-5a1e0000-0000-4000-8000-00000000d0d0"
@@ -83,30 +84,13 @@ class Node:
         return importer
 
 
-class Importer:
+class Importer(ProbeProcess):
     """A pod's process mapping the weights: ipc_probe.py on the same simulated GPU."""
 
     def __init__(self, driver: Path, gpu_dir: Path) -> None:
         env = {**os.environ, "SIMGPU_DRIVER": str(driver / keys.CUDA_DRIVER_LIBRARY),
                keys.ENV_FAKE_GPU_DIR: str(gpu_dir), keys.ENV_FAKE_GPU_MEMORY: str(GPU_MEMORY)}
-        self.process = subprocess.Popen([sys.executable, str(PROBE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True, env=env)
-        self.pid = self._answer()["pid"]
-
-    def _answer(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            assert self.process.stderr is not None
-            raise AssertionError(f"ipc_probe exited: {self.process.wait(timeout=30)}: {self.process.stderr.read()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def __call__(self, op: str, **args: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.process.stdin.flush()
-        return self._answer()
+        super().__init__([sys.executable, str(PROBE)], env, "ipc_probe")
 
     def reads(self, name: str, weights: bytes) -> bool:
         """The mapping reads the file's bytes: its head, a window across the 2 MiB span, its tail."""

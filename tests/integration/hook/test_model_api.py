@@ -8,10 +8,8 @@ each failure, that they are per thread, and the limits on the answer (length, ti
 
 from __future__ import annotations
 
-import json
 import random
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,34 +20,18 @@ import pytest
 from simgpu.state import read_state
 from tests.integration.fake_fn.model_store import Exporter, ModelServer
 from tests.integration.hook.tenants import Build, tenant_env
+from tests.probe_process import ProbeProcess
 
 PROBE = Path(__file__).resolve().parent / "model_probe.py"
 SIZE = (2 << 20) + 12345
 OK, EINVAL, EAGENT, EPROTO, EREFUSED, EDRIVER = 0, 1, 2, 3, 4, 5
 
 
-class Probe:
+class Probe(ProbeProcess):
     def __init__(self, build: Build, gpu_dir: Path, socket_path: Path, **env: str) -> None:
         extra = {"FASTGSHARE_MODEL_SOCKET": str(socket_path), **env}
-        self.process = subprocess.Popen([sys.executable, str(PROBE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True,
-                                        env=tenant_env(build, gpu_dir, hook=True, extra=extra))
-        self.pid = self._line()["pid"]
-
-    def _line(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            assert self.process.stderr is not None
-            raise AssertionError(f"model_probe exited ({self.process.wait(timeout=30)}): {self.process.stderr.read()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def __call__(self, op: str, **args: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.process.stdin.flush()
-        return self._line()
+        super().__init__([sys.executable, str(PROBE)], tenant_env(build, gpu_dir, hook=True, extra=extra),
+                         "model_probe")
 
 
 @pytest.fixture

@@ -18,11 +18,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from simgpu.state import read_state
+from tests.probe_process import ProbeProcess
 
 HERE = Path(__file__).resolve().parent
 PEER = HERE / "ipc_probe.py"
@@ -32,7 +32,7 @@ SIZE = 3 << 20  # not a multiple of the 2 MiB span: the tail must work too
 MIB = 1 << 20
 
 
-class Peer:
+class Peer(ProbeProcess):
     """One ipc_probe.py process."""
 
     def __init__(self, build: Path, gpu_dir: Path, container: Path | None = None) -> None:
@@ -51,24 +51,7 @@ class Peer:
             script.append(f"exec {shlex.join(argv)}")
             argv = ["unshare", "--pid", "--fork", "--mount-proc", "--mount", "--propagation", "private",
                     "sh", "-ec", "\n".join(script)]
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=env)
-        self.pid = self.ask_line()["pid"]
-
-    def ask_line(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            assert self.process.stderr is not None
-            raise AssertionError(f"ipc_probe exited: {self.process.wait(timeout=30)}: {self.process.stderr.read()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def __call__(self, op: str, **args: Any) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"op": op, **args}) + "\n")
-        self.process.stdin.flush()
-        return self.ask_line()
+        super().__init__(argv, env, "ipc_probe")
 
     def exit(self) -> None:
         if self.process.poll() is None:
