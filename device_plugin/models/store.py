@@ -203,6 +203,15 @@ class ProcessWorkers:
         """Collect the exit status of workers this agent started that have exited (no zombies)."""
         self._children = [child for child in self._children if child.poll() is None]
 
+    def kill_started(self) -> None:
+        """SIGKILL the workers this object started and wait for them: for tests and benches only (the
+        agent never stops its workers: they outlive it by design)."""
+        for child in self._children:
+            if child.poll() is None:
+                child.kill()
+            child.wait(timeout=30)
+        self._children = []
+
 
 def _last_line(path: Path) -> str:
     try:

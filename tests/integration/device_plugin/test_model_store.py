@@ -133,10 +133,7 @@ def node(short_tmp: Path, simgpu: Path) -> Iterator[Node]:
         pid = built.worker_pid()
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
-        for child in workers._children:  # the workers this test's store started
-            if child.poll() is None:
-                child.kill()
-            child.wait(timeout=30)
+        workers.kill_started()
 
 
 def model_pod(name: str, spec: ModelSpec | None = SPEC, function: str = "fn") -> NodePod:
