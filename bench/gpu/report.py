@@ -104,6 +104,22 @@ def mps(part: dict[str, Any]) -> list[str]:
                                   ["SMs the process saw", *(fmt(dig(part, c, "sm_count_seen")) for c in columns)]])
 
 
+def model_sharing(part: dict[str, Any]) -> list[str]:
+    def mib(value: Any) -> str:
+        return fmt(round(value / MIB, 1)) if isinstance(value, int) else DASH
+
+    used = part.get("gpu_used_bytes", {})
+    rows = [[f"GPU used (MiB), {step.replace('_', ' ')}", mib(value)] for step, value in used.items()]
+    rows += [[key.replace("_bytes", "").replace("_", " ") + " (MiB)", mib(part.get(key))]
+             for key in ("held_with_sharing_bytes", "held_without_sharing_bytes", "saved_bytes", "per_importer_bytes",
+                         "per_copy_bytes")]
+    rows += [[name.replace("_", " "), fmt(value)] for name, value in part.get("verdicts", {}).items()]
+    rows.append(["stale handle after the free", fmt(dig(part, "stale_handle", "outcome"))])
+    return [f"{fmt(part.get('pods'))} pods, weights of {mib(part.get('weights_bytes'))} MiB; the GPU's used memory "
+            f"by {part.get('used_by', DASH)}, every process's context included.", "",
+            *table(["what", "value"], rows)]
+
+
 def matrix(part: dict[str, Any]) -> list[str]:
     return ["```", *part.get("table", []), "```"] if part.get("table") else []
 
@@ -115,6 +131,7 @@ SECTIONS: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
     "c_context_memory": ("c. Memory of one CUDA context", context_memory),
     "d_hook_overhead": ("d. Hook overhead per launch", overhead),
     "e_mps": ("e. MPS: an SM partition's effect", mps),
+    "f_model_sharing": ("f. Model sharing: 4 pods, the weights once", model_sharing),
     "memory_matrix": ("Memory coverage matrix (real driver)", matrix),
 }
 

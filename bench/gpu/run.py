@@ -7,8 +7,8 @@ cannot fail for a reason a CPU could show. docs/benchmarks.md says what each par
 
 Parts, in this order, each in its own process under its own timeout (a hang is killed and the part
 reports what it had finished), all under one overall deadline (parts not started by then are
-skipped): setup (builds), c_context_memory, d_hook_overhead, a_isolation, e_mps, c_memory_limit,
-b_torch_serving, memory_matrix. A part's status: ``ok``, ``needs a GPU`` (dry run),
+skipped): setup (builds), c_context_memory, d_hook_overhead, a_isolation, e_mps, f_model_sharing,
+c_memory_limit, b_torch_serving, memory_matrix. A part's status: ``ok``, ``needs a GPU`` (dry run),
 ``skipped: <reason>`` or ``failed: <reason>``; a failed part never stops the others.
 
 Output: stdout holds exactly one line, the JSON object, printed at the end (also on SIGTERM or
@@ -44,7 +44,7 @@ if str(REPO) not in sys.path:
 
 import attrs  # noqa: E402 - the project's path is set just above
 
-from bench.gpu import isolation, matrix, memory, mps, overhead, serving, toolchain  # noqa: E402
+from bench.gpu import isolation, matrix, memory, model_sharing, mps, overhead, serving, toolchain  # noqa: E402
 from bench.gpu.part import (  # noqa: E402
     NEEDS_GPU,
     Build,
@@ -79,6 +79,7 @@ PARTS = (
     PartSpec("d_hook_overhead", 120, overhead.overhead),
     PartSpec("a_isolation", 200, isolation.isolation),
     PartSpec("e_mps", 120, mps.mps),
+    PartSpec("f_model_sharing", 90, model_sharing.model_sharing),
     PartSpec("c_memory_limit", 120, memory.memory_limit),
     PartSpec("b_torch_serving", 240, serving.serving),
     PartSpec("memory_matrix", 240, matrix.matrix),

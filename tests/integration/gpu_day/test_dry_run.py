@@ -4,8 +4,9 @@ cannot fail for a reason a CPU could show.
 It runs once (a module fixture, under a subprocess timeout) with only the Python packages the lent
 GPU machine has (:mod:`tests.integration.gpu_day.gpu_machine`), and the tests read its report: one
 JSON object on stdout, every part present with a status of ``ok``, ``needs a GPU`` or ``skipped:
-<reason>``, none failed, and the parts that run on a CPU report numbers. No figure is asserted:
-speed and shares belong to the benchmark, not to a test.
+<reason>``, none failed, and the parts that run on a CPU report numbers. No speed or share is
+asserted: they belong to the benchmark, not to a test; memory on the simulated GPU is exact, so
+model sharing's bytes are.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from tests.integration.gpu_day.gpu_machine import guard_environment
 
 REPO = Path(__file__).resolve().parents[3]
 RUN = REPO / "bench" / "gpu" / "run.py"
-PARTS = ("setup", "c_context_memory", "d_hook_overhead", "a_isolation", "e_mps", "c_memory_limit", "b_torch_serving",
-         "memory_matrix")
+PARTS = ("setup", "c_context_memory", "d_hook_overhead", "a_isolation", "e_mps", "f_model_sharing", "c_memory_limit",
+         "b_torch_serving", "memory_matrix")
 TIMEOUT_S = 600  # the first build of the hook and the simulated GPU included; the run itself takes ~40 s
 RUN_KEYS = ("achievedShare", "peakMemoryBytes", "kernels", "exitCode")
 
@@ -110,6 +111,24 @@ def test_with_nvcc_the_days_own_tenant_runs_on_the_simulated_gpu(day: tuple[dict
         assert parts[name]["tenant"]["program"] == "bench/gpu/tenant.c + kernels.cu (PTX)", parts[name]["tenant"]
     assert parts["a_isolation"]["kernel"]["iters"] > 0
     assert parts["d_hook_overhead"]["no_hook"]["launch"]["ns_per_launch"] > 0  # launches back to back, too
+
+
+def test_model_sharing_runs_on_the_simulated_gpu(day: tuple[dict[str, Any], str, Path]) -> None:
+    """The real model-store worker, the hook's fastgshare_model_open in 4 pods, and 4 copies."""
+    part = day[0]["parts"]["f_model_sharing"]
+    assert part["status"] == "ok", part
+    assert part["worker"]["holds"] == [{"key": "gpu/fn/weights", "bytes": part["weights_bytes"]}]
+    assert len(part["importers"]) == len(part["copies"]) == part["pods"] == 4
+    assert all(part["verdicts"].values()), part["verdicts"]  # the right bytes; an import charges the pod nothing
+    assert part["importers_released"] == part["copies_released"] == [{"released": 0}] * 4
+    assert part["stale_handle"]["outcome"] == "refused", part["stale_handle"]  # the simulated GPU refuses it
+    assert part["pod_socket"] == {"requests": 5, "refusals": []}
+    # The simulated GPU models no context memory: the GPU holds the weights once, against a copy per pod.
+    used = part["gpu_used_bytes"]
+    assert used["worker_alone"] - used["baseline"] == part["weights_bytes"]
+    assert used["worker_and_4_importers"] == used["worker_alone"]
+    assert used["4_own_copies"] - used["after_worker_stopped"] == 4 * part["weights_bytes"]
+    assert "## f. Model sharing" in day[1]
 
 
 def test_the_runtime_parts_check_what_a_cpu_can(day: tuple[dict[str, Any], str, Path]) -> None:
