@@ -52,6 +52,7 @@ from fastgshare.codec import PodAssignment
 from fastgshare.model import ModelSpec, model_annotation
 from fastgshare.share import ShareSpec
 from fastgshare_cli.sandbox import GPU_UUID, SANDBOX_NAMESPACE, HookBuild, Sandbox, TenantSpec, build_hook, sandbox
+from simgpu.fake_fn import fnv1a64, window
 from simgpu.state import read_state
 
 MiB = 1 << 20
@@ -108,20 +109,6 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         parser.error(f"--pods × (--weights-mib + --own-mib): {total_mib} MiB without sharing; allowed: at most the "
                      f"simulated GPU's {GPU_POOL_BYTES // MiB} MiB")
     return Settings(pods=args.pods, weights_bytes=args.weights_mib * MiB, own_bytes=args.own_mib * MiB)
-
-
-def fnv1a64(data: bytes) -> str:
-    """FNV-1a 64 of ``data`` as 16 lowercase hex digits (fake-fn's ``model.fnv1a64``)."""
-    value = 0xCBF29CE484222325
-    for byte in data:
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{value:016x}"
-
-
-def window(size: int, seq: int) -> tuple[int, int]:
-    """The (offset, length) of the weights fake-fn reads back for its answer ``seq``."""
-    offset = (seq * 65537 * 4096) % size // 4096 * 4096
-    return offset, min(4096, size - offset)
 
 
 def expected_model(read: Callable[[int, int], bytes], size: int, seq: int) -> dict[str, Any]:

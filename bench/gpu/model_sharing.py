@@ -30,19 +30,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
-import selectors
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import IO
 
 import attrs
 
 from bench.gpu.part import OK, JsonDict, PartContext, PartFailed, Progress, last_json_line
-from bench.gpu.target import Gpu, Tenant, arbiter, fresh_gpu, python_path
+from bench.gpu.target import Gpu, Tenant, arbiter, first_line, fresh_gpu, python_path, stop
 from device_plugin.models import protocol
 from device_plugin.models.worker import read_line
 from fastgshare import keys
@@ -195,28 +193,6 @@ def tail(path: Path, limit: int = 400) -> str:
         return " / ".join(path.read_text(errors="replace").strip().splitlines()[-3:])[-limit:]
     except OSError:
         return ""
-
-
-def stop(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def first_line(process: subprocess.Popen[str], timeout_s: float) -> str:
-    """The process's next stdout line, or "" when it says nothing within ``timeout_s`` or exits."""
-    stdout: IO[str] | None = process.stdout
-    if stdout is None:
-        return ""
-    with selectors.DefaultSelector() as selector:
-        selector.register(stdout, selectors.EVENT_READ)
-        if not selector.select(timeout_s):
-            return ""
-    return stdout.readline()
 
 
 class Processes:

@@ -117,11 +117,17 @@ def arbiter(ctx: PartContext, name: str, tenants: Sequence[Tenant], *, memory: s
             stdout=subprocess.PIPE, stderr=log, text=True, cwd=ctx.repo,
             env={**scrubbed_environment(), "PYTHONPATH": python_path(ctx.repo)})
     try:
-        ready = _first_line(process, ARBITER_START_S)
+        ready = first_line(process, ARBITER_START_S)
         if "arbiter ready" not in ready:
             raise PartFailed(f"fastgshare-arbiter did not start: {log_path.read_text()[-500:].strip() or ready!r}")
         yield socket
     finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen[str] | subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s; waited for."""
+    if process.poll() is None:
         process.terminate()
         try:
             process.wait(10)
@@ -130,8 +136,8 @@ def arbiter(ctx: PartContext, name: str, tenants: Sequence[Tenant], *, memory: s
             process.wait()
 
 
-def _first_line(process: subprocess.Popen[str], timeout_s: float) -> str:
-    """The process's first stdout line, or "" when it exits or says nothing within ``timeout_s``."""
+def first_line(process: subprocess.Popen[str], timeout_s: float) -> str:
+    """The process's next stdout line, or "" when it exits or says nothing within ``timeout_s``."""
     if process.stdout is None:
         return ""
     with selectors.DefaultSelector() as selector:

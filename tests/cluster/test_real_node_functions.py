@@ -22,6 +22,7 @@ from fastgshare import keys
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import wait_until
+from simgpu.fake_fn import fnv1a64
 from simgpu.state import sample_state
 from tests.cluster.real_node import apply, assignment_of, http, inspect, real_node_core, share_annotations  # noqa: F401 - the fixture core
 
@@ -190,13 +191,6 @@ MODEL_BYTES = 256 << 20
 POD_MEMORY = 3 << 30  # the pod's own memory; 5 x (3 GiB + 256 MiB) > 16 GiB, 5 x 3 GiB + 256 MiB < 16 GiB
 
 
-def _fnv1a64(data: bytes) -> str:
-    value = 0xCBF29CE484222325
-    for byte in data:
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{value:016x}"
-
-
 def _model_file(path: Path) -> bytes:
     """The weights: 256 MiB whose every 4 KiB page differs (so a window read from the wrong place fails)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -250,7 +244,7 @@ def test_four_pods_of_a_function_hold_its_model_once_answer_from_it_and_a_fifth_
             model = answer["model"]
             assert (model["name"], model["bytes"]) == ("weights", MODEL_BYTES)
             offset, length = model["offset"], model["length"]
-            assert model["fnv1a64"] == _fnv1a64(weights[offset:offset + length]), answer
+            assert model["fnv1a64"] == fnv1a64(weights[offset:offset + length]), answer
             seen_pods.add(answer["pod"])
             windows += 1
         assert len(seen_pods) == 4, seen_pods

@@ -23,24 +23,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from simgpu.fake_fn import fnv1a64, window
+
 HANDLE_SIZE = 64  # CU_IPC_HANDLE_SIZE
 ACCEPT_POLL_S = 0.1
 CONNECTION_TIMEOUT_S = 5.0
 MAX_LINE = 4096
-
-
-def fnv1a64(data: bytes) -> str:
-    """FNV-1a 64 of ``data`` as 16 lowercase hex digits (fake-fn's ``model.fnv1a64``)."""
-    value = 0xCBF29CE484222325
-    for byte in data:
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{value:016x}"
-
-
-def window(size: int, seq: int) -> tuple[int, int]:
-    """The (offset, length) of the weights fake-fn reads back for request ``seq``."""
-    offset = (seq * 65537 * 4096) % size // 4096 * 4096
-    return offset, min(4096, size - offset)
 
 
 def expected_model(weights: bytes, name: str, seq: int) -> dict[str, Any]:

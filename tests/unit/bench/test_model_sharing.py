@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench import model_sharing
-from bench.model_sharing import CaseResult, Settings, expected_model, fnv1a64, parse_args, result, window
+from bench.model_sharing import CaseResult, Settings, expected_model, parse_args, result
+from simgpu.fake_fn import fnv1a64, window
 
 MiB = 1 << 20
 
