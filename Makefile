@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python -m bench.controller
 	$(BIN)/python -m bench.real_node
 	$(BIN)/python -m bench.autoscale_sim
+	$(BIN)/python -m bench.model_sharing
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis device_plugin/arbiter/_engine*.so
