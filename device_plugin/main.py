@@ -380,7 +380,9 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
                         warn=lambda pod, reason, message: writer.warn(pod, reason, message))  # noqa: PLW0108
     if args.metrics_auth == keys.METRICS_AUTH_NONE:
         log.warning("--metrics-auth none: /metrics (every pod's share) is served to anyone who reaches the port")
-    models, model_access = model_store(args, run_dir, driver, early.gpus, pods)
+    models, model_access = model_store(  # warns once it sweeps, when the writer exists; real GPUs only
+        args, run_dir, driver, early.gpus, pods,
+        warn=None if args.fake_gpus else lambda pod, reason, message: writer.warn(pod, reason, message))  # noqa: PLW0108
     metrics = start_metrics(args, pods, arbiter, devices, audit,
                             access=kubernetes_metrics_access(api) if args.metrics_auth != keys.METRICS_AUTH_NONE
                             else None, models=models)
@@ -407,10 +409,14 @@ def build(args: argparse.Namespace, early: EarlyArbiter, trust: AssignmentTrust)
 
 
 def model_store(args: argparse.Namespace, run_dir: Path, driver: SimulatedDriver | None,
-                gpus: tuple[GpuDevice, ...], pods: NodePods) -> tuple[ModelStore, ModelAccessServer]:
+                gpus: tuple[GpuDevice, ...], pods: NodePods, *,
+                warn: Callable[[NodePod, str, str], None] | None = None) -> tuple[ModelStore, ModelAccessServer]:
     """The model store (its workers' sockets and logs under ``<state-dir>/model-store``, workers
-    started on first need) and its pod-facing socket ``<run dir>/model.sock``; neither runs yet."""
+    started on first need, what it holds in ``held.json`` there) and its pod-facing socket
+    ``<run dir>/model.sock``; neither runs yet. ``warn``: how pods are told that a worker lost their
+    model (real GPUs only: on the simulated GPU their mappings outlive the worker)."""
     from device_plugin.models.access import ModelAccessServer  # noqa: PLC0415
+    from device_plugin.models.held_file import HELD_FILE_NAME  # noqa: PLC0415
     from device_plugin.models.store import (  # noqa: PLC0415
         ModelStore,
         ProcessWorkers,
@@ -428,7 +434,8 @@ def model_store(args: argparse.Namespace, run_dir: Path, driver: SimulatedDriver
     synced = lambda: pods.wait_synced(0)  # noqa: E731
     model_dir = args.model_dir if args.model_dir is not None else args.state_dir / "models"
     store = ModelStore(node_name=args.node_name, model_dir=model_dir, gpus=tuple(gpu.uuid for gpu in gpus),
-                       pods=pods, workers=workers, grace_s=args.model_grace_seconds, synced=synced)
+                       pods=pods, workers=workers, grace_s=args.model_grace_seconds, synced=synced,
+                       held_file=socket_dir / HELD_FILE_NAME, warn=warn)
     access = ModelAccessServer(run_dir / keys.MODEL_SOCKET_NAME, pods, store, synced=synced)
     return store, access
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import attrs
 
+from device_plugin.durable_file import replace_durably
 from fastgshare.arbitration import TimeShare
 
 log = logging.getLogger(__name__)
@@ -82,28 +83,11 @@ class StateFile:
              "held": {str(pid): size for pid, size in sorted(pod.held.items())}} for pod in pods]
         data = {"version": STATE_VERSION, "sha256": _checksum(entries), "pods": entries}
         encoded = json.dumps(data, separators=(",", ":")).encode()
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         try:
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            replace_durably(self.path, encoded)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            view = memoryview(encoded)
-            while view:
-                view = view[os.write(descriptor, view):]
-            os.fsync(descriptor)
-        except BaseException:
-            os.close(descriptor)
-            temporary.unlink(missing_ok=True)
-            raise
-        os.close(descriptor)
-        os.replace(temporary, self.path)
-        directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+            replace_durably(self.path, encoded)
 
 
 def _checksum(pods: object) -> str:

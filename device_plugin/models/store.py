@@ -14,6 +14,14 @@ that hold them, and handing a pod its model's handle.
   the clock is injectable for tests), by a sweep that runs every second.
 - :meth:`ModelStore.held_models`: per GPU, what the store holds (also in its grace period), for the
   inventory (``GpuDevice.held_models``) and the metrics.
+- What it holds, on disk (:class:`HeldFile`, ``<socket dir>/held.json``, rewritten atomically on
+  every change), so that a restarted agent whose workers died with it (the agent's container
+  restarted) knows what was lost.
+- Losses: a worker found gone (while the agent runs, or at start where ``held.json`` says it held
+  models) lost its models. On a real GPU the pods that mapped them must be restarted; with a
+  ``warn`` callback (the agent passes one on real GPUs only) each live pod on that GPU that declares
+  a lost model gets one Warning (reason ``ModelLost``) once the pod records are synced, once per
+  pod and model. The agent deletes no pod (docs/security.md).
 
 Locks: one per GPU around every worker call (loads, frees and the decision to free are serialized,
 so a model is never freed between a pod's acquire and its answer), and one for the tables.
@@ -38,6 +46,7 @@ import attrs
 
 from device_plugin.allocation import NodePod, SimulatedDriver
 from device_plugin.models import protocol
+from device_plugin.models.held_file import HeldFile, SavedModel
 from device_plugin.models.plan import Need, Retention, Slot, assigned_gpu, models_needed, needed_slots
 from device_plugin.models.worker import CUDA_LIBRARY, read_line
 from fastgshare import keys
@@ -51,6 +60,9 @@ SWEEP_S = 1.0
 START_TIMEOUT_S = 15.0
 CALL_TIMEOUT_S = 5.0
 LOAD_BYTES_PER_S = 100e6  # the slowest disk a load is given time for, on top of CALL_TIMEOUT_S
+REASON_MODEL_LOST = "ModelLost"
+
+Warn = Callable[[NodePod, str, str], None]  # (pod, reason, message): a Warning Event on the pod
 
 
 class ModelUnavailable(Exception):
@@ -78,6 +90,13 @@ class Acquired:
 class _Held:
     model: HeldModel
     handle: str
+
+
+@attrs.define
+class _Loss:
+    model: HeldModel
+    why: str
+    fresh: set[str] = attrs.field(factory=set)  # pods that were handed a new copy since: not affected
 
 
 def worker_env(gpu_uuid: str, driver: SimulatedDriver | None, driver_lib_dir: Path | None,
@@ -226,7 +245,11 @@ class ModelStore:
 
     def __init__(self, *, node_name: str, model_dir: Path, gpus: tuple[str, ...], pods: PodSource, workers: Workers,
                  grace_s: float = DEFAULT_GRACE_S, clock: Callable[[], float] = time.monotonic,
-                 synced: Callable[[], bool] = lambda: True, sweep_s: float = SWEEP_S) -> None:
+                 synced: Callable[[], bool] = lambda: True, sweep_s: float = SWEEP_S,
+                 held_file: Path | None = None, warn: Warn | None = None) -> None:
+        """``held_file``: where to keep what the store holds (``<socket dir>/held.json``; None: nowhere).
+        ``warn``: tell a pod that its model was lost (real GPUs); None: tell nobody (simulated GPUs,
+        where the pods' mappings outlive the worker)."""
         self.node_name = node_name
         self.model_dir = model_dir
         self._gpus = tuple(gpus)
@@ -243,12 +266,31 @@ class ModelStore:
         self._revision = 0
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._file = HeldFile(held_file) if held_file is not None else None
+        self._saved: tuple[list[SavedModel], list[SavedModel]] | None = None
+        self._save_lock = threading.Lock()
+        self._warn = warn
+        self._lost: dict[Slot, _Loss] = {}  # lost, pods not told yet
+        self._told: set[tuple[str, str]] = set()  # (pod uid, model identity) warned already
 
     # --- life ------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Adopt the workers already running (a restarted agent), then sweep in the background."""
+        """Adopt the workers already running (a restarted agent); a GPU whose worker is gone but
+        which ``held.json`` says held models lost them. Then sweep in the background."""
+        held, lost = self._file.load() if self._file is not None else ([], [])
+        for saved in lost:
+            if saved.gpu in self._gpu_locks:
+                self._lose(saved.gpu, saved.model, saved.why)
         for gpu in self._gpus:
-            self._adopt(gpu)
+            if self._adopt(gpu):
+                continue
+            for saved in held:
+                if saved.gpu == gpu:
+                    log.error("model=%s gpu=%s lost: its worker exited while no node agent ran (with the agent's "
+                              "container, or it crashed)", saved.model.key, gpu)
+                    self._lose(gpu, saved.model, "its worker exited while no node agent ran: with the agent's "
+                                                 "container, or it crashed")
+        self._persist()
         self._thread = threading.Thread(target=self._sweep_loop, name="model-store", daemon=True)
         self._thread.start()
 
@@ -340,6 +382,9 @@ class ModelStore:
                     self._held[slot] = _Held(HeldModel(identity=model.identity, key=model.key, bytes=model.bytes),
                                              handle)
                     self._revision += 1
+                if (loss := self._lost.get(slot)) is not None:
+                    loss.fresh.add(pod.uid)  # it maps the new copy
+            self._persist()
         return Acquired(handle=handle, bytes=model.bytes, key=model.key)
 
     def _load(self, gpu: str, model: ModelRef, path: Path) -> str:
@@ -368,7 +413,8 @@ class ModelStore:
         longer holds (it exited or crashed)."""
         if not self._synced():
             return  # an agent that has not listed its pods would take every model for unneeded
-        needs = models_needed(self._pods.snapshot()[1], self.node_name)
+        pods = self._pods.snapshot()[1]
+        needs = models_needed(pods, self.node_name)
         with self._lock:
             self._needs = needs
             due = self._retention.due(self._held, needed_slots(needs), self._clock())
@@ -377,6 +423,51 @@ class ModelStore:
         for gpu in self._gpus:
             self._follow(gpu)
         self._workers.reap()
+        self._tell_losses(pods)
+
+    def _tell_losses(self, pods: list[NodePod]) -> None:
+        """Warn each live pod on a GPU that lost its model (once per pod and model); the losses are
+        then done with."""
+        with self._lock:
+            lost, self._lost = self._lost, {}
+            live = {pod.uid for pod in pods}
+            self._told = {told for told in self._told if told[0] in live}
+        if not lost:
+            return
+        needs = models_needed(pods, self.node_name)
+        by_uid = {pod.uid: pod for pod in pods}
+        for (gpu, identity), loss in sorted(lost.items()):
+            need = needs.get(gpu, {}).get(identity)
+            uids = sorted(need.pods - loss.fresh) if need is not None else []
+            told = []
+            for uid in uids:
+                with self._lock:
+                    if (uid, identity) in self._told:
+                        continue
+                    self._told.add((uid, identity))
+                pod = by_uid[uid]
+                try:
+                    self._say_lost(pod, gpu, loss)
+                except Exception:  # one failed Event must not keep the others from going out
+                    log.exception("pod=%s could not be told that model %s was lost", pod.key, loss.model.key)
+                told.append(pod.key)
+            log.warning("model=%s gpu=%s lost: told %d pods (Event %s): %s", loss.model.key, gpu, len(told),
+                        REASON_MODEL_LOST, ",".join(told) or "-")
+        self._persist()
+
+    def _say_lost(self, pod: NodePod, gpu: str, loss: _Loss) -> None:
+        assert self._warn is not None
+        self._warn(pod, REASON_MODEL_LOST,
+                   f"the model store of node {self.node_name} lost model {loss.model.key} on GPU {gpu} ({loss.why}); "
+                   "this pod's mapping of the weights is no longer valid: delete the pod, its FaSTPod makes a new "
+                   "one that maps a fresh copy")
+
+    def _lose(self, gpu: str, model: HeldModel, why: str) -> None:
+        """Remember that ``gpu`` lost ``model``, for the pods to be told (only with a ``warn``)."""
+        if self._warn is None:
+            return
+        with self._lock:
+            self._lost[(gpu, model.identity)] = _Loss(model, why)
 
     def _free(self, slot: Slot) -> None:
         gpu, identity = slot
@@ -400,6 +491,7 @@ class ModelStore:
                 self._held.pop(slot, None)
                 self._retention.forget(slot)
                 self._revision += 1
+            self._persist()
             log.info("model=%s gpu=%s freed bytes=%d: no pod needed it for %gs", held.model.key, gpu,
                      held.model.bytes, self._retention.grace_s)
 
@@ -426,13 +518,19 @@ class ModelStore:
         finally:
             lock.release()
 
-    def _adopt(self, gpu: str) -> None:
+    def _adopt(self, gpu: str) -> bool:
+        """Take on what GPU ``gpu``'s running worker holds; False if no worker is there (a worker that
+        answers badly is not taken for gone)."""
         try:
             pid, models = protocol.parse_list_answer(self._workers.call(gpu, {"op": "list"}, CALL_TIMEOUT_S))
-        except (WorkerGone, protocol.AnswerRefused, protocol.ProtocolError, OSError):
-            return
+        except WorkerGone:
+            return False
+        except (protocol.AnswerRefused, protocol.ProtocolError, OSError) as error:
+            log.warning("gpu=%s the model worker's list failed at start: %s", gpu, error)
+            return True
         self._replace(gpu, models)
         log.info("adopted model worker gpu=%s pid=%d models=%s", gpu, pid, ",".join(m.key for m in models) or "-")
+        return True
 
     def _replace(self, gpu: str, models: tuple[protocol.WorkerModel, ...]) -> None:
         wanted = {(gpu, m.identity): _Held(HeldModel(identity=m.identity, key=m.key, bytes=m.bytes), m.handle)
@@ -445,18 +543,40 @@ class ModelStore:
                 del self._held[slot]
             self._held.update(wanted)
             self._revision += 1
+        self._persist()
 
     def _forget_gpu(self, gpu: str, why: str) -> None:
         with self._lock:
-            lost = [slot for slot in self._held if slot[0] == gpu]
-            for slot in lost:
-                held = self._held.pop(slot)
-                self._retention.forget(slot)
+            lost = [self._held.pop(slot).model for slot in list(self._held) if slot[0] == gpu]
+            for model in lost:
+                self._retention.forget((gpu, model.identity))
                 log.error("model=%s gpu=%s lost: %s; pods that mapped it keep their mapping on a simulated GPU, on a "
-                          "real GPU they must be restarted (docs/node-agent.md, Model store)", held.model.key, gpu,
-                          why)
+                          "real GPU they must be restarted%s (docs/node-agent.md, Model store)", model.key, gpu, why,
+                          ": they are told (Event ModelLost)" if self._warn is not None else "")
             if lost:
                 self._revision += 1
+        for model in lost:
+            self._lose(gpu, model, why)
+        self._persist()
+
+    def _persist(self) -> None:
+        """Write ``held.json`` if what it would say changed (a failed write is logged: the store goes
+        on serving)."""
+        if self._file is None:
+            return
+        with self._save_lock:  # snapshot and write in one: the last write carries the latest state
+            with self._lock:
+                content = ([SavedModel(gpu, held.model) for (gpu, _), held in sorted(self._held.items())],
+                           [SavedModel(gpu, loss.model, loss.why) for (gpu, _), loss in sorted(self._lost.items())])
+            if content == self._saved:
+                return
+            try:
+                self._file.save(*content)
+            except OSError as error:
+                log.error("model store file %s could not be written (%s): a restarted agent may not know what its "
+                          "workers held", self._file.path, error.strerror or error)
+                return
+            self._saved = content
 
     def _sweep_loop(self) -> None:
         while not self._stopping.wait(self._sweep_s):
