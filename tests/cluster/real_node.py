@@ -35,7 +35,7 @@ from fastgshare_cluster import cluster as local_cluster
 from fastgshare_cluster import identities
 from fastgshare_cluster.cluster import Cluster
 from fastgshare_cluster.controlplane import write_kubeconfig
-from fastgshare_cluster.images import TENANT_IMAGE_SHORT
+from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT, TENANT_IMAGE_SHORT
 from fastgshare_kube import rest
 from tests.cluster.controlplane import wait_until
 
@@ -55,6 +55,16 @@ def tenant_container(env: Mapping[str, str] | None = None, command: list[str] | 
     if command:
         container["command"] = command
     return container
+
+
+def fake_fn_pod_spec(env: Mapping[str, str]) -> dict[str, Any]:
+    """A function's pod spec: the fake-fn image on the function port, Ready once ``/_/health``
+    answers (after its model is loaded or mapped), with ``env`` (FAKE_FN_* settings)."""
+    return {"terminationGracePeriodSeconds": 1, "containers": [{
+        "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
+        "ports": [{"containerPort": keys.FUNCTION_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/_/health", "port": keys.FUNCTION_PORT}, "periodSeconds": 1},
+        "env": [{"name": name, "value": value} for name, value in env.items()]}]}
 
 
 def fastpod(name: str, annotations: Mapping[str, str], env: Mapping[str, str], replicas: int = 1) -> dict[str, Any]:

@@ -26,9 +26,8 @@ from fastgshare import keys
 from fastgshare.codec import decode_assignment
 from fastgshare.profile import Profile, ProfilePoint, Slo, encode_profile
 from fastgshare_cluster.cluster import Cluster
-from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import wait_until
-from tests.cluster.real_node import real_node_core  # noqa: F401 - the fixture core
+from tests.cluster.real_node import fake_fn_pod_spec, real_node_core  # noqa: F401 - the fixture core
 
 pytestmark = pytest.mark.realnode
 
@@ -64,12 +63,7 @@ def autoscaled_function(real_cluster: Cluster, core: kubernetes.client.CoreV1Api
     custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
                                            keys.FASTFUNC_PLURAL, {
         "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": name},
-        "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                     "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
-                     "ports": [{"containerPort": keys.FUNCTION_PORT}],
-                     "readinessProbe": {"httpGet": {"path": "/_/health", "port": keys.FUNCTION_PORT},
-                                        "periodSeconds": 1},
-                     "env": [{"name": key, "value": value} for key, value in settings.items()]}]},
+        "spec": {"podSpec": fake_fn_pod_spec(settings),
                  "memory": "128Mi", "slo": {"latencyMs": SLO_MS, "percentile": 95},
                  "profile": {"configMapRef": {"name": f"{name}-profile"}},
                  "scaling": {"policy": "rpr", "intervalSeconds": 2, "headroom": 0.5, **scaling}}})

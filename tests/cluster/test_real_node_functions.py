@@ -24,7 +24,15 @@ from fastgshare_cluster.images import FAKE_FN_IMAGE_SHORT
 from fastgshare_cluster.processes import wait_until
 from simgpu.fake_fn import fnv1a64
 from simgpu.state import sample_state
-from tests.cluster.real_node import apply, assignment_of, http, inspect, real_node_core, share_annotations  # noqa: F401 - the fixture core
+from tests.cluster.real_node import (  # noqa: F401 - the fixture core
+    apply,
+    assignment_of,
+    fake_fn_pod_spec,
+    http,
+    inspect,
+    real_node_core,
+    share_annotations,
+)
 
 pytestmark = pytest.mark.realnode
 
@@ -218,13 +226,7 @@ def test_four_pods_of_a_function_hold_its_model_once_answer_from_it_and_a_fifth_
         custom.create_namespaced_custom_object(keys.FASTFUNC_GROUP, keys.FASTFUNC_VERSION, NAMESPACE,
                                                keys.FASTFUNC_PLURAL, {
             "apiVersion": keys.FASTFUNC_API_VERSION, "kind": keys.FASTFUNC_KIND, "metadata": {"name": name},
-            "spec": {"podSpec": {"terminationGracePeriodSeconds": 1, "containers": [{
-                         "name": "fn", "image": FAKE_FN_IMAGE_SHORT, "imagePullPolicy": "IfNotPresent",
-                         "ports": [{"containerPort": keys.FUNCTION_PORT}],
-                         "readinessProbe": {"httpGet": {"path": "/_/health", "port": keys.FUNCTION_PORT},
-                                            "periodSeconds": 1},
-                         "env": [{"name": "FAKE_FN_GPU_MS", "value": "1"},
-                                 {"name": "FAKE_FN_MODEL", "value": "weights"}]}]},
+            "spec": {"podSpec": fake_fn_pod_spec({"FAKE_FN_GPU_MS": "1", "FAKE_FN_MODEL": "weights"}),
                      "memory": str(POD_MEMORY),
                      "fixed": {"quotaRequest": "0.1", "quotaLimit": "0.5", "smPartition": 20, "replicas": 4},
                      "model": {"name": "weights", "bytes": MODEL_BYTES, "source": {"path": f"{name}/weights.bin"}}}})
